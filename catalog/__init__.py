@@ -1,0 +1,1 @@
+"""Bundled catalog data (TOML): models, GPUs, links, workload presets. Data only."""

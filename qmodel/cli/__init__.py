@@ -1,0 +1,1 @@
+"""Command-line interface (see :mod:`qmodel.cli.main`)."""

@@ -1,0 +1,1 @@
+"""Service-time models: roofline, measured tables, fixed, calibration, memory."""

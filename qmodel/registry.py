@@ -1,0 +1,139 @@
+"""Load the catalog: the bundled TOML files in ``qmodel.catalog`` plus the user catalog folder.
+
+File layout (each file may hold several entries):
+    models/*.toml   [[model]] tables          -> ModelSpec
+    gpus.toml       [[gpu]] tables            -> GPUSpec
+    links.toml      [[link]] tables           -> LinkSpec
+    workloads.toml  [[workload]] tables       -> WorkloadPreset
+
+Names are case-insensitive. Unknown names raise :class:`CatalogError` with the closest matches.
+User entries (``QMODEL_CATALOG_DIR``) override bundled ones of the same name.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from qmodel.errors import CatalogError, DataError
+from qmodel.settings import user_catalog_dir
+from qmodel.specs import GPUSpec, LinkSpec, ModelSpec, WorkloadPreset
+
+__all__ = ["Catalog", "load_catalog", "get_model", "get_gpu", "get_link", "get_workload", "clear_cache"]
+
+T = TypeVar("T", bound=BaseModel)
+
+_TABLES: dict[str, type[BaseModel]] = {"model": ModelSpec, "gpu": GPUSpec, "link": LinkSpec, "workload": WorkloadPreset}
+
+
+@dataclass
+class Catalog:
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    gpus: dict[str, GPUSpec] = field(default_factory=dict)
+    links: dict[str, LinkSpec] = field(default_factory=dict)
+    workloads: dict[str, WorkloadPreset] = field(default_factory=dict)
+
+    def _bucket(self, kind: str) -> dict:
+        return {"model": self.models, "gpu": self.gpus, "link": self.links, "workload": self.workloads}[kind]
+
+    def _get(self, kind: str, name: str):
+        bucket = self._bucket(kind)
+        key = name.strip().lower()
+        if key in bucket:
+            return bucket[key]
+        raise CatalogError(kind, name, [v.name for v in bucket.values()])
+
+    def model(self, name: str) -> ModelSpec:
+        return self._get("model", name)
+
+    def gpu(self, name: str) -> GPUSpec:
+        return self._get("gpu", name)
+
+    def link(self, name: str) -> LinkSpec:
+        return self._get("link", name)
+
+    def workload(self, name: str) -> WorkloadPreset:
+        return self._get("workload", name)
+
+    def names(self) -> dict[str, list[str]]:
+        return {
+            "models": sorted(v.name for v in self.models.values()),
+            "gpus": sorted(v.name for v in self.gpus.values()),
+            "links": sorted(v.name for v in self.links.values()),
+            "workloads": sorted(v.name for v in self.workloads.values()),
+        }
+
+
+def _load_text(cat: Catalog, text: str, origin: str) -> None:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise DataError(origin, f"not valid TOML: {err}") from None
+    for kind, cls in _TABLES.items():
+        for i, entry in enumerate(data.get(kind, [])):
+            try:
+                spec = cls.model_validate(entry)
+            except ValidationError as err:
+                e = err.errors()[0]
+                loc = ".".join(str(p) for p in e["loc"])
+                label = entry.get("name", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+                raise DataError(origin, f"{kind} {label!r}: {loc}: {e['msg']}") from None
+            cat._bucket(kind)[spec.name.lower()] = spec
+    unknown = set(data) - set(_TABLES)
+    if unknown:
+        raise DataError(origin, f"unknown top-level tables {sorted(unknown)}; allowed: {sorted(_TABLES)}")
+
+
+def _bundled_files() -> Iterable[tuple[str, str]]:
+    root = resources.files("qmodel.catalog")
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            if child.is_dir():
+                stack.append(child)
+            elif child.name.endswith(".toml"):
+                yield f"qmodel.catalog/{child.name}", child.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=4)
+def _load(user_dir: str) -> Catalog:
+    cat = Catalog()
+    for origin, text in _bundled_files():
+        _load_text(cat, text, origin)
+    udir = Path(user_dir)
+    if udir.is_dir():
+        for f in sorted(udir.rglob("*.toml")):
+            _load_text(cat, f.read_text(encoding="utf-8"), str(f))
+    return cat
+
+
+def load_catalog() -> Catalog:
+    """The merged catalog (cached per user-catalog folder)."""
+    return _load(str(user_catalog_dir()))
+
+
+def clear_cache() -> None:
+    _load.cache_clear()
+
+
+def get_model(name: str) -> ModelSpec:
+    return load_catalog().model(name)
+
+
+def get_gpu(name: str) -> GPUSpec:
+    return load_catalog().gpu(name)
+
+
+def get_link(name: str) -> LinkSpec:
+    return load_catalog().link(name)
+
+
+def get_workload(name: str) -> WorkloadPreset:
+    return load_catalog().workload(name)

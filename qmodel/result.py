@@ -1,0 +1,89 @@
+"""What qmodel answers, as pydantic models (the JSON of ``qmodel solve`` / ``goodput`` is their dump).
+
+All times are seconds, rates requests per second, bandwidths bytes per second.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "Result", "Goodput"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DistSummary(_Out):
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class StationReport(_Out):
+    """One queueing station's state at the solved rate."""
+
+    name: str = Field(description="prefill, kv_transfer, decode, colocated, chunked, ...")
+    utilization: float = Field(description="offered load rho in [0, 1)")
+    max_stable_rate_per_s: float = Field(description="largest arrival rate this station alone can sustain")
+    mean_wait_s: float = 0.0
+    p90_wait_s: float = 0.0
+    p99_wait_s: float = 0.0
+    mean_in_system: float | None = None
+    method: str = Field(description="the formula used, e.g. 'M/G[1,b]/1 embedded chain'")
+    exact: bool = Field(description="exact for the stated model (True) or an approximation (False)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class LinkReport(_Out):
+    bandwidth_needed_bytes_per_s: float = Field(description="KV bytes per second the handoff must move at this rate")
+    bandwidth_available_bytes_per_s: float = Field(description="effective bandwidth of all transfer paths together")
+    sufficient: bool
+    mean_transfer_bytes: float
+    mean_exposed_s: float
+
+
+class Sensitivity(_Out):
+    """Elasticity of goodput to one input: d ln(goodput) / d ln(input), by finite difference."""
+
+    input: str
+    elasticity: float
+    note: str = ""
+
+
+class Result(_Out):
+    scenario: str
+    topology: Literal["colocated", "chunked", "disaggregated"]
+    rate_per_s: float
+    ttft: DistSummary
+    tpot: DistSummary
+    attainment: float = Field(description="P(TTFT <= target and TPOT <= target)")
+    attainment_bounds: tuple[float, float] = Field(description="bounds that hold whatever the TTFT/TPOT dependence")
+    ttft_attainment: float
+    tpot_attainment: float
+    stations: list[StationReport]
+    binding: str = Field(description="which station and SLO limits attainment, in words")
+    link: LinkReport | None = None
+    gpus: int
+    inputs_sha256: str
+    perf_sha256: dict[str, str] = Field(default_factory=dict)
+    validity: str = Field(default="", description="expected agreement with the replay, from the validation envelope")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Goodput(_Out):
+    scenario: str
+    topology: Literal["colocated", "chunked", "disaggregated"]
+    goodput_rps: float
+    goodput_per_gpu: float
+    goodput_per_usd_hour: float | None = None
+    attainment_at_goodput: float
+    max_stable_rate_per_s: float
+    binding: str
+    gpus: int
+    cost_per_hour_usd: float | None = None
+    sensitivities: list[Sensitivity] = Field(default_factory=list)
+    inputs_sha256: str

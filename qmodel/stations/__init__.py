@@ -1,0 +1,1 @@
+"""Queueing stations: each a small declared model with its formula in the docstring."""

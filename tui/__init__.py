@@ -1,0 +1,1 @@
+"""The what-if terminal UI (installed as qmodel.tui)."""
