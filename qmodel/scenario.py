@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from qmodel.errors import DataError, InputError
-from qmodel.units import RatePerSecond, Seconds
+from qmodel.units import BytesPerSecond, RatePerSecond, Seconds
 
 __all__ = [
     "Strict",
@@ -196,6 +196,8 @@ class DisaggregatedDeployment(Strict):
     link_sharing: Literal["dedicated", "fcfs", "fair"] = Field(
         default="fcfs", description="dedicated: no contention; fcfs: one transfer at a time per link; fair: concurrent transfers share it")
     transfer_mode: Literal["serialized", "layerwise"] = "layerwise"
+    link_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, gt=0, description="override the catalog link's nominal bandwidth (what-if), e.g. '200 Gbps'")
     first_token_from: Literal["prefill", "decode"] = Field(
         default="prefill", description="whether TTFT ends at the prefill pass or at the first decode step")
 
