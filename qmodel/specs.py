@@ -9,7 +9,7 @@ Every entry carries ``source`` so each number can be traced to a config file or 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,6 +24,8 @@ __all__ = [
     "LinkSpec",
     "LengthPreset",
     "WorkloadPreset",
+    "ParamCounts",
+    "count_params",
 ]
 
 
@@ -59,8 +61,76 @@ class MoEConfig(Frozen):
         return self
 
 
+class ParamCounts(NamedTuple):
+    """Parameter (element) counts of a decoder-only transformer, from :func:`count_params`."""
+
+    total: float
+    active: float
+    embedding: float  # the input token-embedding table (vocab * hidden)
+    routed_experts: float  # all routed-expert weights (0 for dense models)
+    active_routed_experts: float  # top-k routed-expert weights one token uses
+
+
+def count_params(*, layers: int, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 ffn_size: int, vocab_size: int, mla: MLAConfig | None = None, moe: MoEConfig | None = None,
+                 gated_ffn: bool = True, tie_word_embeddings: bool = False) -> ParamCounts:
+    """Total and per-token active parameters of a decoder-only transformer from its architecture.
+
+    With h = hidden, H = query heads, K = KV heads, d = head dim, F = FFN size, V = vocab, L = layers,
+    m = 3 for a gated (SwiGLU) FFN and 2 otherwise::
+
+        attention (GQA/MHA/MQA)  = h*H*d (Q) + 2*h*K*d (K, V) + H*d*h (O)
+        attention (MLA)          = [h*r_q + r_q + r_q*H*(d_nope+d_rope)]  (or h*H*(d_nope+d_rope) without q-LoRA)
+                                   + h*(r_kv + d_rope) + r_kv + r_kv*H*(d_nope + d_v) + H*d_v*h
+        dense FFN                = m*h*F
+        MoE FFN                  = (E + S)*m*h*F_e + h*E          (E routed, S shared experts, router)
+        total = V*h*(1 if tied else 2) + h + L*(attention + 2h) + L_dense*dense + L_moe*MoE
+        active = total - L_moe*(E - k)*m*h*F_e                    (k routed experts per token)
+
+    Norm weights (2h per layer plus the final h) are counted; bias vectors, learned position
+    embeddings (OPT) and multi-token-prediction heads (DeepSeek-V3's extra layer) are not: each is
+    below 0.2% of the total for every catalog model. ``active`` follows model cards (Mixtral 12.9e9,
+    DeepSeek-V3 37e9, Qwen3 A3B/A22B): both embedding tables are included.
+    """
+    m = 3 if gated_ffn else 2
+    if mla is not None:
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            q = hidden_size * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * num_heads * qk
+        else:
+            q = hidden_size * num_heads * qk
+        kv = (hidden_size * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
+              + mla.kv_lora_rank * num_heads * (mla.qk_nope_head_dim + mla.v_head_dim))
+        attn = q + kv + num_heads * mla.v_head_dim * hidden_size
+    else:
+        attn = 2 * hidden_size * num_heads * head_dim + 2 * hidden_size * num_kv_heads * head_dim
+    per_layer = attn + 2 * hidden_size
+    embedding = float(vocab_size * hidden_size)
+    total = embedding * (1 if tie_word_embeddings else 2) + hidden_size + layers * per_layer
+    routed = active_routed = 0.0
+    if moe is None:
+        total += layers * m * hidden_size * ffn_size
+    else:
+        expert = m * hidden_size * moe.expert_ffn_size
+        moe_layers = layers - moe.dense_layers
+        total += moe.dense_layers * m * hidden_size * ffn_size
+        total += moe_layers * ((moe.num_experts + moe.shared_experts) * expert + hidden_size * moe.num_experts)
+        routed = float(moe_layers * moe.num_experts * expert)
+        active_routed = float(moe_layers * moe.active_experts * expert)
+    active = total - routed + active_routed
+    return ParamCounts(float(total), float(active), embedding, routed, active_routed)
+
+
+_ARCH_KEYS = ("layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size")
+
+
 class ModelSpec(Frozen):
-    """An LLM architecture. Counts are plain integers; parameters are element counts (not bytes)."""
+    """An LLM architecture. Counts are plain integers; parameters are element counts (not bytes).
+
+    ``total_params`` and ``active_params`` may be omitted in catalog files: they are then computed
+    from the architecture by :func:`count_params` (the catalog relies on this, so every count is
+    traceable to the config values beside it).
+    """
 
     name: str
     hf_id: str | None = None
@@ -70,7 +140,7 @@ class ModelSpec(Frozen):
     num_heads: int = Field(gt=0, description="query heads")
     num_kv_heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
-    ffn_size: int = Field(gt=0, description="dense FFN intermediate size")
+    ffn_size: int = Field(gt=0, description="dense FFN intermediate size (MoE models: the dense layers' FFN)")
     vocab_size: int = Field(gt=0)
     attention: Literal["mha", "gqa", "mqa", "mla"]
     mla: MLAConfig | None = None
@@ -83,6 +153,30 @@ class ModelSpec(Frozen):
     dtype: str = Field(default="bf16", description="default weight dtype")
     kv_dtype: str = Field(default="bf16", description="default KV-cache dtype")
     gated_ffn: bool = Field(default=True, description="SwiGLU-style FFN with 3 matrices (False: 2, e.g. OPT/BLOOM)")
+    tie_word_embeddings: bool = Field(default=False, description="LM head shares the input embedding table")
+    expert_dtype: str | None = Field(default=None, description="routed-expert weight dtype when it differs from dtype "
+                                     "(gpt-oss ships experts in mxfp4, the rest in bf16)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_param_counts(cls, data: Any) -> Any:
+        # Compute missing counts from the architecture; leave validation of the fields themselves to pydantic.
+        if not isinstance(data, dict) or ("total_params" in data and "active_params" in data):
+            return data
+        if not all(isinstance(data.get(k), int) and data[k] > 0 for k in _ARCH_KEYS):
+            return data
+        try:
+            mla = MLAConfig.model_validate(data["mla"]) if data.get("mla") is not None else None
+            moe = MoEConfig.model_validate(data["moe"]) if data.get("moe") is not None else None
+        except (ValueError, TypeError):
+            return data  # the field validators report the problem with its location
+        counts = count_params(**{k: data[k] for k in _ARCH_KEYS}, mla=mla, moe=moe,
+                              gated_ffn=bool(data.get("gated_ffn", True)),
+                              tie_word_embeddings=bool(data.get("tie_word_embeddings", False)))
+        out = dict(data)
+        out.setdefault("total_params", counts.total)
+        out.setdefault("active_params", counts.active)
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
@@ -98,18 +192,47 @@ class ModelSpec(Frozen):
             raise ValueError("sliding_window_layers needs sliding_window_tokens")
         if self.active_params > self.total_params * 1.0001:
             raise ValueError("active_params exceeds total_params")
+        if self.expert_dtype is not None and self.moe is None:
+            raise ValueError("expert_dtype is only valid with a [moe] table")
         dtype_bits(self.dtype, "dtype")
         dtype_bits(self.kv_dtype, "kv_dtype")
+        if self.expert_dtype is not None:
+            dtype_bits(self.expert_dtype, "expert_dtype")
         return self
 
     # ---- weights -------------------------------------------------------------------------
+    def param_counts(self) -> ParamCounts:
+        """The architecture's counts (:func:`count_params`), independent of any stored totals."""
+        return count_params(layers=self.layers, hidden_size=self.hidden_size, num_heads=self.num_heads,
+                            num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, ffn_size=self.ffn_size,
+                            vocab_size=self.vocab_size, mla=self.mla, moe=self.moe, gated_ffn=self.gated_ffn,
+                            tie_word_embeddings=self.tie_word_embeddings)
+
+    def _bytes(self, params: float, routed: float, dtype: str | None) -> float:
+        if dtype is not None or self.expert_dtype is None:
+            return params * dtype_bits(dtype or self.dtype) / 8.0
+        return ((params - routed) * dtype_bits(self.dtype) + routed * dtype_bits(self.expert_dtype)) / 8.0
+
     def weight_bytes(self, dtype: str | None = None) -> float:
-        """Bytes of all weights at ``dtype`` (default: the model's)."""
-        return self.total_params * dtype_bits(dtype or self.dtype) / 8.0
+        """Bytes of all weights at ``dtype``; by default the model's dtype (and ``expert_dtype`` for routed experts)."""
+        return self._bytes(self.total_params, self.param_counts().routed_experts, dtype)
+
+    @property
+    def matmul_params_per_token(self) -> float:
+        """Weights one token multiplies: active params less the input-embedding table (a row lookup, not a GEMM).
+
+        With tied embeddings the table is also the LM head, so nothing is subtracted.
+        """
+        if self.tie_word_embeddings:
+            return self.active_params
+        return self.active_params - self.param_counts().embedding
 
     def active_weight_bytes(self, dtype: str | None = None) -> float:
-        """Bytes of the weights one token touches (MoE: active experts only)."""
-        return self.active_params * dtype_bits(dtype or self.dtype) / 8.0
+        """Bytes of the weights one token's matrix multiplies read (MoE: shared + top-k experts).
+
+        The input-embedding table is excluded: a token reads one row of it, not the table.
+        """
+        return self._bytes(self.matmul_params_per_token, self.param_counts().active_routed_experts, dtype)
 
     # ---- KV cache ------------------------------------------------------------------------
     def kv_elements_per_token_per_layer(self) -> int:
@@ -148,8 +271,12 @@ class ModelSpec(Frozen):
         return 4.0 * self.num_heads * self.head_dim * self.layers
 
     def linear_flops_per_token(self) -> float:
-        """FLOPs of all matrix multiplies per token excluding attention scores: 2 * active params."""
-        return 2.0 * self.active_params
+        """FLOPs of all weight matrix multiplies per token (attention scores excluded): 2 * matmul params.
+
+        The input-embedding lookup does no multiply-adds, so it is not counted (see
+        :attr:`matmul_params_per_token`).
+        """
+        return 2.0 * self.matmul_params_per_token
 
     @property
     def is_moe(self) -> bool:
@@ -224,6 +351,14 @@ class LengthPreset(Frozen):
     output_max_tokens: float = Field(gt=0)
     output_min_tokens: float = Field(default=1, ge=1)
     correlation: float = Field(default=0.0, ge=-1, le=1, description="correlation of log-lengths")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LengthPreset":
+        for side in ("prompt", "output"):
+            lo, hi = getattr(self, f"{side}_min_tokens"), getattr(self, f"{side}_max_tokens")
+            if lo > hi:
+                raise ValueError(f"{side}_min_tokens {lo:g} exceeds {side}_max_tokens {hi:g}")
+        return self
 
 
 class WorkloadPreset(Frozen):
