@@ -1,0 +1,144 @@
+"""Small step-level discrete-event simulations used by the station tests as references (test-only).
+
+Each simulation follows the engine at step granularity with Poisson arrivals and a fixed seed:
+
+* :func:`simulate_decode`: continuous-batching decode engine (admission at step boundaries, slot cap);
+* :func:`simulate_colocated`: vLLM-v0-like prefill-priority iterations (prefill of everything waiting
+  under a token budget, otherwise one decode step);
+* :func:`simulate_chunked`: Sarathi-like iterations mixing one token per running sequence with
+  prefill chunks under a per-iteration token budget.
+
+They report per-request admission waits / TTFT / TPOT = (t_last - t_first)/(L - 1) and the
+time-average number in system, with batch-means standard errors.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from qmodel.perf.base import ServiceTimeModel
+
+
+class LinearService(ServiceTimeModel):
+    """prefill = alpha + gamma * sum_tokens + gamma2 * sum_sq; decode step = a + b n + c * sum_context."""
+
+    kind = "test-linear"
+
+    def __init__(self, a: float, b: float, c: float = 0.0, alpha: float = 0.0, gamma: float = 0.0,
+                 gamma2: float = 0.0) -> None:
+        self.a, self.b, self.c = a, b, c
+        self.alpha, self.gamma, self.gamma2 = alpha, gamma, gamma2
+
+    def prefill_time_s(self, sum_tokens, sum_sq_tokens, n_requests):
+        st = np.asarray(sum_tokens, dtype=float)
+        return self.alpha + self.gamma * st + self.gamma2 * np.asarray(sum_sq_tokens, dtype=float)
+
+    def decode_step_time_s(self, n_seqs, sum_context_tokens):
+        return self.a + self.b * np.asarray(n_seqs, dtype=float) + self.c * np.asarray(sum_context_tokens, dtype=float)
+
+    @property
+    def fingerprint(self) -> str:
+        return f"linear:{self.a}:{self.b}:{self.c}:{self.alpha}:{self.gamma}:{self.gamma2}"
+
+
+def batch_means(values: np.ndarray, weights: np.ndarray | None = None, batches: int = 20) -> tuple[float, float]:
+    """(mean, standard error) by batch means over consecutive equal-size batches."""
+    v = np.asarray(values, dtype=float)
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
+    idx = np.array_split(np.arange(len(v)), batches)
+    means = np.array([np.dot(v[i], w[i]) / w[i].sum() for i in idx])
+    return float(np.dot(v, w) / w.sum()), float(means.std(ddof=1) / math.sqrt(batches))
+
+
+@dataclass
+class DecodeRun:
+    mean_n: float
+    se_n: float
+    wait: np.ndarray  # admission wait per request: arrival -> start of its first step
+    tpot: np.ndarray  # per request (L >= 2)
+    first_step: np.ndarray
+
+
+def simulate_decode(rate: float, lengths, step_time, horizon_s: float, seed: int = 0,
+                    n_max: int | None = None, warmup_frac: float = 0.1) -> DecodeRun:
+    """One decode engine. ``lengths(rng, k)`` draws k output lengths; ``step_time(n)`` seconds.
+
+    At each step boundary the engine admits waiting requests FCFS up to ``n_max``, runs a step of all
+    admitted sequences (each emits a token), and releases those that emitted their last token.
+    Arrivals during a step wait for the boundary; an idle engine starts a step at the arrival.
+    """
+    rng = np.random.default_rng(seed)
+    n_arr = int(rate * horizon_s * 1.2) + 100
+    arr = np.cumsum(rng.exponential(1.0 / rate, n_arr))
+    arr = arr[arr < horizon_s]
+    Ls = np.asarray(lengths(rng, len(arr)), dtype=np.int64)
+    warm = warmup_frac * horizon_s
+    t = 0.0
+    i = 0  # next arrival index
+    queue: deque[int] = deque()
+    active = 0
+    finish: dict[int, list[int]] = {}  # step index -> requests finishing at that step
+    step_no = 0
+    start_step = np.zeros(len(arr), dtype=np.int64)
+    t_first = np.full(len(arr), np.nan)
+    t_last = np.full(len(arr), np.nan)
+    t_start = np.full(len(arr), np.nan)
+    first_dur = np.full(len(arr), np.nan)
+    area_t: list[float] = []
+    area_n: list[float] = []
+    cap = n_max if n_max is not None else 1 << 60
+    while True:
+        # arrivals up to the boundary t join the queue
+        while i < len(arr) and arr[i] <= t:
+            queue.append(i)
+            i += 1
+        if active == 0 and not queue:
+            if i >= len(arr):
+                break
+            # idle: record N = 0 until the next arrival
+            area_t.append(arr[i] - t)
+            area_n.append(0.0)
+            t = arr[i]
+            continue
+        newly = []
+        while queue and active < cap:
+            j = queue.popleft()
+            active += 1
+            start_step[j] = step_no
+            t_start[j] = t
+            newly.append(j)
+            finish.setdefault(step_no + int(Ls[j]) - 1, []).append(j)
+        dt = float(step_time(active))
+        # N over the step: active + queued + arrivals during the step (piecewise); use the exact area
+        k = i
+        n_wait = len(queue)
+        area = (active + n_wait) * dt
+        while k < len(arr) and arr[k] < t + dt:
+            area += t + dt - arr[k]
+            k += 1
+        area_t.append(dt)
+        area_n.append(area / dt)
+        t_end = t + dt
+        for j in newly:
+            t_first[j] = t_end
+            first_dur[j] = dt
+        done = finish.pop(step_no, [])
+        for j in done:
+            t_last[j] = t_end
+        active -= len(done)
+        step_no += 1
+        t = t_end
+    at = np.asarray(area_t)
+    an = np.asarray(area_n)
+    tt = np.cumsum(at) - at
+    keep = tt >= warm
+    mean_n, se_n = batch_means(an[keep], at[keep])
+    ok = (arr >= warm) & np.isfinite(t_last)
+    multi = ok & (Ls >= 2)
+    tpot = (t_last[multi] - t_first[multi]) / (Ls[multi] - 1)
+    return DecodeRun(mean_n, se_n, (t_start - arr)[ok], tpot, first_dur[ok])
