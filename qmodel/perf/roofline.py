@@ -1,0 +1,243 @@
+"""Roofline step times from catalog specs and a few documented efficiency factors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from qmodel.errors import InputError
+from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.parallel import Parallelism, check_parallelism
+from qmodel.specs import GPUSpec, ModelSpec
+from qmodel.units import dtype_bits
+
+__all__ = ["RooflineModel", "DEFAULT_ALLREDUCE_LATENCY_S", "expected_distinct_experts"]
+
+#: Per-call latency of one NCCL all-reduce (or one pipeline send) inside a node. nccl-tests put
+#: small-message all-reduce on 8 NVLink GPUs at 10-20 us; Vidur's profiles
+#: (vidur/profiling/network/{a100,h100}_dgx/all_reduce.csv, 8 GPUs, 2 KiB) measure 62/37 us medians
+#: including the host launch that CUDA graphs remove. 20 us sits between the two.
+DEFAULT_ALLREDUCE_LATENCY_S: float = 20e-6
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, n_tokens: ArrayLike) -> np.ndarray:
+    """Expected number of distinct experts hit in one MoE layer by ``n_tokens`` tokens.
+
+    Each token picks ``top_k`` distinct experts out of ``E``; with uniform routing an expert is
+    missed by one token with probability ``1 - k/E``, so ``E * (1 - (1 - k/E)**n)`` experts are
+    touched (= k for one token, -> E for many).
+    """
+    n = np.maximum(np.asarray(n_tokens, dtype=float), 0.0)
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
+
+
+class RooflineModel(ServiceTimeModel):
+    r"""Roofline step times for one instance of ``tp x pp`` GPUs.
+
+    Per pipeline stage (the busiest one, holding ``f = ceil(layers/pp)/layers`` of the layers)::
+
+        prefill(T, Q, k) = max(compute, memory) + allreduce(T) + send(T) + prefill_overhead_s
+                           + k * prefill_per_request_s
+            compute = f * (2 * active_params * T / mfu + A * Q / 2 / (mfu * attention_efficiency)) / (tp * F)
+            memory  = f * W(T) / tp / (B * mbu)
+        decode(n, S)  = max(compute, memory) + allreduce(n) + send(n) + decode_overhead_s
+            compute = f * (2 * active_params * n / mfu + A * S_w / (mfu * attention_efficiency)) / (tp * F)
+            memory  = f * (W(n) / tp + KV(n, S) / kv_shards) / (B * mbu)
+
+    with ``k`` requests and ``T`` prompt tokens computed in the batch, ``Q`` = sum of n_i^2 + 2 n_i c_i (causal
+    attention does half of the T x T score matrix, hence Q/2), ``n`` sequences whose contexts total
+    ``S``; ``F`` the GPU's dense tensor rate at ``compute_dtype``, ``B`` its memory bandwidth, ``A``
+    = :meth:`ModelSpec.attention_flops_per_token_pair`. ``W(x)`` is the weight bytes read: all
+    weights for a dense model; for MoE the non-routed weights plus the routed experts touched by
+    ``x`` tokens, ``E (1 - (1 - k/E)^x)`` per layer (:func:`expected_distinct_experts`). ``KV(n, S)``
+    is the KV bytes of the context (GQA heads, MLA latent, and sliding-window layers capped at the
+    window using the mean context ``S/n``); ``kv_shards = min(tp, kv_heads)`` (1 for MLA, whose
+    latent is replicated). ``S_w`` is ``S`` with the same window cap.
+
+    Tensor parallel: 2 all-reduces per layer (after attention and after the FFN) of
+    ``tokens * hidden * act_bytes`` each, ring cost ``2 (tp-1)/tp * bytes / (link_bw *
+    comm_efficiency) + allreduce_latency_s``, not overlapped with compute. Pipeline parallel:
+    the returned time is the *stage* time (the pipeline accepts a new batch every stage time, the
+    throughput-equivalent service time DistServe also uses), plus one inter-stage send of the
+    activations ``tokens * hidden * act_bytes`` over the intra-node link. A single batch's latency
+    through the whole pipeline is ``pp`` stage times; stations that need it must add it.
+
+    Factors, defaults and their sources:
+
+    * ``mfu`` = 0.55: achieved fraction of dense tensor FLOP/s in large GEMMs; prefill MFU of
+      vLLM/TensorRT-LLM on A100/H100 is commonly 0.4-0.6 (splitwise-sim's Llama2-70B A100
+      prefill at 8k tokens implies 0.5 with our FLOP count).
+    * ``mbu`` = 0.75: achieved fraction of HBM bandwidth when streaming weights/KV in decode
+      (Databricks/MosaicML report 0.6-0.8 MBU for well-tuned decode kernels).
+    * ``prefill_overhead_s`` = 10 ms, ``decode_overhead_s`` = 4 ms: per-step scheduler, sampling
+      and kernel-launch time not captured by the roofline (DistServe's fitted intercepts for
+      OPT-13B on A100 are 18 ms prefill and 20 ms decode with their engine; CUDA-graph engines are lower).
+    * ``comm_efficiency`` = 0.7: achieved fraction of the GPU's intra-node bandwidth in ring
+      all-reduce; Vidur's 64 MiB 8-GPU all-reduce profiles give 0.64 on A100 (NVLink 3) and 0.92
+      on H100 (NVLink 4).
+    * ``prefill_per_request_s`` = 0: time per request in a prefill batch beyond its tokens
+      (per-sequence attention launches and padding in engines without variable-length kernels,
+      sampling and bookkeeping). Zero for a modern varlen engine; splitwise-sim's measurements need
+      it: a batch of 16 x 512 tokens takes 2.08 s there against 1.55 s for one 8192-token prompt.
+    * ``attention_efficiency`` = 1.0: attention FLOPs run at ``mfu * attention_efficiency``
+      (FlashAttention is near GEMM efficiency on long prompts); calibration may lower it.
+    * ``allreduce_latency_s`` = 20 us: see :data:`DEFAULT_ALLREDUCE_LATENCY_S`.
+    * ``compute_dtype`` = the model's weight dtype; activations move in 16 bits unless the compute
+      dtype is wider.
+
+    Not modelled: overlap of communication with compute, KV reads of a cached prefix during prefill,
+    and the sliding-window cap on prefill attention (a long-prompt overestimate for windowed models).
+    """
+
+    kind = "roofline"
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, pp: int = 1, *, mfu: float = 0.55,
+                 mbu: float = 0.75, prefill_overhead_s: float = 0.010, decode_overhead_s: float = 0.004,
+                 comm_efficiency: float = 0.7, attention_efficiency: float = 1.0,
+                 prefill_per_request_s: float = 0.0,
+                 allreduce_latency_s: float = DEFAULT_ALLREDUCE_LATENCY_S, compute_dtype: str | None = None,
+                 field_prefix: str = "deployment") -> None:
+        for name, v, hi in (("mfu", mfu, 1.0), ("mbu", mbu, 1.0), ("comm_efficiency", comm_efficiency, 1.0),
+                            ("attention_efficiency", attention_efficiency, 1.0)):
+            if not (0.0 < v <= hi):
+                raise InputError(f"perf.{name}", v, "a fraction in (0, 1]")
+        for name, v in (("prefill_overhead_s", prefill_overhead_s), ("decode_overhead_s", decode_overhead_s),
+                        ("allreduce_latency_s", allreduce_latency_s), ("prefill_per_request_s", prefill_per_request_s)):
+            if not (v >= 0.0 and np.isfinite(v)):
+                raise InputError(f"perf.{name}", v, "a non-negative finite time in seconds")
+        self.model, self.gpu = model, gpu
+        self.layout: Parallelism = check_parallelism(model, tp, pp, field_prefix)
+        self.tp, self.pp = tp, pp
+        self.mfu, self.mbu = float(mfu), float(mbu)
+        self.prefill_overhead_s, self.decode_overhead_s = float(prefill_overhead_s), float(decode_overhead_s)
+        self.comm_efficiency = float(comm_efficiency)
+        self.attention_efficiency = float(attention_efficiency)
+        self.allreduce_latency_s = float(allreduce_latency_s)
+        self.prefill_per_request_s = float(prefill_per_request_s)
+        self.compute_dtype = compute_dtype or model.dtype
+        self.flops_per_s = gpu.flops_per_s(self.compute_dtype)
+        self.act_bytes = max(dtype_bits(self.compute_dtype, "perf.compute_dtype"), 16.0) / 8.0
+        self._weight_byte = dtype_bits(model.dtype) / 8.0
+        self._kv_byte = dtype_bits(model.kv_dtype, "kv_dtype") / 8.0
+        self._init_moe()
+
+    # ---- weights read per step -----------------------------------------------------------
+    def _init_moe(self) -> None:
+        m = self.model
+        if m.moe is None:
+            self._routed_params_per_expert_layer = 0.0
+            self._moe_layers = 0
+            self._base_params = m.total_params
+            return
+        mats = 3 if m.gated_ffn else 2
+        self._routed_params_per_expert_layer = mats * m.hidden_size * m.moe.expert_ffn_size
+        self._moe_layers = m.layers - m.moe.dense_layers
+        routed_total = self._moe_layers * m.moe.num_experts * self._routed_params_per_expert_layer
+        # Shared experts, attention, dense layers and embeddings are read every step.
+        self._base_params = max(m.total_params - routed_total, 0.0)
+
+    def weight_bytes_read(self, n_tokens: ArrayLike) -> np.ndarray:
+        """Weight bytes of the whole model read by a step over ``n_tokens`` tokens (all GPUs together)."""
+        n = np.asarray(n_tokens, dtype=float)
+        if self.model.moe is None:
+            return np.full_like(n, self.model.total_params * self._weight_byte)
+        e = expected_distinct_experts(self.model.moe.num_experts, self.model.moe.active_experts, n)
+        params = self._base_params + self._moe_layers * self._routed_params_per_expert_layer * e
+        return params * self._weight_byte
+
+    def _windowed_context(self, n: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Context tokens summed over sequences, averaged over layers, with window layers capped (mean-context approximation)."""
+        m = self.model
+        if not m.sliding_window_layers or m.sliding_window_tokens is None:
+            return s
+        mean_ctx = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
+        capped = n * np.minimum(mean_ctx, m.sliding_window_tokens)
+        full = m.layers - m.sliding_window_layers
+        return (full * s + m.sliding_window_layers * capped) / m.layers
+
+    def kv_bytes_read(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> np.ndarray:
+        """KV bytes of the context read by one decode step (whole model, before sharding)."""
+        n = np.asarray(n_seqs, dtype=float)
+        s = np.asarray(sum_context_tokens, dtype=float)
+        per_token = self.model.kv_elements_per_token_per_layer() * self._kv_byte * self.model.layers
+        return per_token * self._windowed_context(n, s)
+
+    # ---- communication -------------------------------------------------------------------
+    def _comm_s(self, tokens: np.ndarray) -> np.ndarray:
+        lay = self.layout
+        link = self.gpu.intra_node_bandwidth_bytes_per_s * self.comm_efficiency
+        msg = tokens * self.model.hidden_size * self.act_bytes
+        out = np.zeros_like(tokens)
+        if lay.tp > 1:
+            ring = 2.0 * (lay.tp - 1) / lay.tp * msg / link + self.allreduce_latency_s
+            out = out + 2.0 * lay.layers_per_stage * ring
+        if lay.pp > 1:
+            out = out + msg / link + self.allreduce_latency_s
+        return out
+
+    # ---- the two step times --------------------------------------------------------------
+    def _compute_s(self, linear_tokens: np.ndarray, attn_pairs: np.ndarray) -> np.ndarray:
+        lay = self.layout
+        lin = 2.0 * self.model.active_params * linear_tokens / self.mfu
+        att = self.model.attention_flops_per_token_pair() * attn_pairs / (self.mfu * self.attention_efficiency)
+        return lay.stage_fraction * (lin + att) / (lay.tp * self.flops_per_s)
+
+    def prefill_breakdown(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike) -> dict[str, np.ndarray]:
+        """The terms of one prefill batch time: compute, memory, comm, overhead (seconds)."""
+        t = np.asarray(sum_tokens, dtype=float)
+        q = np.asarray(sum_sq_tokens, dtype=float)
+        t, q = np.broadcast_arrays(t, q)
+        lay = self.layout
+        compute = self._compute_s(t, q / 2.0)
+        memory = lay.stage_fraction * self.weight_bytes_read(t) / lay.tp / (self.gpu.memory_bandwidth_bytes_per_s * self.mbu)
+        return {"compute_s": compute, "memory_s": memory, "comm_s": self._comm_s(t),
+                "overhead_s": np.full_like(t, self.prefill_overhead_s)}
+
+    def decode_breakdown(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> dict[str, np.ndarray]:
+        """The terms of one decode step time: compute, memory, comm, overhead (seconds)."""
+        n = np.asarray(n_seqs, dtype=float)
+        s = np.asarray(sum_context_tokens, dtype=float)
+        n, s = np.broadcast_arrays(n, s)
+        lay = self.layout
+        compute = self._compute_s(n, self._windowed_context(n, s))
+        read = self.weight_bytes_read(n) / lay.tp + self.kv_bytes_read(n, s) / lay.kv_shards_tp
+        memory = lay.stage_fraction * read / (self.gpu.memory_bandwidth_bytes_per_s * self.mbu)
+        return {"compute_s": compute, "memory_s": memory, "comm_s": self._comm_s(n),
+                "overhead_s": np.full_like(n, self.decode_overhead_s)}
+
+    @staticmethod
+    def _total(parts: dict[str, np.ndarray]) -> ArrayOrFloat:
+        out = np.maximum(parts["compute_s"], parts["memory_s"]) + parts["comm_s"] + parts["overhead_s"]
+        return float(out) if out.ndim == 0 else out
+
+    def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
+        t, q, k = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
+                                      np.asarray(n_requests, dtype=float))
+        parts = self.prefill_breakdown(t, q)
+        parts["overhead_s"] = parts["overhead_s"] + k * self.prefill_per_request_s
+        return self._total(parts)
+
+    def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
+        return self._total(self.decode_breakdown(n_seqs, sum_context_tokens))
+
+    # ---- identity ------------------------------------------------------------------------
+    def params(self) -> dict[str, float | str | int]:
+        return {"mfu": self.mfu, "mbu": self.mbu, "prefill_overhead_s": self.prefill_overhead_s,
+                "decode_overhead_s": self.decode_overhead_s, "comm_efficiency": self.comm_efficiency,
+                "attention_efficiency": self.attention_efficiency, "allreduce_latency_s": self.allreduce_latency_s,
+                "prefill_per_request_s": self.prefill_per_request_s,
+                "compute_dtype": self.compute_dtype, "tp": self.tp, "pp": self.pp}
+
+    @property
+    def fingerprint(self) -> str:
+        blob = json.dumps({"kind": self.kind, "model": self.model.model_dump(mode="json"),
+                           "gpu": self.gpu.model_dump(mode="json"), "params": self.params()},
+                          sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": self.kind, "model": self.model.name, "gpu": self.gpu.name, **self.params(),
+                "sha256": self.fingerprint}
