@@ -1,0 +1,32 @@
+"""``qmodel compare SCENARIO``: colocated, chunked and disaggregated on the same GPUs, side by side."""
+
+from __future__ import annotations
+
+import argparse
+
+from qmodel.cli.common import add_scenario_args, scenario_from_args
+from qmodel.cli.output import print_json, print_table
+
+__all__ = ["register", "run"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="colocated vs chunked vs disaggregated on the same GPUs")
+    add_scenario_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qmodel.compare import compare_topologies
+
+    out = compare_topologies(scenario_from_args(args))
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"{out.scenario}: {out.gpus} x {out.gpu} (TP{out.tp}) — the same GPUs three ways\n")
+    print_table(["topology", "layout", "goodput req/s", "per GPU", "knee req/s", "max stable req/s", "binding"],
+                [[c.topology, c.layout, c.goodput_rps, c.goodput_per_gpu, c.knee_rps, c.max_stable_rate_per_s, c.binding]
+                 for c in out.candidates])
+    print(f"\nverdict: {out.verdict}")
+    return 0

@@ -1,0 +1,38 @@
+"""``qmodel goodput SCENARIO``: the largest rate meeting the SLO attainment goal."""
+
+from __future__ import annotations
+
+import argparse
+
+from qmodel.cli.common import add_scenario_args, scenario_from_args
+from qmodel.cli.output import print_json, print_table
+
+__all__ = ["register", "run"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("goodput", help="largest rate whose SLO attainment meets the goal",
+                       description="Goodput by bisection below the smallest station stability limit.")
+    add_scenario_args(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--sensitivities", action="store_true",
+                   help="elasticity of goodput to link bandwidth, instances, TP and SLO targets")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qmodel.goodput import goodput
+
+    g = goodput(scenario_from_args(args), with_sensitivities=args.sensitivities)
+    if args.json:
+        print_json(g)
+        return 0
+    print(f"{g.scenario}: {g.topology} on {g.gpus} GPUs")
+    print(f"goodput {g.goodput_rps:.4g} req/s ({g.goodput_per_gpu:.4g} req/s per GPU"
+          + (f", {g.goodput_per_usd_hour:.4g} req/s per $/h" if g.goodput_per_usd_hour else "") + ")")
+    print(f"attainment at goodput {g.attainment_at_goodput * 100:.2f}%; largest stable rate {g.max_stable_rate_per_s:.4g} req/s")
+    print(f"binding: {g.binding}")
+    if g.sensitivities:
+        print()
+        print_table(["input", "elasticity", "what changed"], [[s.input, f"{s.elasticity:+.3f}", s.note] for s in g.sensitivities])
+    return 0

@@ -1,0 +1,88 @@
+"""``qmodel solve SCENARIO``: TTFT/TPOT distributions, attainment, stations and the binding constraint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qmodel.cli.common import add_scenario_args, scenario_from_args
+from qmodel.cli.output import print_json, print_table, to_plain
+from qmodel.units import format_bandwidth, format_duration, parse_rate
+
+__all__ = ["register", "run"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("solve", help="solve a scenario analytically (milliseconds)",
+                       description="Solve a scenario: TTFT/TPOT mean/p50/p90/p99, SLO attainment, per-station load, binding constraint.")
+    add_scenario_args(p)
+    p.add_argument("--rate", help="arrival rate to solve at (req/s), overriding the scenario's")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--explain", action="store_true", help="print the closed forms with this scenario's numbers")
+    p.add_argument("--check", action="store_true", help="also run the replay and print analytic-vs-replay differences")
+    p.add_argument("--requests", type=int, default=20000, help="requests to replay with --check (default 20000)")
+    p.add_argument("--seed", type=int, default=0, help="replay seed with --check")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qmodel.engine import Solver
+
+    sc = scenario_from_args(args)
+    rate = parse_rate(args.rate, "--rate") if args.rate else None
+    solver = Solver(sc)
+    res = solver.solve(rate)
+    out = to_plain(res)
+    check = None
+    if args.check:
+        from qmodel.validation.compare import compare_with_replay
+
+        check = compare_with_replay(sc, res, n_requests=args.requests, seed=args.seed)
+        out["check"] = to_plain(check)
+    explain = None
+    if args.explain:
+        from qmodel.explain import explain_scenario
+
+        explain = explain_scenario(solver, res.rate_per_s)
+        out["explain"] = explain
+    if args.json:
+        print_json(out)
+        return 0
+    _print_text(res)
+    if check is not None:
+        _print_check(check)
+    if explain:
+        print()
+        for block in explain:
+            print(block)
+            print()
+    return 0
+
+
+def _print_text(res) -> None:
+    w = sys.stdout.write
+    w(f"{res.scenario}: {res.topology} on {res.gpus} GPUs at {res.rate_per_s:.4g} req/s\n\n")
+    print_table(["metric", "mean", "p50", "p90", "p99"],
+                [["TTFT"] + [format_duration(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")],
+                 ["TPOT"] + [format_duration(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")]])
+    lo, hi = res.attainment_bounds
+    w(f"\nSLO attainment {res.attainment * 100:.2f}% (bounds {lo * 100:.2f}%..{hi * 100:.2f}%; "
+      f"TTFT {res.ttft_attainment * 100:.2f}%, TPOT {res.tpot_attainment * 100:.2f}%)\n")
+    w(f"binding: {res.binding}\n\n")
+    print_table(["station", "utilization", "max stable req/s", "mean wait", "p99 wait", "method"],
+                [[s.name, f"{s.utilization:.3f}", s.max_stable_rate_per_s, format_duration(s.mean_wait_s),
+                  format_duration(s.p99_wait_s), s.method + ("" if s.exact else " (approx.)")] for s in res.stations])
+    if res.link is not None:
+        lk = res.link
+        w(f"\nKV link: needs {format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)} at this rate, "
+          f"has {format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} "
+          f"({'sufficient' if lk.sufficient else 'INSUFFICIENT'}); mean exposed transfer {format_duration(lk.mean_exposed_s)}\n")
+    w(f"validity: {res.validity}\n")
+    for warn in res.warnings:
+        w(f"{warn}\n")
+
+
+def _print_check(check) -> None:
+    print()
+    print_table(["metric", "analytic", "replay", "rel. error"],
+                [[m.metric, m.analytic, m.replay, f"{m.rel_error * 100:+.1f}%"] for m in check.metrics])

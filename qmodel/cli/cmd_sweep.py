@@ -1,0 +1,93 @@
+"""``qmodel sweep SCENARIO --rate LO:HI:STEP``: attainment and percentiles per rate (analytic or replay)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from qmodel.cli.common import add_scenario_args, parse_rate_range, scenario_from_args
+from qmodel.cli.output import print_json, print_table
+
+__all__ = ["register", "run", "sweep_rows"]
+
+FIELDS = ["rate_per_s", "attainment", "ttft_attainment", "tpot_attainment", "ttft_p50", "ttft_p90", "ttft_p99",
+          "tpot_p50", "tpot_p90", "tpot_p99", "stable", "note"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="attainment and TTFT/TPOT percentiles over a range of rates")
+    add_scenario_args(p)
+    p.add_argument("--rate", required=True, help="LO:HI:STEP (req/s) or a comma list")
+    p.add_argument("--scale", action="store_true",
+                   help="treat --rate values as multipliers of the scenario's own rate (e.g. 0.2:2.0:0.1)")
+    p.add_argument("--mode", choices=["analytic", "replay"], default="analytic")
+    p.add_argument("--requests", type=int, default=20000, help="requests per replay point")
+    p.add_argument("--seed", type=int, default=0)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--csv", action="store_true")
+    p.set_defaults(func=run)
+
+
+def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests: int = 20000, seed: int = 0) -> list[dict]:
+    """One row per rate; unstable rates are rows with stable=False and zero attainment, never NaN."""
+    from qmodel.errors import UnstableError
+
+    rows: list[dict] = []
+    if mode == "analytic":
+        from qmodel.engine import Solver
+
+        solver = Solver(scenario)
+        for r in rates:
+            try:
+                res = solver.solve(r)
+            except UnstableError as err:
+                rows.append(_unstable_row(r, err))
+                continue
+            rows.append(_row(r, res, ""))
+    else:
+        from qmodel.validation.engine import replay
+
+        for r in rates:
+            res = replay(scenario.with_rate(r), n_requests=n_requests, seed=seed)
+            rows.append(_row(r, res, ""))
+    return rows
+
+
+def _row(r: float, res, note: str) -> dict:
+    return {"rate_per_s": r, "attainment": res.attainment, "ttft_attainment": getattr(res, "ttft_attainment", None),
+            "tpot_attainment": getattr(res, "tpot_attainment", None),
+            "ttft_p50": res.ttft.p50, "ttft_p90": res.ttft.p90, "ttft_p99": res.ttft.p99,
+            "tpot_p50": res.tpot.p50, "tpot_p90": res.tpot.p90, "tpot_p99": res.tpot.p99, "stable": True, "note": note}
+
+
+def _unstable_row(r: float, err) -> dict:
+    return {"rate_per_s": r, "attainment": 0.0, "ttft_attainment": 0.0, "tpot_attainment": 0.0,
+            "ttft_p50": None, "ttft_p90": None, "ttft_p99": None, "tpot_p50": None, "tpot_p90": None, "tpot_p99": None,
+            "stable": False, "note": f"unstable: {err.station} (largest stable rate {err.max_stable_rate_per_s:.4g} req/s)"}
+
+
+def run(args: argparse.Namespace) -> int:
+    sc = scenario_from_args(args)
+    rates = parse_rate_range(args.rate)
+    if args.scale:
+        from qmodel.errors import InputError
+        from qmodel.workload import arrival_stats
+
+        base, _ = arrival_stats(sc.workload)
+        if base is None:
+            raise InputError("--scale", args.rate, "needs the scenario to have an arrival rate")
+        rates = [round(m * base, 10) for m in rates]
+    rows = sweep_rows(sc, rates, args.mode, args.requests, args.seed)
+    if args.json:
+        print_json({"scenario": sc.name, "mode": args.mode, "rows": rows})
+    elif args.csv:
+        w = csv.DictWriter(sys.stdout, fieldnames=FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    else:
+        print_table(["req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
+                    [[r["rate_per_s"], f"{r['attainment'] * 100:.1f}%"] +
+                     [("-" if r[k] is None else f"{r[k]:.4g}") for k in FIELDS[4:10]] + [r["note"]] for r in rows])
+    return 0

@@ -1,0 +1,41 @@
+"""Argument helpers shared by the scenario verbs (solve, goodput, sweep, compare, replay, plan)."""
+
+from __future__ import annotations
+
+import argparse
+
+from qmodel.cli.output import add_set_option
+from qmodel.errors import InputError
+from qmodel.scenario import Scenario, load_scenario
+from qmodel.units import parse_rate
+
+__all__ = ["add_scenario_args", "scenario_from_args", "parse_rate_range"]
+
+
+def add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario file (.yaml, .toml or .json)")
+    add_set_option(p)
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    return load_scenario(args.scenario, args.overrides)
+
+
+def parse_rate_range(text: str, field: str = "--rate") -> list[float]:
+    """'0.2:2.0:0.1' -> [0.2, 0.3, ..., 2.0] (inclusive, rounded to avoid float drift); 'a,b,c' -> list."""
+    try:
+        if ":" in text:
+            lo_s, hi_s, step_s = text.split(":")
+            lo, hi, step = parse_rate(lo_s, field), parse_rate(hi_s, field), parse_rate(step_s, field)
+            if step <= 0 or hi < lo or lo <= 0:
+                raise ValueError
+            n = int(round((hi - lo) / step)) + 1
+            if n > 10000:
+                raise InputError(field, text, "at most 10000 rates per sweep")
+            return [round(lo + i * step, 10) for i in range(n)]
+        vals = [parse_rate(v, field) for v in text.split(",")]
+        if any(v <= 0 for v in vals):
+            raise ValueError
+        return vals
+    except ValueError:
+        raise InputError(field, text, "expected LO:HI:STEP with 0 < LO <= HI and STEP > 0, or a comma list of positive rates") from None

@@ -1,0 +1,137 @@
+"""Colocated vs chunked prefill vs disaggregated on the same GPUs (``qmodel compare``).
+
+For the scenario's GPU type, tensor parallelism and total GPU count N, qmodel builds:
+  * colocated: N/tp instances, prefill-priority iterations;
+  * chunked:   N/tp instances, Sarathi-style chunks (the scenario's chunk budget, else 512);
+  * disaggregated: every P:D split of the N/tp instances (P, D >= 1), keeping the best by goodput,
+    over the scenario's link (or InfiniBand NDR 400 when the scenario is not disaggregated).
+and reports goodput, goodput per GPU, the knee and the largest stable rate of each.
+
+The knee is the rate at which the binding percentile (TTFT or TPOT at the SLO percentile) reaches
+twice its near-idle value: past it, queueing dominates service and latency climbs steeply.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from qmodel.errors import QmodelError, UnstableError
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
+                             Scenario)
+
+__all__ = ["Candidate", "Comparison", "compare_topologies", "knee_rate"]
+
+DEFAULT_LINK = "ib-ndr-400"
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    topology: str
+    layout: str
+    goodput_rps: float
+    goodput_per_gpu: float
+    knee_rps: float
+    max_stable_rate_per_s: float
+    binding: str
+    gpus: int
+
+
+class Comparison(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    scenario: str
+    gpu: str
+    tp: int
+    gpus: int
+    candidates: list[Candidate]
+    best: str
+    verdict: str
+
+
+def knee_rate(solver, lam_max: float) -> float:
+    """Rate where the binding percentile reaches twice its near-idle value (bisection, 1% precision)."""
+    slo = solver.scenario.slo
+    q = slo.percentile / 100.0
+    idle = solver.compose(lam_max * 1e-3)
+
+    def level(c) -> float:
+        return max(c.ttft.quantile(q) / slo.ttft_s, c.tpot.quantile(q) / slo.tpot_s)
+
+    base = level(idle)
+    lo, hi = lam_max * 1e-3, lam_max * (1 - 1e-6)
+    try:
+        if level(solver.compose(hi)) < 2 * base:
+            return hi
+    except UnstableError:
+        pass
+    while hi - lo > 0.01 * hi:
+        mid = 0.5 * (lo + hi)
+        try:
+            ok = level(solver.compose(mid)) < 2 * base
+        except UnstableError:
+            ok = False
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo
+
+
+def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
+    from qmodel.engine import Solver
+    from qmodel.goodput import goodput_search, _binding_at
+
+    solver = Solver(sc)
+    lam_max, station = solver.max_stable_rate()
+    g, _ = goodput_search(solver.attainment, lam_max, sc.slo.attainment_goal)
+    gpus = solver.resolved.gpus
+    return Candidate(topology=topology, layout=layout, goodput_rps=g, goodput_per_gpu=g / gpus,
+                     knee_rps=knee_rate(solver, lam_max), max_stable_rate_per_s=lam_max,
+                     binding=_binding_at(solver, g, station), gpus=gpus)
+
+
+def compare_topologies(scenario: Scenario) -> Comparison:
+    dep = scenario.deployment
+    if isinstance(dep, DisaggregatedDeployment):
+        gpu, tp = dep.decode.gpu, dep.decode.tp
+        n_inst = (dep.prefill.gpus + dep.decode.gpus) // tp
+        link, sharing, mode = dep.link, dep.link_sharing, dep.transfer_mode
+        pool = DecodePool(gpu=gpu, tp=tp, instances=1, kv_memory_fraction=dep.decode.kv_memory_fraction,
+                          max_batch=dep.decode.max_batch)
+        budget, chunk = dep.prefill.max_batch_tokens, 512
+    else:
+        pool = dep.pool
+        gpu, tp, n_inst = pool.gpu, pool.tp, pool.instances
+        link, sharing, mode = DEFAULT_LINK, "fcfs", "layerwise"
+        budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
+        chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
+    cands: list[Candidate] = []
+    whole = pool.model_copy(update={"instances": n_inst})
+    cands.append(_evaluate(scenario.model_copy(update={"deployment": ColocatedDeployment(pool=whole, max_batch_tokens=budget)}),
+                           "colocated", f"{n_inst} x TP{tp}"))
+    cands.append(_evaluate(scenario.model_copy(update={"deployment": ChunkedDeployment(pool=whole, chunk_tokens=chunk)}),
+                           "chunked", f"{n_inst} x TP{tp}, {chunk}-token chunks"))
+    best_dis: Candidate | None = None
+    for p in range(1, n_inst):
+        d = DisaggregatedDeployment(
+            prefill=PrefillPool(gpu=gpu, tp=tp, instances=p, max_batch_tokens=budget),
+            decode=pool.model_copy(update={"instances": n_inst - p}),
+            link=link, link_sharing=sharing, transfer_mode=mode)
+        try:
+            c = _evaluate(scenario.model_copy(update={"deployment": d}), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
+        except QmodelError:
+            continue
+        if best_dis is None or c.goodput_rps > best_dis.goodput_rps:
+            best_dis = c
+    if best_dis is not None:
+        cands.append(best_dis)
+    best = max(cands, key=lambda c: c.goodput_rps)
+    return Comparison(scenario=scenario.name, gpu=gpu, tp=tp, gpus=n_inst * tp, candidates=cands,
+                      best=best.topology, verdict=_verdict(cands, best, n_inst))
+
+
+def _verdict(cands: list[Candidate], best: Candidate, n_inst: int) -> str:
+    if n_inst < 2:
+        return f"{best.topology} wins; disaggregation needs at least two instances"
+    if best.goodput_rps <= 0:
+        return "no topology meets the SLO on these GPUs at any rate"
+    others = sorted((c for c in cands if c is not best), key=lambda c: -c.goodput_rps)
+    second = others[0] if others else None
+    gain = f" ({best.goodput_rps / second.goodput_rps:.2f}x {second.topology})" if second and second.goodput_rps > 0 else ""
+    return f"{best.topology} ({best.layout}) gives the most goodput: {best.goodput_rps:.4g} req/s{gain}"

@@ -1,0 +1,267 @@
+"""Composition: stations -> TTFT/TPOT distributions, SLO attainment, binding constraint.
+
+Disaggregated:
+    TTFT = [W_prefill ⊕ S_own]  ⊕  X_exposed  ( ⊕ W_admission ⊕ D_first  if first_token_from = decode )
+    TPOT = the decode station's per-request TPOT
+    A    = P(TTFT <= x) · P(TPOT <= y)
+The prefill wait and the request's own batch time are kept jointly by the prefill station;
+terms from different stations are convolved as independent (FFT on a common grid). The pools are
+separate, so the product form of A is the model's point estimate; the Fréchet bracket
+max(0, a+b-1) <= A <= min(a, b) holds whatever the dependence and is reported beside it.
+
+Colocated / chunked: the station returns TTFT and TPOT on the same GPUs. They are positively
+associated (both suffer when prefill is busy), so a·b is a lower bound and min(a, b) an upper
+bound; the point estimate is the lower bound (conservative for goodput).
+
+Stability is checked before anything is solved: a rate at or above any station's limit raises
+:class:`~qmodel.errors.UnstableError` naming that station and the largest stable rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import cached_property
+
+import numpy as np
+
+from qmodel.build import Resolved, resolve
+from qmodel.dist import GridDist, convolve
+from qmodel.errors import InputError, UnstableError
+from qmodel.result import DistSummary, LinkReport, Result
+from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, Scenario, scenario_sha256
+from qmodel.stations.base import StationSolution
+
+__all__ = ["Solver", "solve", "Composition"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Composition:
+    """The solved pieces at one rate (for the TUI, the validation harness and --explain)."""
+
+    rate_per_s: float
+    stations: list[StationSolution]
+    ttft: GridDist
+    tpot: GridDist
+    ttft_attainment: float
+    tpot_attainment: float
+    attainment: float
+    bounds: tuple[float, float]
+
+
+class Solver:
+    """Resolve a scenario once, then solve it at any rate (goodput calls :meth:`attainment` ~15 times)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.resolved: Resolved = resolve(scenario)
+        self._topology = scenario.deployment.topology
+
+    # ---- stations (rate-independent parts built once) ---------------------------------------
+    @cached_property
+    def _prefill(self):
+        from qmodel.stations.prefill import PrefillStation
+
+        dep = self.scenario.deployment
+        pool = self.resolved.pools["prefill"]
+        return PrefillStation(
+            service=pool.service,
+            prompt_tokens=self.resolved.uncached_prompt,
+            instances=dep.prefill.instances,
+            max_batch_tokens=dep.prefill.max_batch_tokens,
+            dispatch=dep.prefill.dispatch,
+            ca2=self.resolved.ca2,
+        )
+
+    @cached_property
+    def _transfer(self):
+        from qmodel.stations.kv_transfer import KVTransferStation
+
+        dep = self.scenario.deployment
+        r = self.resolved
+        own_prefill_s = np.asarray(r.pools["prefill"].service.prefill_one_s(r.uncached_prompt), dtype=float)
+        return KVTransferStation(
+            transfer_bytes=r.kv_bytes_per_token * r.uncached_prompt.astype(float),
+            bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
+            latency_s=r.link.latency_s,
+            paths=dep.prefill.instances,
+            sharing=dep.link_sharing,
+            mode=dep.transfer_mode,
+            layers=r.model.layers,
+            prefill_time_s=own_prefill_s,
+        )
+
+    @cached_property
+    def _decode(self):
+        from qmodel.stations.decode import DecodeStation
+
+        dep = self.scenario.deployment
+        pool = self.resolved.pools["decode"]
+        return DecodeStation(
+            service=pool.service,
+            prompt_tokens=self.resolved.lengths.prompt,
+            output_tokens=self.resolved.lengths.output,
+            instances=dep.decode.instances,
+            kv_capacity_tokens=pool.kv_capacity_tokens,
+            max_batch=dep.decode.max_batch,
+            dispatch=dep.decode.dispatch,
+            first_step_in_ttft=dep.first_token_from == "decode",
+        )
+
+    @cached_property
+    def _single_pool(self):
+        dep = self.scenario.deployment
+        pool = self.resolved.pools["pool"]
+        common = dict(
+            service=pool.service,
+            prompt_tokens=self.resolved.uncached_prompt,
+            output_tokens=self.resolved.lengths.output,
+            instances=dep.pool.instances,
+            kv_capacity_tokens=pool.kv_capacity_tokens,
+            max_batch=dep.pool.max_batch,
+            ca2=self.resolved.ca2,
+        )
+        if isinstance(dep, ColocatedDeployment):
+            from qmodel.stations.colocated import ColocatedStation
+
+            return ColocatedStation(max_batch_tokens=dep.max_batch_tokens, **common)
+        from qmodel.stations.chunked import ChunkedStation
+
+        return ChunkedStation(chunk_tokens=dep.chunk_tokens, **common)
+
+    def _stations(self) -> list:
+        if self._topology == "disaggregated":
+            return [self._prefill, self._transfer, self._decode]
+        return [self._single_pool]
+
+    # ---- stability ---------------------------------------------------------------------------
+    def max_stable_rate(self) -> tuple[float, str]:
+        """(largest stable total rate, the station that sets it)."""
+        limits = [(float(s.max_stable_rate_per_s()), s.name) for s in self._stations()]
+        return min(limits)
+
+    def _check_stable(self, rate: float) -> None:
+        for st in self._stations():
+            lim = float(st.max_stable_rate_per_s())
+            if rate >= lim:
+                raise UnstableError(st.name, rate / lim if lim > 0 else math.inf, rate, lim)
+
+    # ---- solving -----------------------------------------------------------------------------
+    def compose(self, rate: float) -> Composition:
+        if not (rate > 0 and math.isfinite(rate)):
+            raise InputError("rate", rate, "must be a positive finite number of requests per second")
+        self._check_stable(rate)
+        slo = self.scenario.slo
+        if self._topology == "disaggregated":
+            sp = self._prefill.solve(rate)
+            st = self._transfer.solve(rate)
+            dec = self._decode
+            reserved = float(st.extra.get("inflight_tokens_per_instance", 0.0)) if st.extra else 0.0
+            if reserved > 0:
+                # KV of transfers in flight is reserved on the decode side (Little: mean in flight x tokens).
+                dec = dataclasses.replace(dec, kv_reserved_tokens=reserved)
+                lim = dec.max_stable_rate_per_s()
+                if rate >= lim:
+                    raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
+            sd = dec.solve(rate)
+            parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
+            ttft = convolve(*parts)
+            tpot = sd.tpot
+            stations = [sp, st, sd]
+        else:
+            s = self._single_pool.solve(rate)
+            ttft, tpot, stations = s.delay, s.tpot, [s]
+        a = float(ttft.cdf(slo.ttft_s))
+        b = float(tpot.cdf(slo.tpot_s))
+        if self._topology == "disaggregated":
+            point, bounds = a * b, (max(0.0, a + b - 1.0), min(a, b))
+        else:
+            point, bounds = a * b, (a * b, min(a, b))
+        return Composition(rate, stations, ttft, tpot, a, b, point, bounds)
+
+    def attainment(self, rate: float) -> float:
+        try:
+            return self.compose(rate).attainment
+        except UnstableError:
+            return 0.0
+
+    def solve(self, rate: float | None = None) -> Result:
+        if rate is None:
+            rate = self.resolved.base_rate_per_s
+            if rate is None:
+                raise InputError("workload.arrivals.rate_per_s", None, "set a rate (or pass --rate) to solve at")
+        c = self.compose(float(rate))
+        return Result(
+            scenario=self.scenario.name,
+            topology=self._topology,
+            rate_per_s=float(rate),
+            ttft=DistSummary(**c.ttft.summary()),
+            tpot=DistSummary(**c.tpot.summary()),
+            attainment=c.attainment,
+            attainment_bounds=c.bounds,
+            ttft_attainment=c.ttft_attainment,
+            tpot_attainment=c.tpot_attainment,
+            stations=[s.report() for s in c.stations],
+            binding=self.binding(c),
+            link=self._link_report(c),
+            gpus=self.resolved.gpus,
+            inputs_sha256=scenario_sha256(self.scenario),
+            perf_sha256=self.resolved.perf_sha256,
+            validity=self.validity(c),
+            warnings=list(self.resolved.warnings) + [n for s in c.stations for n in s.notes if n.startswith("warning")],
+        )
+
+    # ---- explanations ------------------------------------------------------------------------
+    def binding(self, c: Composition) -> str:
+        slo = self.scenario.slo
+        q = slo.percentile / 100.0
+        if c.ttft_attainment <= c.tpot_attainment:
+            metric, dist, target, att = "TTFT", c.ttft, slo.ttft_s, c.ttft_attainment
+            if self._topology == "disaggregated":
+                parts = {"prefill queue and batch": c.stations[0].delay, "KV transfer": c.stations[1].delay}
+                if self.scenario.deployment.first_token_from == "decode":
+                    parts["decode admission"] = c.stations[2].delay
+                culprit = max(parts, key=lambda k: parts[k].quantile(q))
+            else:
+                culprit = f"{c.stations[0].name} prefill wait behind other iterations"
+        else:
+            metric, dist, target, att = "TPOT", c.tpot, slo.tpot_s, c.tpot_attainment
+            culprit = "decode batch size (step time grows with the batch)" if self._topology == "disaggregated" \
+                else f"{c.stations[0].name}: decode steps stretched by prefill work on the same GPUs"
+        busiest = max(c.stations, key=lambda s: s.utilization)
+        return (f"{metric} binds: p{slo.percentile:g} {_fmt_s(dist.quantile(q))} vs target {_fmt_s(target)} "
+                f"({att * 100:.1f}% meet it); largest part: {culprit}; busiest station {busiest.name} "
+                f"at utilization {busiest.utilization:.2f}")
+
+    def validity(self, c: Composition) -> str:
+        rho = max(s.utilization for s in c.stations)
+        exact = all(s.exact for s in c.stations)
+        if self._topology != "disaggregated":
+            return f"approximate ({self._topology}: tail within about ±30% of the replay; check with --check)"
+        if rho < 0.8:
+            return "good: all stations below 0.8 utilization" + (" and solved exactly" if exact else "")
+        if rho < 0.95:
+            return f"fair: utilization {rho:.2f}; tails near the knee carry 10-20% error; check with --check"
+        return f"poor: utilization {rho:.2f} >= 0.95; use the replay (--check)"
+
+    def _link_report(self, c: Composition) -> LinkReport | None:
+        r = self.resolved
+        if self._topology != "disaggregated" or r.link_bandwidth_bytes_per_s is None:
+            return None
+        mean_bytes = r.kv_bytes_per_token * float(r.uncached_prompt.mean())
+        need = mean_bytes * c.rate_per_s
+        avail = r.link_bandwidth_bytes_per_s * self.scenario.deployment.prefill.instances
+        return LinkReport(bandwidth_needed_bytes_per_s=need, bandwidth_available_bytes_per_s=avail,
+                          sufficient=need < avail, mean_transfer_bytes=mean_bytes,
+                          mean_exposed_s=float(c.stations[1].delay.mean_s))
+
+
+def _fmt_s(x: float) -> str:
+    from qmodel.units import format_duration
+
+    return format_duration(x)
+
+
+def solve(scenario: Scenario, rate_per_s: float | None = None) -> Result:
+    """Solve a scenario at its own rate (or ``rate_per_s``)."""
+    return Solver(scenario).solve(rate_per_s)

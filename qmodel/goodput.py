@@ -1,0 +1,143 @@
+"""Goodput: the largest arrival rate whose SLO attainment meets the goal.
+
+    goodput = sup { λ < λ_max : A(λ) >= goal },   A(λ) = P(TTFT <= x, TPOT <= y) at rate λ
+
+λ_max is the smallest per-station stability limit, so the bracket never contains an unstable
+rate. A(λ) is non-increasing in λ for the FCFS, bulk and GPS stations used here (Lindley
+coupling); the bisection asserts it on the points it evaluates and raises NumericalError if a
+solver breaks monotonicity, rather than return a wrong answer.
+
+Per-GPU and per-dollar figures divide by the deployment's GPU count and list price per hour.
+Sensitivities are elasticities d ln(goodput) / d ln(input), by a one-sided finite difference of
+the whole goodput computation (the inputs are integers or catalog choices as often as reals).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from qmodel.errors import NumericalError, UnstableError
+from qmodel.result import Goodput, Sensitivity
+from qmodel.scenario import DisaggregatedDeployment, Scenario, scenario_sha256
+
+__all__ = ["goodput", "goodput_search", "sensitivities"]
+
+REL_TOL = 1e-3  # bisection stops when the bracket is 0.1 % of the rate: far below model error
+
+
+def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: float) -> tuple[float, float]:
+    """(goodput, attainment at goodput) by bisection on (0, lam_max)."""
+    if not (lam_max > 0 and math.isfinite(lam_max)):
+        return 0.0, 0.0
+    lo = lam_max * 1e-4
+    a_lo = attainment(lo)
+    if a_lo < goal:
+        return 0.0, a_lo
+    hi = lam_max * (1.0 - 1e-6)
+    a_hi = attainment(hi)
+    if a_hi >= goal:
+        return hi, a_hi
+    seen: list[tuple[float, float]] = [(lo, a_lo), (hi, a_hi)]
+    while hi - lo > REL_TOL * hi:
+        mid = 0.5 * (lo + hi)
+        a = attainment(mid)
+        seen.append((mid, a))
+        if a >= goal:
+            lo, a_lo = mid, a
+        else:
+            hi = mid
+    seen.sort()
+    for (r1, a1), (r2, a2) in zip(seen, seen[1:]):
+        if a2 > a1 + 1e-6:
+            raise NumericalError(f"attainment rose from {a1:.6f} at {r1:.4g} req/s to {a2:.6f} at {r2:.4g} req/s; "
+                                 "a station's truncation is too small near saturation")
+    return lo, a_lo
+
+
+def goodput(scenario: Scenario, with_sensitivities: bool = False) -> Goodput:
+    """Goodput of a scenario (its own arrival rate is ignored; the workload's shape is kept)."""
+    from qmodel.engine import Solver
+
+    solver = Solver(scenario)
+    lam_max, station = solver.max_stable_rate()
+    g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
+    binding = _binding_at(solver, g, station)
+    gpus = solver.resolved.gpus
+    cost = solver.resolved.cost_per_hour_usd
+    sens = sensitivities(scenario, g) if with_sensitivities else []
+    return Goodput(
+        scenario=scenario.name,
+        topology=scenario.deployment.topology,
+        goodput_rps=g,
+        goodput_per_gpu=g / gpus,
+        goodput_per_usd_hour=None if not cost else g / cost,
+        attainment_at_goodput=a,
+        max_stable_rate_per_s=lam_max,
+        binding=binding,
+        gpus=gpus,
+        cost_per_hour_usd=cost,
+        sensitivities=sens,
+        inputs_sha256=scenario_sha256(scenario),
+    )
+
+
+def _binding_at(solver, g: float, station: str) -> str:
+    if g <= 0:
+        idle = solver.solve(solver.max_stable_rate()[0] * 1e-4)
+        return f"SLO infeasible even when idle: {idle.binding}"
+    try:
+        return solver.solve(g).binding
+    except UnstableError:  # g sits at the stability edge
+        return f"stability of {station}"
+
+
+def _perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:
+    """(input name, --set overrides, relative change of the input) for the elasticities."""
+    dep = scenario.deployment
+    out: list[tuple[str, list[str], float]] = [
+        ("slo.ttft_s", [f"slo.ttft_s={scenario.slo.ttft_s * 1.1}"], 0.1),
+        ("slo.tpot_s", [f"slo.tpot_s={scenario.slo.tpot_s * 1.1}"], 0.1),
+    ]
+    if isinstance(dep, DisaggregatedDeployment):
+        from qmodel.registry import get_link
+
+        bw = dep.link_bandwidth_bytes_per_s or get_link(dep.link).bandwidth_bytes_per_s
+        n_p, n_d = dep.prefill.instances, dep.decode.instances
+        out += [
+            ("link bandwidth", [f"deployment.link_bandwidth_bytes_per_s={bw * 2}"], 1.0),
+            ("prefill instances", [f"deployment.prefill.instances={n_p + 1}"], 1.0 / n_p),
+            ("decode instances", [f"deployment.decode.instances={n_d + 1}"], 1.0 / n_d),
+            ("prefill tp", [f"deployment.prefill.tp={dep.prefill.tp * 2}"], 1.0),
+            ("decode tp", [f"deployment.decode.tp={dep.decode.tp * 2}"], 1.0),
+        ]
+    else:
+        n = dep.pool.instances
+        out += [("instances", [f"deployment.pool.instances={n + 1}"], 1.0 / n),
+                ("tp", [f"deployment.pool.tp={dep.pool.tp * 2}"], 1.0)]
+    return out
+
+
+def sensitivities(scenario: Scenario, base: float) -> list[Sensitivity]:
+    """Elasticity of goodput to each input; inputs whose perturbation is invalid are reported, not skipped."""
+    from qmodel.errors import QmodelError
+    from qmodel.scenario import apply_overrides, parse_scenario
+
+    raw = scenario.model_dump(mode="json")
+    out: list[Sensitivity] = []
+    for name, sets, rel in _perturbations(scenario):
+        try:
+            sc = parse_scenario(apply_overrides(raw, sets))
+            g = goodput(sc).goodput_rps
+        except QmodelError as err:
+            out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
+            continue
+        if base <= 0:
+            el = 0.0 if g <= 0 else math.inf
+            note = f"goodput {g:.4g} req/s after the change (from 0)"
+            out.append(Sensitivity(input=name, elasticity=0.0 if not math.isfinite(el) else el, note=note))
+            continue
+        el = math.log(max(g, 1e-12) / base) / math.log1p(rel)
+        out.append(Sensitivity(input=name, elasticity=el,
+                               note=f"{sets[0].split('=')[0]} x{1 + rel:.3g}: goodput {base:.4g} -> {g:.4g} req/s ({(g / base - 1) * 100:+.1f}%)"))
+    return out
