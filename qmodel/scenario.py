@@ -221,6 +221,8 @@ class RooflinePerf(Strict):
     decode_overhead_s: Seconds = Field(default=0.004, ge=0)
     comm_efficiency: float = Field(default=0.7, gt=0, le=1, description="achieved fraction of intra-node link bandwidth for TP all-reduce")
     compute_dtype: str | None = Field(default=None, description="default: the model's weight dtype")
+    attention_efficiency: float = Field(default=1.0, gt=0, le=1, description="attention FLOPs run at mfu * this (calibration fits it)")
+    prefill_per_request_s: Seconds = Field(default=0.0, ge=0, description="time per request in a prefill batch beyond its tokens (calibration fits it)")
 
 
 class TablePerf(Strict):
