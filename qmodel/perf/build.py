@@ -58,6 +58,7 @@ def table_model(path: str | Path, model: ModelSpec, gpu: GPUSpec, tp: int, pp: i
     A table measured on another GPU than the pool's is refused unless ``hardware_key`` names the
     table's hardware explicitly (a deliberate choice, e.g. the power-capped H100 rows).
     """
+    check_parallelism(model, tp, pp, field_prefix)
     p = resolve_data_path(str(path))
     if pp != 1:
         raise InputError(f"{field_prefix}.pp", pp, "measured tables cover pp = 1 only; use perf.kind = 'roofline' for pipelines")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from qmodel.errors import InputError, NumericalError
+from qmodel.perf.parallel import check_parallelism
 from qmodel.perf.roofline import RooflineModel
 from qmodel.perf.tables import TablePoint
 from qmodel.specs import GPUSpec, ModelSpec
@@ -111,8 +112,11 @@ def calibrate_roofline(points: list[TablePoint], model: ModelSpec, gpu: GPUSpec,
             best = sol
     if best is None or not np.all(np.isfinite(best.x)):
         raise NumericalError("calibration did not converge to finite parameters")
-    after = make(best.x)
-    params = {f: float(v) for f, v in zip(fit, best.x)}
+    # Snap values that sit on a bound up to solver round-off (1e-20 s overheads) to the bound itself.
+    x = np.where(np.isclose(best.x, lo, rtol=0, atol=1e-12), lo, best.x)
+    x = np.where(np.isclose(x, hi, rtol=0, atol=1e-12), hi, x)
+    after = make(x)
+    params = {f: float(v) for f, v in zip(fit, x)}
     return {
         "model": model.name, "gpu": gpu.name, "tp": tp, "pp": pp,
         "points": {ph: int((phases == ph).sum()) for ph in ("prefill", "decode")},
@@ -121,3 +125,18 @@ def calibrate_roofline(points: list[TablePoint], model: ModelSpec, gpu: GPUSpec,
         "params": params,
         "table_sha256": table_sha256,
     }
+
+
+def calibrate_table(path: str, model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, *, fmt: str = "auto",
+                    model_key: str | None = None, hardware_key: str | None = None,
+                    start: dict[str, float] | None = None, field_prefix: str = "calibrate") -> dict[str, Any]:
+    """Load a measured table for (model, gpu, tp) and fit the roofline to its points."""
+    from qmodel.perf.build import table_model
+
+    check_parallelism(model, tp, pp, field_prefix)
+    table = table_model(path, model, gpu, tp, pp, fmt=fmt, model_key=model_key, hardware_key=hardware_key,
+                        field_prefix=field_prefix)
+    points = table.points()  # type: ignore[attr-defined]  # every table model provides its points
+    report = calibrate_roofline(points, model, gpu, tp, pp, start=start, table_sha256=table.fingerprint)
+    report["table"] = table.describe()
+    return report

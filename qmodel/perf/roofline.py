@@ -41,18 +41,21 @@ class RooflineModel(ServiceTimeModel):
 
         prefill(T, Q, k) = max(compute, memory) + allreduce(T) + send(T) + prefill_overhead_s
                            + k * prefill_per_request_s
-            compute = f * (2 * active_params * T / mfu + A * Q / 2 / (mfu * attention_efficiency)) / (tp * F)
+            compute = f * (2 * P_mm * T / mfu + A * Q / 2 / (mfu * attention_efficiency)) / (tp * F)
             memory  = f * W(T) / tp / (B * mbu)
         decode(n, S)  = max(compute, memory) + allreduce(n) + send(n) + decode_overhead_s
-            compute = f * (2 * active_params * n / mfu + A * S_w / (mfu * attention_efficiency)) / (tp * F)
+            compute = f * (2 * P_mm * n / mfu + A * S_w / (mfu * attention_efficiency)) / (tp * F)
             memory  = f * (W(n) / tp + KV(n, S) / kv_shards) / (B * mbu)
 
     with ``k`` requests and ``T`` prompt tokens computed in the batch, ``Q`` = sum of n_i^2 + 2 n_i c_i (causal
     attention does half of the T x T score matrix, hence Q/2), ``n`` sequences whose contexts total
     ``S``; ``F`` the GPU's dense tensor rate at ``compute_dtype``, ``B`` its memory bandwidth, ``A``
-    = :meth:`ModelSpec.attention_flops_per_token_pair`. ``W(x)`` is the weight bytes read: all
-    weights for a dense model; for MoE the non-routed weights plus the routed experts touched by
-    ``x`` tokens, ``E (1 - (1 - k/E)^x)`` per layer (:func:`expected_distinct_experts`). ``KV(n, S)``
+    = :meth:`ModelSpec.attention_flops_per_token_pair`, ``P_mm`` the active parameters a token
+    multiplies (:attr:`ModelSpec.matmul_params_per_token`: active params less the input-embedding
+    lookup). ``W(x)`` is the weight bytes read: every weight except the input-embedding table (one row
+    per token) for a dense model; for MoE the non-routed weights plus the routed experts touched by
+    ``x`` tokens, ``E (1 - (1 - k/E)^x)`` per layer (:func:`expected_distinct_experts`), experts at
+    ``expert_dtype`` when the model has one. ``KV(n, S)``
     is the KV bytes of the context (GQA heads, MLA latent, and sliding-window layers capped at the
     window using the mean context ``S/n``); ``kv_shards = min(tp, kv_heads)`` (1 for MLA, whose
     latent is replicated). ``S_w`` is ``S`` with the same window cap.
@@ -121,32 +124,34 @@ class RooflineModel(ServiceTimeModel):
         self.flops_per_s = gpu.flops_per_s(self.compute_dtype)
         self.act_bytes = max(dtype_bits(self.compute_dtype, "perf.compute_dtype"), 16.0) / 8.0
         self._weight_byte = dtype_bits(model.dtype) / 8.0
+        self._expert_byte = dtype_bits(model.expert_dtype or model.dtype) / 8.0
         self._kv_byte = dtype_bits(model.kv_dtype, "kv_dtype") / 8.0
-        self._init_moe()
+        self._init_weights()
 
     # ---- weights read per step -----------------------------------------------------------
-    def _init_moe(self) -> None:
+    def _init_weights(self) -> None:
         m = self.model
+        counts = m.param_counts()
+        # The input-embedding table is read one row per token, not streamed (unless tied to the LM head).
+        emb = 0.0 if m.tie_word_embeddings else counts.embedding
         if m.moe is None:
-            self._routed_params_per_expert_layer = 0.0
+            self._expert_params_per_layer_expert = 0.0
             self._moe_layers = 0
-            self._base_params = m.total_params
+            self._base_params = max(m.total_params - emb, 0.0)
             return
-        mats = 3 if m.gated_ffn else 2
-        self._routed_params_per_expert_layer = mats * m.hidden_size * m.moe.expert_ffn_size
         self._moe_layers = m.layers - m.moe.dense_layers
-        routed_total = self._moe_layers * m.moe.num_experts * self._routed_params_per_expert_layer
-        # Shared experts, attention, dense layers and embeddings are read every step.
-        self._base_params = max(m.total_params - routed_total, 0.0)
+        self._expert_params_per_layer_expert = counts.routed_experts / (self._moe_layers * m.moe.num_experts)
+        # Shared experts, attention, dense layers, router and LM head are read every step.
+        self._base_params = max(m.total_params - counts.routed_experts - emb, 0.0)
 
     def weight_bytes_read(self, n_tokens: ArrayLike) -> np.ndarray:
         """Weight bytes of the whole model read by a step over ``n_tokens`` tokens (all GPUs together)."""
         n = np.asarray(n_tokens, dtype=float)
+        base = self._base_params * self._weight_byte
         if self.model.moe is None:
-            return np.full_like(n, self.model.total_params * self._weight_byte)
+            return np.full_like(n, base)
         e = expected_distinct_experts(self.model.moe.num_experts, self.model.moe.active_experts, n)
-        params = self._base_params + self._moe_layers * self._routed_params_per_expert_layer * e
-        return params * self._weight_byte
+        return base + self._moe_layers * self._expert_params_per_layer_expert * e * self._expert_byte
 
     def _windowed_context(self, n: np.ndarray, s: np.ndarray) -> np.ndarray:
         """Context tokens summed over sequences, averaged over layers, with window layers capped (mean-context approximation)."""
@@ -181,7 +186,7 @@ class RooflineModel(ServiceTimeModel):
     # ---- the two step times --------------------------------------------------------------
     def _compute_s(self, linear_tokens: np.ndarray, attn_pairs: np.ndarray) -> np.ndarray:
         lay = self.layout
-        lin = 2.0 * self.model.active_params * linear_tokens / self.mfu
+        lin = self.model.linear_flops_per_token() * linear_tokens / self.mfu
         att = self.model.attention_flops_per_token_pair() * attn_pairs / (self.mfu * self.attention_efficiency)
         return lay.stage_fraction * (lin + att) / (lay.tp * self.flops_per_s)
 
