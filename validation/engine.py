@@ -1,0 +1,385 @@
+"""The replay: a deterministic event-driven simulation of a serving deployment over a trace.
+
+It is the referee for the analytical engine, so it never calls it: it simulates per-request
+batching, queues, link sharing, KV reservation and continuous batching directly, from the same
+service-time model (``qmodel.perf``) and catalog entries.
+
+Entry points: :func:`replay` (scenario -> :class:`~qmodel.validation.report.ReplayResult`) and
+:func:`replay_plan` (a fully resolved :class:`ReplayPlan`, for tests and the validation harness).
+
+Topologies and their stations (``validation/stations/``):
+
+* disaggregated: :class:`PrefillStation` -> :class:`KVTransferStation` -> :class:`DecodeStation`;
+* colocated: :class:`ColocatedStation` (vLLM-like prefill-priority continuous batching);
+* chunked: :class:`ChunkedStation` (Sarathi-like mixed iterations under a token budget).
+
+Statistics exclude requests arriving in the first ``warmup_fraction`` of the trace's time span
+(they are still simulated); time averages (utilization, number in station) use the window from
+the warm-up time to the last arrival.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qmodel.errors import InputError
+from qmodel.perf.base import ServiceTimeModel
+from qmodel.result import DistSummary
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment,
+                             Scenario, TraceArrivals, scenario_sha256)
+from qmodel.validation.report import Conservation, ReplayHeader, ReplayResult, ReplayStation
+from qmodel.validation.stations import (ChunkedStation, ColocatedStation, DecodeStation, KVTransferStation,
+                                        PrefillStation)
+from qmodel.validation.stations._core import Requests, Sim
+from qmodel.validation.stations.prefill import PrefixCache
+from qmodel.validation.trace_types import Trace
+
+__all__ = ["ReplayPlan", "build_plan", "replay", "replay_plan", "simulate", "load_replay_trace", "kv_capacity_tokens"]
+
+ENGINE = "qmodel-replay/1"
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Everything the simulation needs, resolved from a scenario (catalog, perf models, memory).
+
+    ``kv_bytes_per_token`` converts prompt tokens to transfer bytes; ``decode_kv_capacity_tokens``
+    is one decode (or colocated/chunked) instance's KV memory in tokens.
+    """
+
+    topology: str
+    decode_model: ServiceTimeModel
+    decode_instances: int
+    decode_kv_capacity_tokens: int
+    decode_max_batch: int = 256
+    decode_dispatch: str = "least_loaded"
+    prefill_model: ServiceTimeModel | None = None
+    prefill_instances: int = 1
+    max_batch_tokens: int = 8192
+    prefill_dispatch: str = "round_robin"
+    chunk_tokens: int = 512
+    kv_bytes_per_token: float = 0.0
+    layers: int = 1
+    path_bandwidth_bytes_per_s: float = 1.0
+    link_latency_s: float = 0.0
+    link_sharing: str = "fcfs"
+    transfer_mode: str = "serialized"
+    first_token_from: str = "prefill"
+    prefix_hit_ratio: float = 0.0
+    prefix_cache_blocks: int = 0
+    slo_ttft_s: float = 1.0
+    slo_tpot_s: float = 1.0
+    gpus: int = 0
+    name: str = "scenario"
+    scenario_sha256: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+
+# ---- resolving a scenario -------------------------------------------------------------------
+
+def kv_capacity_tokens(model_name: str, gpu_name: str, tp: int, pp: int, kv_memory_fraction: float,
+                       field_prefix: str = "deployment") -> int:
+    """KV tokens one instance holds, from :func:`qmodel.perf.memory.kv_capacity_tokens` (the same
+    number the analytical engine uses)."""
+    from qmodel.perf.memory import kv_capacity_tokens as capacity
+    from qmodel.registry import get_gpu, get_model
+
+    return int(capacity(get_model(model_name), get_gpu(gpu_name), tp, pp, kv_memory_fraction,
+                        field_prefix=field_prefix))
+
+
+def _service_model(scn: Scenario, gpu: str, tp: int, pp: int, field_prefix: str) -> ServiceTimeModel:
+    from qmodel.perf.build import service_model
+    from qmodel.registry import get_gpu, get_model
+
+    return service_model(scn.perf, get_model(scn.model), get_gpu(gpu), tp, pp, field_prefix=field_prefix)
+
+
+def _slo(scn: Scenario) -> dict:
+    return {"slo_ttft_s": float(scn.slo.ttft_s), "slo_tpot_s": float(scn.slo.tpot_s), "name": scn.name,
+            "scenario_sha256": scenario_sha256(scn)}
+
+
+def _decode_part(scn: Scenario, pool: DecodePool, model: ServiceTimeModel, prefix: str) -> dict:
+    return {"decode_model": model, "decode_instances": pool.instances, "decode_max_batch": pool.max_batch,
+            "decode_dispatch": pool.dispatch,
+            "decode_kv_capacity_tokens": kv_capacity_tokens(scn.model, pool.gpu, pool.tp, pool.pp,
+                                                            pool.kv_memory_fraction, prefix)}
+
+
+def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None = None,
+               prefix_cache_blocks: int | None = None) -> ReplayPlan:
+    """Resolve a scenario into a :class:`ReplayPlan` (catalog look-ups, service models, capacity).
+
+    ``service_models`` may override the pools' models by role ("prefill", "decode"; colocated and
+    chunked use "decode"). The Mooncake prefix cache of a prefill instance holds, by default, as
+    many 512-token blocks as the instance's KV memory after weights (90% of it) -- an HBM-only
+    cache; pass ``prefix_cache_blocks`` to change it.
+    """
+    from qmodel.registry import get_link, get_model
+
+    sm = dict(service_models or {})
+    dep = scn.deployment
+    model = get_model(scn.model)
+    base = _slo(scn)
+    base["gpus"] = dep.gpus
+    base["prefix_hit_ratio"] = float(scn.workload.prefix_hit_ratio)
+    if isinstance(dep, DisaggregatedDeployment):
+        pm = sm.get("prefill") or _service_model(scn, dep.prefill.gpu, dep.prefill.tp, dep.prefill.pp,
+                                                    "deployment.prefill")
+        dm = sm.get("decode") or _service_model(scn, dep.decode.gpu, dep.decode.tp, dep.decode.pp,
+                                                   "deployment.decode")
+        link = get_link(dep.link)
+        if prefix_cache_blocks is None:
+            # HBM-only prefix cache: the prefill instance's KV memory (90% of what weights and
+            # the reserve leave) in 512-token blocks.
+            cap = kv_capacity_tokens(scn.model, dep.prefill.gpu, dep.prefill.tp, dep.prefill.pp, 0.9,
+                                     "deployment.prefill")
+            prefix_cache_blocks = cap // 512
+        return ReplayPlan(
+            topology="disaggregated", prefill_model=pm, prefill_instances=dep.prefill.instances,
+            max_batch_tokens=dep.prefill.max_batch_tokens, prefill_dispatch=dep.prefill.dispatch,
+            kv_bytes_per_token=model.kv_bytes_per_token(), layers=model.layers,
+            path_bandwidth_bytes_per_s=link.effective_bandwidth_bytes_per_s, link_latency_s=float(link.latency_s),
+            link_sharing=dep.link_sharing, transfer_mode=dep.transfer_mode, first_token_from=dep.first_token_from,
+            prefix_cache_blocks=prefix_cache_blocks, **_decode_part(scn, dep.decode, dm, "deployment.decode"), **base)
+    if isinstance(dep, ColocatedDeployment):
+        dm = sm.get("decode") or _service_model(scn, dep.pool.gpu, dep.pool.tp, dep.pool.pp, "deployment.pool")
+        return ReplayPlan(topology="colocated", max_batch_tokens=dep.max_batch_tokens,
+                          **_decode_part(scn, dep.pool, dm, "deployment.pool"), **base)
+    if isinstance(dep, ChunkedDeployment):
+        dm = sm.get("decode") or _service_model(scn, dep.pool.gpu, dep.pool.tp, dep.pool.pp, "deployment.pool")
+        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **_decode_part(scn, dep.pool, dm, "deployment.pool"),
+                          **base)
+    raise InputError("deployment.topology", getattr(dep, "topology", None),
+                     "one of colocated, chunked, disaggregated")  # pragma: no cover
+
+
+# ---- traces -----------------------------------------------------------------------------------
+
+def load_replay_trace(scn: Scenario, n_requests: int = 20000, seed: int = 0) -> Trace:
+    """The trace a scenario implies, from :func:`qmodel.validation.synth.generate`.
+
+    For trace arrivals the run is capped at the trace's own length (replaying the file once, with
+    its own (prompt, output) pairs and Mooncake hash_ids when the lengths come from the same file);
+    ask for more requests than that only by passing a longer ``n_requests`` to ``generate``.
+    """
+    from qmodel.validation.synth import generate
+
+    arr = scn.workload.arrivals
+    n = n_requests
+    if isinstance(arr, TraceArrivals):
+        from qmodel.validation.traces import load_trace
+
+        n = min(n_requests, len(load_trace(arr.path, arr.format)))
+    return generate(scn.workload, n, seed)
+
+
+# ---- running ----------------------------------------------------------------------------------
+
+def replay(scenario: Scenario, trace: Trace | None = None, *, n_requests: int = 20000, seed: int = 0,
+           warmup_fraction: float = 0.1, service_models: dict[str, ServiceTimeModel] | None = None) -> ReplayResult:
+    """Replay ``scenario`` over ``trace`` (default: the scenario's own trace or a synthetic one)."""
+    if n_requests < 1:
+        raise InputError("n_requests", n_requests, "a positive number of requests")
+    if not 0.0 <= warmup_fraction < 1.0:
+        raise InputError("warmup_fraction", warmup_fraction, "a fraction in [0, 1)")
+    plan = build_plan(scenario, service_models)
+    if trace is None:
+        trace = load_replay_trace(scenario, n_requests, seed)
+    return replay_plan(plan, trace, seed=seed, warmup_fraction=warmup_fraction)
+
+
+def replay_plan(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: float = 0.1) -> ReplayResult:
+    """Simulate a resolved plan over a trace; deterministic for given inputs and seed."""
+    return simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction)[0]
+
+
+def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0,
+             warmup_fraction: float = 0.1) -> tuple[ReplayResult, Requests]:
+    """:func:`replay_plan` plus the per-request columns (first/last token times, station marks)."""
+    if len(trace) == 0:
+        raise InputError("trace", trace.source, "a trace with at least one request")
+    arrival = np.asarray(trace.arrival_s, dtype=float)
+    arrival = arrival - arrival[0]
+    prompt = np.maximum(np.asarray(trace.prompt_tokens, dtype=np.int64), 1)
+    output = np.maximum(np.asarray(trace.output_tokens, dtype=np.int64), 1)
+    t_end_arr = float(arrival[-1])
+    window = (warmup_fraction * t_end_arr, t_end_arr)
+    req = Requests(arrival, prompt, output)
+    sim = Sim()
+    rng = np.random.default_rng(seed)
+    if plan.topology == "disaggregated":
+        stations = _run_disaggregated(plan, trace, req, sim, rng, window)
+    elif plan.topology == "colocated":
+        stations = _run_single(plan, req, sim, rng, window, ColocatedStation)
+    else:
+        stations = _run_single(plan, req, sim, rng, window, ChunkedStation)
+    return _summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req
+
+
+def _feed(sim: Sim, req: Requests, admit) -> None:
+    """Schedule arrivals one at a time (keeps the heap small)."""
+    arrival = req.arrival
+    n = req.n
+
+    def arrive(r: int) -> None:
+        if r + 1 < n:
+            sim.at(arrival[r + 1], arrive, r + 1)
+        admit(r)
+
+    sim.at(arrival[0], arrive, 0)
+
+
+def _run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.random.Generator,
+                       window: tuple[float, float]) -> list:
+    from_prefill = plan.first_token_from == "prefill"
+    decode = DecodeStation(sim, req, plan.decode_model, plan.decode_instances, plan.decode_kv_capacity_tokens,
+                           plan.decode_max_batch, plan.decode_dispatch, rng, not from_prefill, window)
+    kv = KVTransferStation(sim, req, plan.prefill_instances, plan.path_bandwidth_bytes_per_s, plan.link_latency_s,
+                           plan.link_sharing, decode, decode.ready, window)
+    decode.on_release = kv.retry
+    C = plan.path_bandwidth_bytes_per_s
+    layers = max(1, plan.layers)
+    bpt = plan.kv_bytes_per_token
+    output = req.output
+    prompt = req.prompt
+    layerwise = plan.transfer_mode == "layerwise"
+
+    def needs_decode(r: int) -> bool:
+        return not (from_prefill and output[r] == 1)
+
+    def batch_start(i: int, batch: list[int], t_s: float, dur: float) -> None:
+        if not layerwise:
+            return
+        t_first_layer = t_s + dur / layers
+        for r in batch:
+            if needs_decode(r):
+                x = bpt * prompt[r]
+                sim.at(t_first_layer, kv.enter, (r, i, x, t_s + dur + x / (layers * C)))
+
+    def batch_done(i: int, batch: list[int]) -> None:
+        t = sim.now
+        for r in batch:
+            if from_prefill:
+                req.t_first[r] = t
+                if output[r] == 1:
+                    req.t_last[r] = t
+                    continue
+            if not layerwise:
+                kv.enter((r, i, bpt * prompt[r], t))
+
+    cache = PrefixCache(plan.prefill_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
+                        plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
+    prefill = PrefillStation(sim, req, plan.prefill_model, plan.prefill_instances, plan.max_batch_tokens,
+                             plan.prefill_dispatch, rng, cache, window, batch_start if layerwise else None, batch_done)
+
+    def admit(r: int) -> None:
+        if needs_decode(r) and not decode.fits_ever(r):
+            req.dropped[r] = True
+            return
+        prefill.arrive(r)
+
+    _feed(sim, req, admit)
+    sim.run()
+    return [(prefill, plan.prefill_instances), (kv, plan.prefill_instances), (decode, plan.decode_instances)]
+
+
+def _run_single(plan: ReplayPlan, req: Requests, sim: Sim, rng: np.random.Generator, window: tuple[float, float],
+                cls) -> list:
+    st = cls(sim, req, plan, rng, window)
+
+    def admit(r: int) -> None:
+        if not st.fits_ever(r):
+            req.dropped[r] = True
+            return
+        st.arrive(r)
+
+    _feed(sim, req, admit)
+    sim.run()
+    return [(st, plan.decode_instances)]
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+def _dist(x: np.ndarray) -> DistSummary:
+    if len(x) == 0:
+        return DistSummary(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
+    p50, p90, p99 = np.percentile(x, [50.0, 90.0, 99.0])
+    return DistSummary(mean=_f(x.mean()), p50=_f(p50), p90=_f(p90), p99=_f(p99))
+
+
+def _f(v: float) -> float:
+    v = float(v)
+    return v if math.isfinite(v) else 0.0
+
+
+def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.ndarray,
+                    window: tuple[float, float]) -> ReplayStation:
+    entry, start, exit_ = (np.asarray(c, dtype=float) for c in st.req.marks[st.name])
+    span = window[1] - window[0]
+    sel = measured_mask & np.isfinite(entry) & np.isfinite(exit_)
+    wait = (start - entry)[sel]
+    soj = (exit_ - entry)[sel]
+    # Little's law over the window: lambda = entries in the window / span, W their mean sojourn.
+    inwin = np.isfinite(entry) & (entry >= window[0]) & (entry <= window[1]) & np.isfinite(exit_)
+    lam = inwin.sum() / span if span > 0 else 0.0
+    W = float((exit_ - entry)[inwin].mean()) if inwin.any() else 0.0
+    L = st.in_sys.mean()
+    little = abs(L - lam * W) / L if L > 0 else 0.0
+    wd = _dist(wait)
+    return ReplayStation(name=st.name, utilization=_f(st.busy_m.mean() / servers),
+                         mean_in_system=_f(L), mean_wait_s=wd.mean, p90_wait_s=wd.p90, p99_wait_s=wd.p99,
+                         mean_sojourn_s=_f(soj.mean() if len(soj) else 0.0), throughput_rps=_f(lam),
+                         little_rel_error=_f(little), servers=servers, notes=list(getattr(st, "notes", [])))
+
+
+def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations: list, window, seed: int,
+               warmup_fraction: float) -> ReplayResult:
+    arrival = np.asarray(req.arrival)
+    out = np.asarray(req.output)
+    t_first = np.asarray(req.t_first)
+    t_last = np.asarray(req.t_last)
+    dropped = np.asarray(req.dropped)
+    done = np.isfinite(t_last) & ~dropped
+    measured = done & (arrival >= window[0])
+    ttft = (t_first - arrival)[measured]
+    multi = measured & (out > 1)
+    tpot = ((t_last - t_first) / np.maximum(out - 1, 1))[multi]
+    e2e = (t_last - arrival)[measured]
+    ok_ttft = ttft <= plan.slo_ttft_s
+    tpot_all = np.where(out > 1, (t_last - t_first) / np.maximum(out - 1, 1), 0.0)[measured]
+    ok_tpot = tpot_all <= plan.slo_tpot_s
+    nm = int(measured.sum())
+    span = window[1] - window[0]
+    fin_in = done & (t_last >= window[0]) & (t_last <= window[1])
+    reports = [_station_report(st, servers, arrival, measured, window) for st, servers in stations]
+    warnings = []
+    unfinished = int((~done & ~dropped).sum())
+    if unfinished:
+        warnings.append(f"{unfinished} request(s) never finished: the event list emptied with work left")
+    if dropped.any():
+        warnings.append(f"{int(dropped.sum())} request(s) dropped: prompt + output exceed one instance's KV memory "
+                        f"({plan.decode_kv_capacity_tokens} tokens)")
+    little = max((s.little_rel_error for s in reports), default=0.0)
+    header = ReplayHeader(
+        scenario=plan.name, scenario_sha256=plan.scenario_sha256, trace_sha256=trace.sha256, trace_source=trace.source,
+        perf_sha256={k: m.fingerprint for k, m in (("prefill", plan.prefill_model), ("decode", plan.decode_model))
+                     if m is not None},
+        seed=seed, n_requests=req.n, warmup_fraction=warmup_fraction, engine=ENGINE, assumptions=list(plan.notes))
+    return ReplayResult(
+        header=header, scenario=plan.name, topology=plan.topology,  # type: ignore[arg-type]
+        rate_per_s=_f((req.n - 1) / arrival[-1]) if req.n > 1 and arrival[-1] > 0 else 0.0,
+        ttft=_dist(ttft), tpot=_dist(tpot), e2e=_dist(e2e),
+        attainment=_f((ok_ttft & ok_tpot).mean()) if nm else 0.0,
+        ttft_attainment=_f(ok_ttft.mean()) if nm else 0.0, tpot_attainment=_f(ok_tpot.mean()) if nm else 0.0,
+        throughput_rps=_f(fin_in.sum() / span) if span > 0 else 0.0,
+        output_tokens_per_s=_f(out[fin_in].sum() / span) if span > 0 else 0.0,
+        stations=reports,
+        conservation=Conservation(arrived=req.n, completed=int(done.sum()), dropped=int(dropped.sum()),
+                                  unfinished=unfinished, measured=nm, little_max_rel_error=_f(little)),
+        gpus=plan.gpus, horizon_s=_f(np.nanmax(t_last) if done.any() else 0.0), events=sim.events,
+        warnings=warnings)

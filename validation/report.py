@@ -1,0 +1,81 @@
+"""What the replay returns (``qmodel replay --json`` is its dump).
+
+Metric fields use the names and shapes of :class:`qmodel.result.Result` (``ttft``/``tpot`` as
+{mean, p50, p90, p99}, ``attainment``, ``stations`` with ``name``/``utilization``/...), so the
+validation harness can compare the two field by field. The header records what determines the
+numbers: SHA-256 of the trace, of each service-time model and of the scenario, plus seed and
+run length. Nothing depends on the wall clock: the same inputs give byte-identical JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from qmodel.result import DistSummary
+
+__all__ = ["ReplayHeader", "ReplayStation", "Conservation", "ReplayResult"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReplayHeader(_Out):
+    scenario: str
+    scenario_sha256: str
+    trace_sha256: str
+    trace_source: str
+    perf_sha256: dict[str, str]
+    seed: int
+    n_requests: int
+    warmup_fraction: float
+    engine: str = Field(default="qmodel-replay/1", description="replay engine and semantics version")
+    assumptions: list[str] = Field(default_factory=list)
+
+
+class ReplayStation(_Out):
+    """One station measured over the window after warm-up (time averages) and its requests."""
+
+    name: str
+    utilization: float = Field(description="busy server-time / (window x servers)")
+    mean_in_system: float = Field(description="time-average number of requests in the station")
+    mean_wait_s: float = Field(description="mean time from entering the station to starting service")
+    p90_wait_s: float
+    p99_wait_s: float
+    mean_sojourn_s: float
+    throughput_rps: float = Field(description="requests that entered the station per second of window")
+    little_rel_error: float = Field(description="|L - lambda W| / L over the window (Little's law check)")
+    servers: int
+    notes: list[str] = Field(default_factory=list)
+
+
+class Conservation(_Out):
+    arrived: int
+    completed: int
+    dropped: int = Field(description="requests that can never fit one instance's KV memory")
+    unfinished: int = Field(description="requests still in the system when the event list emptied (0 unless deadlocked)")
+    measured: int = Field(description="completed requests arriving after warm-up (the statistics' sample)")
+    little_max_rel_error: float
+
+
+class ReplayResult(_Out):
+    header: ReplayHeader
+    scenario: str
+    topology: Literal["colocated", "chunked", "disaggregated"]
+    rate_per_s: float = Field(description="measured arrival rate over the trace")
+    ttft: DistSummary
+    tpot: DistSummary
+    e2e: DistSummary
+    attainment: float = Field(description="fraction of measured requests with TTFT <= target and TPOT <= target (jointly)")
+    ttft_attainment: float
+    tpot_attainment: float
+    throughput_rps: float
+    output_tokens_per_s: float
+    stations: list[ReplayStation]
+    conservation: Conservation
+    gpus: int
+    horizon_s: float
+    events: int
+    warnings: list[str] = Field(default_factory=list)

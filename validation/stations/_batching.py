@@ -1,0 +1,202 @@
+"""Shared machinery of single-pool engines (colocated, chunked): KV reservation, dispatch and
+fast-forwarded decode runs.
+
+An instance alternates between *iterations* chosen at step boundaries by the subclass
+(:meth:`_choose_work`) and *decode runs*: runs of identical-shape decode steps between two events,
+simulated as one event (step-time vector ``decode_step_time_s(n, S + n*k)`` with numpy; an
+arrival that would change the next iteration truncates the run at the next step boundary).
+
+KV memory: a request reserves prompt + output tokens (worst case; the replay knows the output
+length, so this is an engine reserving ``max_tokens`` exactly, which never preempts) plus one of
+``max_batch`` slots when its prefill starts, and releases them at its last token. A request whose
+prompt + output exceeds the instance's KV capacity is reported as dropped by the engine.
+Waiting requests are admitted strictly FCFS per instance (no skipping a head that does not fit).
+
+Dispatch of arrivals to instances: ``least_loaded`` (fewest outstanding tokens: waiting prompts plus
+reserved KV, lowest index on ties), ``round_robin``, ``random`` (seeded).
+"""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from collections import deque
+
+import numpy as np
+
+from ._core import Meter, Requests, Sim
+
+__all__ = ["SingleInstance", "SinglePoolStation"]
+
+
+class SingleInstance:
+    __slots__ = ("kv_used", "slots", "K", "S", "running", "offset", "waiting", "prefilling", "t0", "cum",
+                 "kend", "version", "mode", "load", "iterations", "decode_steps")
+
+    def __init__(self) -> None:
+        self.kv_used = 0
+        self.slots = 0
+        self.K = 0
+        self.S = 0
+        self.running: list[tuple[int, int]] = []
+        self.offset: dict[int, int] = {}
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[list[int]] = []  # [request, tokens done] (chunked only)
+        self.t0 = 0.0
+        self.cum: np.ndarray = np.zeros(0)
+        self.kend = 0
+        self.version = 0
+        self.mode = "idle"                     # idle | decode | prefill | mixed
+        self.load = 0
+        self.iterations = 0
+        self.decode_steps = 0
+
+
+class SinglePoolStation(ABC):
+    """Base of :class:`ColocatedStation` and :class:`ChunkedStation` (see module docstring)."""
+
+    name = "single"
+
+    def __init__(self, sim: Sim, req: Requests, plan, rng: np.random.Generator, window: tuple[float, float]) -> None:
+        self.sim, self.req = sim, req
+        self.model = plan.decode_model
+        self.c = plan.decode_instances
+        self.cap = int(plan.decode_kv_capacity_tokens)
+        self.max_batch = int(plan.decode_max_batch)
+        self.dispatch = plan.decode_dispatch
+        self.hit_ratio = float(plan.prefix_hit_ratio)
+        self.rng = rng
+        self.inst = [SingleInstance() for _ in range(self.c)]
+        self.rr = 0
+        self.in_sys = Meter(*window)
+        self.busy_m = Meter(*window)
+        self.entry, self.start_t, self.exit = req.station(self.name)
+        self.notes: list[str] = []
+
+    # ---- admission -----------------------------------------------------------------------
+    def need(self, r: int) -> int:
+        return self.req.prompt[r] + self.req.output[r]
+
+    def fits_ever(self, r: int) -> bool:
+        return self.need(r) <= self.cap
+
+    def new_tokens(self, r: int) -> tuple[int, int]:
+        """(tokens to compute, cached tokens) for r's prompt under the workload's prefix hit ratio."""
+        p = self.req.prompt[r]
+        c = min(int(self.hit_ratio * p), p - 1)
+        return p - c, c
+
+    def _choose(self, r: int) -> int:
+        if self.c == 1:
+            return 0
+        if self.dispatch == "round_robin":
+            i = self.rr % self.c
+            self.rr += 1
+            return i
+        if self.dispatch == "random":
+            return int(self.rng.integers(self.c))
+        loads = [d.load for d in self.inst]
+        return loads.index(min(loads))
+
+    def _admissible(self, d: SingleInstance, r: int) -> bool:
+        return d.slots < self.max_batch and d.kv_used + self.need(r) <= self.cap
+
+    def _reserve(self, d: SingleInstance, r: int) -> None:
+        d.kv_used += self.need(r)
+        d.slots += 1
+        self.start_t[r] = self.sim.now
+
+    def arrive(self, r: int) -> None:
+        t = self.sim.now
+        i = self._choose(r)
+        d = self.inst[i]
+        self.entry[r] = t
+        self.in_sys.add(t, 1)
+        d.load += self.req.prompt[r] + self.need(r)
+        head_was_empty = not d.waiting
+        d.waiting.append(r)
+        if d.mode == "idle":
+            self._boundary(i, 0, t)
+        elif d.mode == "decode" and head_was_empty and self._admissible(d, r):
+            self._truncate(i, t)
+
+    def _truncate(self, i: int, t: float) -> None:
+        d = self.inst[i]
+        j = int(np.searchsorted(d.cum, t - d.t0, side="left")) + 1
+        if j < d.kend:
+            d.kend = j
+            d.version += 1
+            self.sim.at(d.t0 + float(d.cum[j - 1]), self._run_end, (i, d.version))
+
+    # ---- running sequences -----------------------------------------------------------------
+    def _join(self, d: SingleInstance, r: int, t: float) -> None:
+        """r's first token was produced at t: it joins the decode batch (or finishes if L = 1)."""
+        req = self.req
+        req.t_first[r] = t
+        L = req.output[r]
+        if L == 1:
+            self._finish(d, r, t)
+            return
+        ctx = req.prompt[r] + 1
+        d.offset[r] = ctx - d.K
+        d.S += ctx
+        heapq.heappush(d.running, (d.K + L - 1, r))
+
+    def _finish(self, d: SingleInstance, r: int, t: float) -> None:
+        self.req.t_last[r] = t
+        self.exit[r] = t
+        self.in_sys.add(t, -1)
+        d.kv_used -= self.need(r)
+        d.slots -= 1
+        d.load -= self.req.prompt[r] + self.need(r)
+
+    def _advance(self, d: SingleInstance, steps: int, t: float) -> None:
+        """Apply ``steps`` decode steps ending at t; retire finished sequences."""
+        if steps:
+            d.K += steps
+            d.S += len(d.running) * steps
+            d.decode_steps += steps
+        K = d.K
+        running = d.running
+        while running and running[0][0] <= K:
+            _, r = heapq.heappop(running)
+            d.S -= d.offset.pop(r) + K
+            self._finish(d, r, t)
+
+    def _run_end(self, arg: tuple[int, int]) -> None:
+        i, version = arg
+        d = self.inst[i]
+        if version != d.version:
+            return
+        self._boundary(i, d.kend, self.sim.now)
+
+    def _boundary(self, i: int, steps: int, t: float) -> None:
+        d = self.inst[i]
+        self._advance(d, steps, t)
+        was_idle = d.mode == "idle"
+        if not self._choose_work(i, t):
+            if d.running:
+                self._decode_run(i, t)
+            else:
+                d.mode = "idle"
+        if was_idle and d.mode != "idle":
+            self.busy_m.add(t, 1)
+        elif not was_idle and d.mode == "idle":
+            self.busy_m.add(t, -1)
+
+    def _decode_run(self, i: int, t: float) -> None:
+        d = self.inst[i]
+        n = len(d.running)
+        k = d.running[0][0] - d.K
+        ctx = d.S + n * np.arange(k, dtype=float) if k > 1 else float(d.S)
+        st = np.broadcast_to(np.asarray(self.model.decode_step_time_s(float(n), ctx), dtype=float), (k,))
+        d.cum = np.cumsum(st)
+        d.t0 = t
+        d.kend = k
+        d.version += 1
+        d.mode = "decode"
+        self.sim.at(t + float(d.cum[-1]), self._run_end, (i, d.version))
+
+    @abstractmethod
+    def _choose_work(self, i: int, t: float) -> bool:
+        """Start a non-decode iteration at boundary t if one is due; return whether one started."""
