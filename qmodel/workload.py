@@ -97,9 +97,11 @@ def arrival_stats(workload: Workload) -> tuple[float | None, float]:
     if isinstance(a, GammaArrivals):
         return a.rate_per_s, a.cv * a.cv
     if isinstance(a, TraceArrivals):
-        from qmodel.validation.traces import load_trace
+        from qmodel.validation.traces import load_trace, require_arrivals
 
-        tr = load_trace(a.path, a.format)
+        # Lengths-only files (Vidur/ShareGPT/DistServe) load with all-zero times; refuse them
+        # here rather than return a NaN rate.
+        tr = require_arrivals(load_trace(a.path, a.format))
         t = np.asarray(tr.arrival_s, dtype=float)
         gaps = np.diff(np.sort(t))
         span = float(t.max() - t.min()) if len(t) > 1 else 0.0

@@ -292,3 +292,26 @@ def test_detect_format_table(tmp_path):
     assert detect_format("x.jsonl", MOON) == "mooncake"
     assert detect_format("x.json", "[[1,2]]") == "distserve"
     assert detect_format("x.csv", "arrival_s,prompt_tokens,output_tokens\n") == "qmodel"
+
+
+def test_arrival_stats_refuses_lengths_only_trace(tmp_path):
+    from qmodel.scenario import Workload
+    from qmodel.workload import arrival_stats
+
+    p = _write(tmp_path, "l.csv", "num_prefill_tokens,num_decode_tokens\n5,6\n7,8\n")
+    w = Workload.model_validate({"arrivals": {"kind": "trace", "path": str(p)},
+                                 "lengths": {"kind": "fixed", "prompt_tokens": 1, "output_tokens": 1}})
+    with pytest.raises(InputError, match="workload.arrivals.path.*no arrival times"):
+        arrival_stats(w)
+
+
+def test_arrival_stats_of_a_trace(tmp_path):
+    from qmodel.scenario import Workload
+    from qmodel.workload import arrival_stats
+
+    p = _write(tmp_path, "q.csv", "arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,1,1\n3,1,1\n")
+    w = Workload.model_validate({"arrivals": {"kind": "trace", "path": str(p)},
+                                 "lengths": {"kind": "empirical", "path": str(p)}})
+    rate, ca2 = arrival_stats(w)
+    # gaps 1 and 2 s: rate (3-1)/3 s; squared CV var/mean^2 = 0.25/2.25
+    assert rate == pytest.approx(2 / 3, rel=1e-12) and ca2 == pytest.approx(1 / 9, rel=1e-12)
