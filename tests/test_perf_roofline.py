@@ -59,7 +59,7 @@ def test_decode_batch1_is_memory_bound_weights_over_bandwidth(l8, h100):
 
 def test_prefill_2048_is_compute_bound(l8, h100):
     # 2 * params * T + (4 * heads * head_dim * layers) * T^2 / 2, over F * mfu
-    flops = 2 * 8_030_261_248 * 2048 + 4 * 32 * 128 * 32 * 2048**2 / 2
+    flops = 2 * P_MM8 * 2048 + 4 * 32 * 128 * 32 * 2048**2 / 2
     expected = flops / (F_H100 * 0.55) + 0.010
     m = RooflineModel(l8, h100, tp=1)
     assert m.prefill_time_s(2048, 2048**2, 1) == pytest.approx(expected, rel=1e-12)
