@@ -70,7 +70,9 @@ class Catalog:
         }
 
 
-def _load_text(cat: Catalog, text: str, origin: str) -> None:
+def _load_text(cat: Catalog, text: str, origin: str, seen: dict[tuple[str, str], str] | None = None) -> None:
+    """Add one file's entries. ``seen`` (kind, name) -> origin catches a name defined twice in one layer
+    (bundled or user): a silent last-one-wins there would hide a copy-paste mistake."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -84,7 +86,12 @@ def _load_text(cat: Catalog, text: str, origin: str) -> None:
                 loc = ".".join(str(p) for p in e["loc"])
                 label = entry.get("name", f"#{i}") if isinstance(entry, dict) else f"#{i}"
                 raise DataError(origin, f"{kind} {label!r}: {loc}: {e['msg']}") from None
-            cat._bucket(kind)[spec.name.lower()] = spec
+            key = spec.name.lower()
+            if seen is not None:
+                if (kind, key) in seen:
+                    raise DataError(origin, f"{kind} {spec.name!r} is already defined in {seen[(kind, key)]}")
+                seen[(kind, key)] = origin
+            cat._bucket(kind)[key] = spec
     unknown = set(data) - set(_TABLES)
     if unknown:
         raise DataError(origin, f"unknown top-level tables {sorted(unknown)}; allowed: {sorted(_TABLES)}")
@@ -92,25 +99,27 @@ def _load_text(cat: Catalog, text: str, origin: str) -> None:
 
 def _bundled_files() -> Iterable[tuple[str, str]]:
     root = resources.files("qmodel.catalog")
-    stack = [root]
+    stack = [(root, "qmodel.catalog")]
     while stack:
-        node = stack.pop()
+        node, label = stack.pop()
         for child in sorted(node.iterdir(), key=lambda c: c.name):
             if child.is_dir():
-                stack.append(child)
+                stack.append((child, f"{label}/{child.name}"))
             elif child.name.endswith(".toml"):
-                yield f"qmodel.catalog/{child.name}", child.read_text(encoding="utf-8")
+                yield f"{label}/{child.name}", child.read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=4)
 def _load(user_dir: str) -> Catalog:
     cat = Catalog()
+    bundled: dict[tuple[str, str], str] = {}
     for origin, text in _bundled_files():
-        _load_text(cat, text, origin)
+        _load_text(cat, text, origin, bundled)
     udir = Path(user_dir)
     if udir.is_dir():
+        user: dict[tuple[str, str], str] = {}  # user entries may override bundled ones, not each other
         for f in sorted(udir.rglob("*.toml")):
-            _load_text(cat, f.read_text(encoding="utf-8"), str(f))
+            _load_text(cat, f.read_text(encoding="utf-8"), str(f), user)
     return cat
 
 

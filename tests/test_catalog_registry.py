@@ -105,3 +105,21 @@ def test_bad_user_file_is_one_line_data_error(tmp_path, monkeypatch):
     with pytest.raises(DataError) as info:
         load_catalog()
     assert "\n" not in str(info.value) and "layers" in str(info.value)
+
+
+def test_duplicate_user_names_are_rejected(tmp_path, monkeypatch):
+    link = ('[[link]]\nname = "dup"\nkind = "pcie"\nsource = "s"\nbandwidth_bytes_per_s = "1 GB/s"\n'
+            'latency_s = 0\nefficiency = 1\n')
+    (tmp_path / "a.toml").write_text(link)
+    (tmp_path / "b.toml").write_text(link)
+    monkeypatch.setenv("QMODEL_CATALOG_DIR", str(tmp_path))
+    clear_cache()
+    with pytest.raises(DataError, match="already defined"):
+        load_catalog()
+
+
+def test_bundled_origin_names_the_subfolder():
+    from qmodel.registry import _bundled_files
+
+    origins = [o for o, _ in _bundled_files()]
+    assert "qmodel.catalog/models/llama.toml" in origins and "qmodel.catalog/gpus.toml" in origins
