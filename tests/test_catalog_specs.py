@@ -224,3 +224,24 @@ def test_length_preset_rejects_min_above_max():
     with pytest.raises(ValidationError, match="exceeds"):
         LengthPreset(prompt_median_tokens=10, prompt_sigma=0, prompt_max_tokens=10, prompt_min_tokens=20,
                      output_median_tokens=1, output_sigma=0, output_max_tokens=1)
+
+
+# ---- properties ------------------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from qmodel.registry import load_catalog  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), a=st.integers(0, 300_000), b=st.integers(0, 300_000),
+       kv=st.sampled_from(["bf16", "fp8", "int4", "3bit"]))
+def test_kv_bytes_monotone_and_bounded(data, a, b, kv):
+    # Holding more context never needs less KV, and never more than every layer storing every token.
+    # (Names are drawn inside the test so the isolated test catalog, not the developer's, is used.)
+    m = get_model(data.draw(st.sampled_from(sorted(load_catalog().models))))
+    lo, hi = sorted((a, b))
+    assert m.kv_bytes(lo, kv) <= m.kv_bytes(hi, kv)
+    assert m.kv_bytes(hi, kv) <= hi * m.kv_bytes_per_token(kv) * (1 + 1e-12)
+    if not m.sliding_window_layers:
+        assert m.kv_bytes(hi, kv) == pytest.approx(hi * m.kv_bytes_per_token(kv), rel=1e-12)
