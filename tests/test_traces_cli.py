@@ -96,3 +96,11 @@ def test_real_azure_conv_cli(data_dir, capsys):
     assert st["interarrival_cv"] == pytest.approx(1.09, abs=0.005)
     assert st["prompt_tokens"]["mean"] == pytest.approx(1154.7, abs=0.05)
     assert st["prefix_block_hit_ratio"] is None
+
+
+def test_stats_with_jitter_seed(tmp_path, capsys):
+    p = tmp_path / "m.jsonl"
+    p.write_text(MOON)
+    assert main(["trace", "stats", str(p), "--json", "--jitter-seed", "1"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["count"] == 3 and st["zero_gap_fraction"] == 0.0

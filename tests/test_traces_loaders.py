@@ -113,15 +113,13 @@ def test_mooncake_jitter_is_deterministic_in_slot_and_order_keeping(tmp_path):
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
     assert not np.array_equal(a.arrival_s, c.arrival_s)
     assert np.all(np.diff(a.arrival_s) >= 0) and a.arrival_s[0] == 0.0
-    raw = load_trace(p).arrival_s
-    # Requests stay in their slot: [0, 3) for the first two, [3, 6.001) for the third; the last
-    # slot gets the median slot width (3.0005 s).
-    shifted = a.arrival_s + a.meta["time_offset_s"]
+    # Slots: [0, 3) for the first two requests, [3, 6.001) for the third; the last slot gets the
+    # median slot width (3.0005 s), so [6.001, 9.0015).
+    t = a.arrival_s + a.meta["jitter_shift_s"]
+    assert 0 <= t[0] <= t[1] < 3.0 <= t[2] < 6.001 <= t[3] < 9.0015
     assert a.meta["jitter_seed"] == 3
     assert a.prompt_tokens.tolist() == [600, 700, 100, 1100]  # order kept
-    assert len(np.unique(a.arrival_s)) == 4
-    assert raw[2] - raw[0] == 3.0
-    assert a.arrival_s[2] - a.arrival_s[1] < 3.0 + 3.0005
+    assert a.hash_ids == load_trace(p).hash_ids
 
 
 def test_mooncake_malformed_lines(tmp_path):
@@ -315,3 +313,22 @@ def test_arrival_stats_of_a_trace(tmp_path):
     rate, ca2 = arrival_stats(w)
     # gaps 1 and 2 s: rate (3-1)/3 s; squared CV var/mean^2 = 0.25/2.25
     assert rate == pytest.approx(2 / 3, rel=1e-12) and ca2 == pytest.approx(1 / 9, rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=2, max_size=60), st.integers(0, 2**32 - 1))
+def test_jitter_keeps_every_request_in_its_slot(tmp_path_factory, slots, seed):
+    slots = sorted(slots)
+    text = "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{3 * s},{i + 1},1\n" for i, s in enumerate(slots))
+    p = tmp_path_factory.mktemp("j") / "q.csv"
+    p.write_text(text)
+    raw = load_trace(p)
+    jit = load_trace(p, jitter_seed=seed)
+    t = jit.arrival_s + jit.meta["jitter_shift_s"] + raw.meta["time_offset_s"]
+    u = np.unique(np.array(slots) * 3.0)
+    width = np.append(np.diff(u), np.median(np.diff(u))) if len(u) > 1 else np.array([np.inf])
+    k = np.searchsorted(u, np.array(slots) * 3.0)
+    if len(u) > 1:
+        assert np.all(t >= u[k] - 1e-9) and np.all(t < u[k] + width[k] + 1e-9)
+    assert np.all(np.diff(jit.arrival_s) >= 0)
+    np.testing.assert_array_equal(jit.prompt_tokens, raw.prompt_tokens)

@@ -44,7 +44,8 @@ of equal timestamps is kept.
 **Jitter** (``jitter_seed``): each distinct timestamp is a slot reaching to the next distinct
 timestamp (the last slot gets the median slot width). Its requests get sorted uniform offsets in
 the slot from ``numpy.random.default_rng(jitter_seed)``, assigned in file order, so the request
-order is kept and the result is deterministic.
+order is kept and the result is deterministic. Times restart at 0; ``meta["jitter_shift_s"]`` is the
+first request's offset that was taken off.
 
 Parsed traces are cached in memory by (path, mtime, size, options); the arrays are read-only so
 no caller can change a cached trace under another. ``Trace.sha256`` is the SHA-256 of the file's
@@ -474,11 +475,14 @@ def _decode(path: Path, raw: bytes) -> str:
         raise DataError(str(path), f"not UTF-8 text (byte {err.start})") from None
 
 
-def _jitter(arrival: np.ndarray, seed: int) -> np.ndarray:
-    """Spread requests sharing a timestamp uniformly over their slot (see the module docstring)."""
+def _jitter(arrival: np.ndarray, seed: int) -> tuple[np.ndarray, float]:
+    """Spread requests sharing a timestamp uniformly over their slot (see the module docstring).
+
+    Returns the jittered times restarted at 0 and the shift taken off (the first request's offset).
+    """
     slots, idx = np.unique(arrival, return_inverse=True)
     if len(slots) < 2:
-        return arrival.copy()
+        return arrival.copy(), 0.0
     widths = np.diff(slots)
     widths = np.append(widths, np.median(widths))
     rng = np.random.default_rng(seed)
@@ -486,7 +490,7 @@ def _jitter(arrival: np.ndarray, seed: int) -> np.ndarray:
     # Sorting offsets within each slot and handing them out in file order keeps the request order.
     order = np.lexsort((offs, idx))
     out = slots[idx] + offs[order]
-    return out - out[0]
+    return out - out[0], float(out[0])
 
 
 def _assemble(path: Path, raw: bytes, fmt: str, rows: list[_Row], meta: dict, skipped: list[tuple[int, str]],
@@ -517,7 +521,7 @@ def _assemble(path: Path, raw: bytes, fmt: str, rows: list[_Row], meta: dict, sk
         arrival = arrival - arrival[0]
         meta["distinct_arrivals"] = int(len(np.unique(arrival)))
         if jitter_seed is not None:
-            arrival = _jitter(arrival, int(jitter_seed))
+            arrival, meta["jitter_shift_s"] = _jitter(arrival, int(jitter_seed))
             meta["jitter_seed"] = int(jitter_seed)
     if jitter_seed is not None and lengths_only:
         raise InputError("jitter_seed", jitter_seed, "only traces with arrival times can be jittered")
