@@ -104,3 +104,10 @@ def test_stats_with_jitter_seed(tmp_path, capsys):
     assert main(["trace", "stats", str(p), "--json", "--jitter-seed", "1"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["count"] == 3 and st["zero_gap_fraction"] == 0.0
+
+
+def test_cli_format_choices_match_loader_formats():
+    from qmodel.cli.cmd_trace import _FORMATS
+    from qmodel.validation.traces import FORMATS
+
+    assert _FORMATS == ("auto", *FORMATS)

@@ -98,7 +98,7 @@ class _Bad(Exception):
 @dataclass
 class _Row:
     line: int
-    arrival_s: float | None  # None for lengths-only formats
+    arrival_s: float | int | None  # seconds; None for lengths-only formats; Azure holds int ns until all rows are read
     prompt: int
     output: int
     hashes: tuple[int, ...] | None = None

@@ -14,6 +14,8 @@ from typing import Any
 
 __all__ = ["register"]
 
+# Kept here (not imported from qmodel.validation.traces) so building the CLI parser does not load numpy;
+# a test checks the two lists agree.
 _FORMATS = ("auto", "azure", "mooncake", "splitwise", "vidur", "sharegpt", "distserve", "qmodel")
 
 
