@@ -26,7 +26,7 @@ from qmodel.specs import ModelSpec
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "config_to_entry", "entry_to_toml", "import_hf_config", "read_config"]
 
-_DENSE_GQA = {"llama", "mistral", "qwen2", "qwen3", "qwen3_vl_text", "mimo", "phi3"}
+_DENSE_GQA = {"llama", "mistral", "qwen2", "qwen3", "qwen3_vl_text", "mimo"}
 _MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text", "gpt_oss"}
 _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 _UNGATED = {"opt", "bloom"}
@@ -86,7 +86,29 @@ def _dtype(c: _Cfg) -> tuple[str, str, str | None]:
     if method == "mxfp4":
         # gpt-oss: only the MoE expert weights are mxfp4 (attention, router, embeddings stay bf16).
         return base, kv, "mxfp4"
+    groups = q.get("config_groups") if isinstance(q, Mapping) else None
+    if isinstance(groups, Mapping) and groups:
+        # compressed-tensors / ModelOpt layout: one weight format per group of target modules.
+        kinds = {_group_dtype(g.get("weights") if isinstance(g, Mapping) else None) for g in groups.values()}
+        if len(kinds) == 1 and None not in kinds:
+            return kinds.pop(), kv, None
+        raise DataError(c.origin, f"quantization_config mixes weight formats {sorted(str(k) for k in kinds)}; "
+                                  "pass the serving dtype explicitly (import-hf --dtype)")
     return base, kv, None
+
+
+def _group_dtype(w: Any) -> str | None:
+    """Weight dtype of one compressed-tensors group: 4-bit float with 16-element groups is NVFP4."""
+    if not isinstance(w, Mapping):
+        return None
+    bits, kind, group = w.get("num_bits"), str(w.get("type", "")), w.get("group_size")
+    if bits == 4 and kind == "float":
+        return "nvfp4" if group == 16 else "mxfp4" if group == 32 else "fp4"
+    if bits == 8 and kind == "float":
+        return "fp8"
+    if bits in (4, 8) and kind == "int":
+        return f"int{bits}"
+    return None
 
 
 def _sliding(c: _Cfg, layers: int, max_ctx: int) -> tuple[int | None, int]:
@@ -143,9 +165,12 @@ def _moe(c: _Cfg, mtype: str, layers: int) -> dict[str, int] | None:
 
 
 def config_to_entry(config: Mapping[str, Any], name: str, *, source: str, hf_id: str | None = None,
-                    origin: str = "config.json") -> dict[str, Any]:
+                    origin: str = "config.json", dtype: str | None = None,
+                    kv_dtype: str | None = None) -> dict[str, Any]:
     """A catalog ``[[model]]`` table (plain dict, no parameter counts) from a HF config dict.
 
+    ``dtype``/``kv_dtype`` override what the config implies (checkpoints whose quantisation is
+    described outside config.json, e.g. ModelOpt's hf_quant_config.json, look like bf16 here).
     The result is validated as a :class:`ModelSpec`; problems raise a one-line :class:`DataError`.
     """
     if not isinstance(config, Mapping):
@@ -179,7 +204,12 @@ def config_to_entry(config: Mapping[str, Any], name: str, *, source: str, hf_id:
     # BLOOM uses ALiBi and publishes no position limit; it was trained at 2048 tokens.
     max_ctx = c.int("max_position_embeddings", "seq_length", "n_positions", "max_sequence_length",
                     default=2048 if mtype == "bloom" else None, what="max context")
-    dtype, kv_dtype, expert_dtype = _dtype(c)
+    if dtype is not None:
+        expert_dtype = None
+        kv_default = "bf16"
+    else:
+        dtype, kv_default, expert_dtype = _dtype(c)
+    kv_dtype = kv_dtype or kv_default
     tied = bool(c.get("tie_word_embeddings", default=mtype in _UNGATED))
 
     entry: dict[str, Any] = {"name": name}
@@ -258,7 +288,8 @@ def entry_to_toml(entry: Mapping[str, Any], table: str = "model") -> str:
 
 
 def import_hf_config(path: str | Path, name: str, out_dir: str | Path | None = None,
-                     hf_id: str | None = None) -> tuple[Path, ModelSpec]:
+                     hf_id: str | None = None, dtype: str | None = None,
+                     kv_dtype: str | None = None) -> tuple[Path, ModelSpec]:
     """Write ``<out_dir>/<name>.toml`` (default: the user catalog folder) from a config.json.
 
     Returns the written path and the validated spec (with computed parameter counts).
@@ -268,7 +299,7 @@ def import_hf_config(path: str | Path, name: str, out_dir: str | Path | None = N
     cfg = read_config(path)
     hf_id = hf_id or (cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None) or None
     entry = config_to_entry(cfg, name, source=f"Hugging Face config.json imported from {Path(path).name}",
-                            hf_id=hf_id, origin=str(path))
+                            hf_id=hf_id, origin=str(path), dtype=dtype, kv_dtype=kv_dtype)
     out = Path(out_dir).expanduser() if out_dir else user_catalog_dir()
     try:
         out.mkdir(parents=True, exist_ok=True)

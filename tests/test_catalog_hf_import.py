@@ -128,3 +128,34 @@ def test_cli_import_error_exits_2(tmp_path, capsys):
     assert main(["catalog", "import-hf", str(p), "--name", "x", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "vocab_size" in err and err.count("\n") == 1
+
+
+def _groups(*formats):
+    return {"config_groups": {f"group_{i}": {"weights": {"num_bits": b, "type": t, "group_size": g}}
+                              for i, (b, t, g) in enumerate(formats)}}
+
+
+def test_quantization_config_groups():
+    nvfp4 = dict(INLINE, quantization_config=_groups((4, "float", 16)))
+    assert config_to_entry(nvfp4, "n", source="t")["dtype"] == "nvfp4"
+    fp8 = dict(INLINE, quantization_config=_groups((8, "float", None)))
+    assert config_to_entry(fp8, "f", source="t")["dtype"] == "fp8"
+    mixed = dict(INLINE, quantization_config=_groups((4, "float", 16), (8, "float", None)))
+    with pytest.raises(DataError, match="--dtype"):
+        config_to_entry(mixed, "m", source="t")
+    # an explicit dtype resolves it
+    assert config_to_entry(mixed, "m", source="t", dtype="nvfp4", kv_dtype="fp8")["kv_dtype"] == "fp8"
+    with pytest.raises(DataError, match="dtype"):
+        config_to_entry(INLINE, "m", source="t", dtype="fp7x")
+
+
+def test_cli_import_dtype_override(tmp_path, capsys):
+    from qmodel.cli.main import main
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(INLINE))
+    rc = main(["catalog", "import-hf", str(p), "--name", "tiny-fp8", "--out", str(tmp_path), "--dtype", "fp8",
+               "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["dtype"] == "fp8" and d["weight_bytes"] == d["total_params"]
+    assert d["path"].endswith("tiny-fp8.toml")

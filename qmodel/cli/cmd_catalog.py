@@ -46,6 +46,8 @@ def register(sub: Any) -> None:
     pi.add_argument("--name", required=True, help="catalog name, e.g. my-llama-8b")
     pi.add_argument("--out", default=None, help="folder to write NAME.toml (default: the user catalog, QMODEL_CATALOG_DIR)")
     pi.add_argument("--hf-id", default=None, help="Hugging Face repo id to record (default: _name_or_path if present)")
+    pi.add_argument("--dtype", default=None, help="serving weight dtype (default: from the config, e.g. bf16, fp8)")
+    pi.add_argument("--kv-dtype", default=None, help="default KV-cache dtype (default: bf16, fp16 for fp16 models)")
     pi.add_argument("--json", action="store_true", help="print the imported entry as JSON")
     pi.set_defaults(func=_cmd_import)
 
@@ -158,7 +160,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from qmodel.hf_import import import_hf_config
     from qmodel.registry import clear_cache
 
-    path, spec = import_hf_config(args.config, args.name, args.out, hf_id=args.hf_id)
+    path, spec = import_hf_config(args.config, args.name, args.out, hf_id=args.hf_id, dtype=args.dtype,
+                                  kv_dtype=args.kv_dtype)
     clear_cache()  # the next lookup in this process sees the new entry
     if args.json:
         print_json({"path": str(path), **describe("model", spec)})
