@@ -81,6 +81,8 @@ class TraceArrivals(Strict):
     format: Literal["auto", "azure", "mooncake", "splitwise", "vidur", "distserve", "qmodel"] = "auto"
     time_scale: float = Field(default=1.0, gt=0)
     rate_per_s: RatePerSecond | None = Field(default=None, gt=0, description="if set, rescale time to this mean rate")
+    jitter_seed: int | None = Field(
+        default=None, ge=0, description="spread arrivals uniformly within quantised timestamp slots (Mooncake's ~3 s slots), seeded")
 
 
 Arrivals = Annotated[Union[PoissonArrivals, GammaArrivals, TraceArrivals], Field(discriminator="kind")]

@@ -101,7 +101,7 @@ def arrival_stats(workload: Workload) -> tuple[float | None, float]:
 
         # Lengths-only files (Vidur/ShareGPT/DistServe) load with all-zero times; refuse them
         # here rather than return a NaN rate.
-        tr = require_arrivals(load_trace(a.path, a.format))
+        tr = require_arrivals(load_trace(a.path, a.format, jitter_seed=a.jitter_seed))
         t = np.asarray(tr.arrival_s, dtype=float)
         gaps = np.diff(np.sort(t))
         span = float(t.max() - t.min()) if len(t) > 1 else 0.0

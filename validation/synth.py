@@ -84,7 +84,7 @@ def _same_file(a: TraceArrivals, lg: EmpiricalLengths) -> bool:
 
 
 def _trace_arrivals(a: TraceArrivals, n: int, rate_per_s: float | None) -> tuple[np.ndarray, Trace, dict]:
-    tr = require_arrivals(load_trace(a.path, a.format))
+    tr = require_arrivals(load_trace(a.path, a.format, jitter_seed=a.jitter_seed))
     m = len(tr)
     base = np.asarray(tr.arrival_s, dtype=np.float64)
     span = float(base[-1] - base[0]) if m > 1 else 0.0
