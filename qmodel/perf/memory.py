@@ -20,9 +20,10 @@ from DistServe's own capacity table (``distserve/max_num_tokens.csv``, OPT-13B/6
 the capacities rise by a constant 79.4 GB (OPT-13B) / 78.9 GB (OPT-66B) of weights + KV per added
 GPU, so about 6.5-7 GB (6-6.5 GiB) of each 80 GiB GPU is neither (DistServe also leaves the
 embeddings out of its weight count, which the smaller 6 GiB absorbs). With ``memory_fraction = 1`` and
-6 GiB the capacity matches all 48 OPT-13B/66B (tp, pp) rows of that table within 1%; 5.75 or 6.5 GiB
-would already miss the tightest fit (OPT-66B on 2 GPUs) by 2-4% (tested in
-``tests/test_perf_memory.py``).
+6 GiB the capacity matches all 48 OPT-13B/66B (tp, pp) rows of that table within 0.8% (mean 0.4%);
+5.5 or 6.5 GiB would miss the tightest fit (OPT-66B on 2 GPUs) by +4.5% / -3.4%. At the scenario's
+default ``kv_memory_fraction = 0.9`` the same rows come out 9-11% below DistServe, since that
+fraction holds back a tenth of the free memory (tested in ``tests/test_perf_memory.py``).
 
 Approximation: embeddings and the LM head are counted as split like the other weights (vocab
 parallel), and all GPUs of a stage hold the same share.
