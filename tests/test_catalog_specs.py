@@ -86,6 +86,8 @@ def test_param_count_exact(name, exact):
     ("mixtral-8x7b", 46.7e9, 12.9e9),
     ("mixtral-8x22b", 141e9, 39e9),
     ("qwen2.5-7b", 7.61e9, None),
+    ("qwen2.5-14b", 14.7e9, None),
+    ("codellama-34b", 33.7e9, None),
     ("qwen2.5-32b", 32.5e9, None),
     ("qwen2.5-72b", 72.7e9, None),
     ("qwen3-8b", 8.2e9, None),
