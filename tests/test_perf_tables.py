@@ -211,3 +211,15 @@ def test_qmodel_csv_errors(tmp_path):
     other.write_text("a,b\n1,2\n")
     with pytest.raises(DataError, match="unknown table format"):
         detect_format(other)
+
+
+def test_impossible_medians_are_left_out_and_reported(data_dir):
+    # splitwise-sim's Llama2-70B TP2 A100 row "64 x 512 tokens in 0.79 s" is faster than its 32 x 512 row
+    # (6.6 s): a failed run. It must not shape the model; every TP8 group is clean.
+    m = load_splitwise(data_dir / SPLITWISE, "llama2-70b", "a100-80gb", 2)
+    bad = m.describe()["suspect_rows"]["prefill"]
+    assert [(r["batch_size"], r["length"]) for r in bad] == [(64.0, 512.0)]
+    assert m.prefill_time_s(64 * 512, 64 * 512**2, 64) > m.prefill_time_s(32 * 512, 32 * 512**2, 32)
+    assert all(p.n < 64 for p in m.points() if p.phase == "prefill")
+    clean = load_splitwise(data_dir / SPLITWISE, "bloom-176b", "h100-80gb", 8)
+    assert clean.suspect == {"prefill": [], "decode": []}
