@@ -1,0 +1,283 @@
+"""Colocated engine, prefill-priority iterations (vLLM-v0-like): design §2.9.
+
+A waiting prompt triggers a prefill iteration of everything waiting (up to the token budget);
+otherwise the engine runs one decode step of all running sequences.
+
+Model, per instance at rate lam (random split over ``instances``):
+
+* prefill time fraction rho_p = lam E[T_1(P)], T_1(P) = service.prefill_one_s(P) (one prompt per
+  iteration; at the loads where colocated is usable batches hold ~1 prompt, and this is
+  conservative: batching only amortises the fixed part);
+* decode occupancy: GPS with capacity (1 - rho_p): phi(n) = (1 - rho_p) n / t_d(n), i.e. the
+  birth–death chain of :mod:`qmodel.stations.decode` at token rate lam E[L] / (1 - rho_p)
+  (NegBin(1 + a/beta, x = lam E[L] beta / (1 - rho_p)) for affine t_d);
+* TPOT of a request with output L seeing N = n on arrival:
+
+      TPOT = t_d(n+1) + S / (L - 1),  S = sum_{j=1..K} T_j,  K ~ Poisson(lam (D + T_own)),
+
+  where D = (L - 1) t_d(n+1) / (1 - rho_p) is its decode lifetime (prefill batches of later
+  arrivals stall it: S_life) and lam T_own counts the arrivals queued during its own prefill, whose
+  batch runs before its second token (S_0, the inspection-paradox term). T_j ~ T_1(P) over the
+  prompt sample. Evaluated deterministically: compound-Poisson pmf by FFT per (L-group, N-node) on a per-group grid,
+  mixed over 16 log-spaced L groups and 5 quantile nodes of N;
+* TTFT = W + T_1(P) + co-batched prompts. W: prefill is the high class of a non-preemptive
+  priority M/G/1 over decode steps, E[W] = R/(1 - rho_p) with R = rho_p E[T^2]/(2E[T]) +
+  P(decode running) E[t_d]/2; its law is the Pollaczek–Khinchine compound geometric of prefill
+  residuals convolved with the decode residual stretched by 1/(1 - rho_p). Prompts arriving during
+  W join the request's batch: compound Poisson, mean count lam E[W], each adding T_1(P) - T_1(0).
+
+Joint stability (work-conserving, Li–Dai–Peng form): lam (c_p + E[L] beta_inf) < 1, with c_p the
+per-request prefill time in full token-budget batches, b = max(1, floor(B / E[P])), and beta_inf the
+asymptotic decode slope (or t_d(N_max)/N_max with a slot cap).
+Accuracy (design §2.9 DES): mean ±5%, p90 −2…−11%, p99 −9…−28% at rho_p <= 0.36; the tail
+underestimates as prefill bursts batch up: treat p99 as ±30%.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qmodel.dist import GridDist, convolve, mixture
+from qmodel.errors import InputError, UnstableError
+from qmodel.perf.base import ServiceTimeModel
+from qmodel.stations.base import StationSolution
+from qmodel.stations.decode import GPSChain, mean_context_tokens
+
+__all__ = ["ColocatedStation", "compound_poisson_pmf"]
+
+_N_NODES = 5
+_L_GROUPS = 16
+
+
+def compound_poisson_pmf(jump_pmf: np.ndarray, mu: np.ndarray, size: int) -> np.ndarray:
+    """pmf on a grid of sum_{j<=K} T_j, K ~ Poisson(mu) (one row per mu), by FFT of exp(mu (phi_T - 1))."""
+    nfft = 1 << int(math.ceil(math.log2(max(2 * size, 2))))
+    phi = np.fft.rfft(jump_pmf, nfft)
+    out = np.fft.irfft(np.exp(np.outer(mu, phi - 1.0)), nfft)[:, :size]
+    return np.clip(out, 0.0, None)
+
+
+@dataclass
+class ColocatedStation:
+    """Colocated prefill-priority engines (formulas in the module doc)."""
+
+    service: ServiceTimeModel
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    instances: int = 1
+    max_batch_tokens: int = 8192
+    kv_capacity_tokens: float | None = None
+    max_batch: int | None = None
+    name: str = "colocated"
+
+    def __post_init__(self) -> None:
+        p = np.asarray(self.prompt_tokens, dtype=float).ravel()
+        L = np.asarray(self.output_tokens, dtype=float).ravel()
+        if p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 1):
+            raise InputError("lengths", f"{p.size} prompts / {L.size} outputs",
+                             "a non-empty joint sample, prompts >= 1 and outputs >= 1 tokens")
+        if self.instances < 1:
+            raise InputError("colocated.instances", self.instances, "an integer >= 1")
+        if self.max_batch_tokens < 1:
+            raise InputError("colocated.max_batch_tokens", self.max_batch_tokens, "an integer >= 1")
+        self.p, self.L = p, L
+        self.mean_output = float(L.mean())
+        self.t1 = np.asarray(self.service.prefill_one_s(p), dtype=float)  # one-prompt prefill times
+        self.mean_t1 = float(self.t1.mean())
+        C = mean_context_tokens(p, L)
+        n_max = self.max_batch
+        if self.kv_capacity_tokens is not None:
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(p + L)))
+            if by_kv < 1:
+                raise InputError("colocated.kv_capacity_tokens", self.kv_capacity_tokens,
+                                 "room for at least one sequence of mean prompt+output length")
+            n_max = by_kv if n_max is None else min(n_max, by_kv)
+        self.n_max = n_max
+
+        def step(n: np.ndarray) -> np.ndarray:
+            return np.asarray(self.service.decode_step_time_s(n, n * C), dtype=float)
+
+        n1, n2 = 1 << 15, 1 << 16
+        slope = float(step(np.array([float(n2)]))[0] - step(np.array([float(n1)]))[0]) / (n2 - n1)
+        self.chain = GPSChain(step, cap=n_max, slope_inf=slope)
+        # saturated prefill: full token-budget batches of b = floor(B / E[P]) prompts
+        b = max(1, int(self.max_batch_tokens // max(p.mean(), 1.0)))
+        tb = float(self.service.prefill_time_s(b * p.mean(), b * float(np.mean(p * p)), b))
+        self.prefill_cost_sat = tb / b
+        self.decode_cost_per_token = (1.0 / (self.chain.cap / float(self.chain.g(self.chain.cap)[self.chain.cap]))
+                                      if n_max is not None else slope)
+        # L groups (log-spaced in L-1) for the TPOT quadrature; L = 1 requests have no TPOT
+        multi = L >= 2
+        if not np.any(multi):
+            raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
+        lm1 = L[multi] - 1.0
+        edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), _L_GROUPS + 1))
+        gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
+        groups = []
+        for g in np.unique(gi):
+            sel = gi == g
+            inv = float(np.mean(1.0 / lm1[sel]))
+            groups.append((float(sel.mean()), 1.0 / inv, float(np.mean(self.t1[multi][sel]))))
+        self.groups = groups  # (weight, representative L-1 keeping E[1/(L-1)], mean own prefill)
+
+    # ---- stability -------------------------------------------------------------------------
+    def max_stable_rate_per_s(self) -> float:
+        return self.instances / (self.prefill_cost_sat + self.mean_output * self.decode_cost_per_token)
+
+    # ---- solve -----------------------------------------------------------------------------
+    def solve(self, rate_per_s: float) -> StationSolution:
+        if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
+            raise InputError("rate_per_s", rate_per_s, "a positive finite arrival rate")
+        lam_max = self.max_stable_rate_per_s()
+        lam = rate_per_s / self.instances
+        rho_p = lam * self.mean_t1
+        load = rate_per_s / lam_max
+        if load >= 1.0 or rho_p >= 1.0:
+            raise UnstableError(self.name, max(load, rho_p), rate_per_s, lam_max, "prefill + decode work")
+        tok = lam * self.mean_output / (1.0 - rho_p)
+        if self.chain.rho_cap(tok) >= 1.0:
+            raise UnstableError(self.name, self.chain.rho_cap(tok), rate_per_s, lam_max,
+                                "decode at capacity 1 - rho_p")
+        pi, tail, rc = self.chain.solve(tok, 64 + int(20 * math.sqrt(tok * 1e-2 + 1) + 4 * tok * self.chain.g(1)[1]))
+        m = len(pi) - 1
+        g = self.chain.g(m + 1)
+        n = np.arange(m + 1)
+        mean_n = float(np.dot(n, pi))
+        # N nodes: conditional means of N within equal-probability strata (keeps E[N] exactly)
+        cdf = np.cumsum(pi)
+        cut = np.searchsorted(cdf, np.linspace(0, 1, _N_NODES + 1)[1:-1])
+        nodes, wts = [], []
+        lo = 0
+        for hi in list(cut) + [m + 1]:
+            hi = max(hi, lo + 1)
+            w = float(pi[lo:hi].sum())
+            if w > 0:
+                nodes.append(float(np.dot(n[lo:hi], pi[lo:hi]) / w))
+                wts.append(w)
+            lo = hi
+            if lo > m:
+                break
+        wts = np.asarray(wts) / np.sum(wts)
+        cap = self.chain.cap if self.chain.cap is not None else 1 << 62
+        td = np.array([float(np.interp(min(v + 1, cap), np.arange(len(g)), g)) for v in nodes])
+
+        # ---- TPOT: compound Poisson stalls on a grid --------------------------------------------
+        t_hi = float(self.t1.max())
+        et2 = float(np.mean(self.t1**2))
+        mean_tpot = 0.0
+        for gw, lm1, tp in self.groups:
+            for nw, tdn in zip(wts, td):
+                mean_tpot += gw * nw * (tdn + lam * (lm1 * tdn / (1 - rho_p) + tp) * self.mean_t1 / lm1)
+        # Each L group gets its own S grid: S enters TPOT divided by L-1, so a step of dx*(L-1) on S
+        # is a step of dx on TPOT. The grid reaches mean + 12 sd of S (Var = mu E[T^2]) plus a jump.
+        dx = mean_tpot / 400.0
+        rows: list[tuple[float, float, float, float, np.ndarray]] = []  # (weight, lm1, tdn, dx_s, pmf)
+        hi_t = 0.0
+        for gw, lm1, tp in self.groups:
+            mu = lam * (lm1 * td / (1 - rho_p) + tp)
+            dxs = max(dx * lm1, self.mean_t1 / 256.0, t_hi / 4096.0)
+            jump = np.bincount(np.ceil(self.t1 / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
+            jump /= jump.sum()
+            s_hi = float(mu.max()) * self.mean_t1 + 12 * math.sqrt(float(mu.max()) * et2) + t_hi
+            size = int(min(math.ceil(s_hi / dxs) + 2, 1 << 16))
+            cp = compound_poisson_pmf(jump, mu, size)
+            for nw, tdn, row in zip(wts, td, cp):
+                rows.append((gw * nw, lm1, tdn, dxs, row))
+                hi_t = max(hi_t, tdn + (size - 1) * dxs / lm1)
+        dx = max(dx, hi_t / 60000.0)
+        nt = int(math.ceil(hi_t / dx)) + 2
+        pmf = np.zeros(nt)
+        for w, lm1, tdn, dxs, row in rows:
+            k = np.minimum(np.ceil((tdn + np.arange(len(row)) * dxs / lm1) / dx - 1e-9).astype(np.int64), nt - 1)
+            pmf += np.bincount(k, weights=w * row, minlength=nt)
+        lost = max(0.0, 1.0 - float(pmf.sum()))
+        tpot = GridDist(dx, pmf, float(mean_tpot), tail=lost, tail_rate=1.0 / max(mean_tpot, 1e-12), exact=False)
+
+        dxs = max(self.mean_t1 / 200.0, t_hi / 8192.0)
+        jump = np.bincount(np.ceil(self.t1 / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
+        jump /= jump.sum()
+
+        # ---- TTFT: residual of the running iteration + own prefill ------------------------------
+        busy_dec = (1.0 - rho_p) * (1.0 - float(pi[0]))
+        # equilibrium residual of T_1: density (1 - F(x)) / E[T]
+        sf = 1.0 - np.cumsum(jump)
+        res_p = np.concatenate([[0.0], sf[:-1]]) * dxs / self.mean_t1
+        res_p = res_p / res_p.sum()
+        prefill_res = GridDist(dxs, res_p, et2 / (2 * self.mean_t1), exact=False)
+        # decode residual: uniform on t_d(N) for N >= 1 (mean-field over N nodes)
+        keep = pi[1: m + 1] > 1e-14 * float(pi.max())  # states with no mass add nothing but cost
+        gd = g[1: m + 1][keep]
+        wd = pi[1: m + 1][keep]
+        wd = wd / max(float(wd.sum()), 1e-300)
+        dres = max(float(gd.max()) / 400.0, 1e-12)
+        xk = np.arange(int(math.ceil(float(gd.max()) / dres)) + 2) * dres
+        cdf_d = wd @ np.clip(xk[None, :] / gd[:, None], 0.0, 1.0)
+        dec_res = GridDist(dres, np.diff(cdf_d, prepend=0.0), float(np.dot(wd, gd)) / 2.0, exact=False)
+        # Prefill waits as the high class of a non-preemptive priority M/G/1 (decode steps are the low
+        # class): W = R / (1 - rho_p), R = rho_p E[T^2]/(2E[T]) + busy_dec E[t_d]/2. Distribution: the
+        # Pollaczek–Khinchine compound geometric of prefill residuals plus the decode residual
+        # stretched by 1/(1 - rho_p) (the prefill work that arrives during it).
+        pk = _pk_wait(prefill_res, rho_p)
+        dec_stretched = GridDist(dec_res.dx / (1.0 - rho_p), dec_res.pmf, dec_res.mean_s / (1.0 - rho_p), exact=False)
+        busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
+        dec_part = mixture([GridDist.point(0.0, dec_stretched.dx), dec_stretched], [1.0 - busy_frac, busy_frac])
+        wait = convolve(pk, dec_part)
+        # prompts arriving while the request waits join its batch (FCFS order puts the earlier ones in
+        # W already): compound Poisson with mean count lam E[W], each adding its marginal prefill cost
+        t0 = float(self.service.prefill_one_s(0.0))
+        extra_pmf = compound_poisson_pmf(
+            _grid_pmf(np.maximum(self.t1 - t0, 0.0), dxs), np.array([lam * wait.mean_s]),
+            int(math.ceil((lam * wait.mean_s * (self.mean_t1 - t0) + 12 * math.sqrt(lam * wait.mean_s * et2) + t_hi) / dxs)) + 2)[0]
+        co = GridDist(dxs, extra_pmf / extra_pmf.sum(), lam * wait.mean_s * max(self.mean_t1 - t0, 0.0), exact=False)
+        own = GridDist(dxs, jump, self.mean_t1, exact=False)
+        ttft = convolve(wait, own, co)
+        resid = wait
+        lam_notes = [
+            "TPOT: GPS at capacity (1-rho_p) + compound-Poisson prefill stalls incl. K_0 inspection term "
+            "(mean ±5%, p90 to −11%, p99 to −28% vs DES at rho_p<=0.36; p99 ±30%, DES recommended)",
+            "TTFT: non-preemptive priority M/G/1 wait for prefill + own prompt + prompts co-batched while waiting "
+            "(approximate; prefill counted one prompt per iteration, conservative at low load)",
+        ]
+        return StationSolution(
+            name=self.name,
+            utilization=float(load),
+            max_stable_rate_per_s=float(lam_max),
+            delay=ttft,
+            wait=resid,
+            tpot=tpot,
+            mean_in_system=(mean_n + lam * (ttft.mean_s)) * self.instances,
+            method="prefill-priority: GPS at capacity 1-rho_p + compound-Poisson stalls (FFT)",
+            exact=False,
+            notes=tuple(lam_notes),
+            extra={"rho_p": rho_p, "mean_n_decode": mean_n, "x": tok * self.chain.slope_inf,
+                   "mean_tpot_s": float(mean_tpot), "busy_fraction": rho_p + busy_dec,
+                   "prefill_cost_saturated_s": self.prefill_cost_sat},
+        )
+
+
+def _grid_pmf(values: np.ndarray, dx: float) -> np.ndarray:
+    """Equal-weight sample -> pmf on a grid (rounded up)."""
+    pmf = np.bincount(np.ceil(values / dx - 1e-9).astype(np.int64), minlength=2).astype(float)
+    return pmf / pmf.sum()
+
+
+def _pk_wait(residual: GridDist, rho: float) -> GridDist:
+    """M/G/1 FCFS wait: sum_k (1 - rho) rho^k R^{*k} (Pollaczek–Khinchine), by FFT on a padded grid.
+
+    The grid reaches well past the mean (the tail is geometric-compound, decaying at least like
+    rho^k), so the wrap-around mass of the cyclic FFT is below 1e-12 for rho <= 0.9.
+    """
+    er = residual.mean_s
+    mean_w = rho * er / (1.0 - rho)
+    span = mean_w * 60.0 + residual.n * residual.dx * 4.0
+    size = 1 << int(math.ceil(math.log2(max(int(span / residual.dx) + 2, 4))))
+    size = min(size, 1 << 18)
+    phi = np.fft.rfft(residual.pmf, size)
+    pmf = np.clip(np.fft.irfft((1.0 - rho) / (1.0 - rho * phi), size), 0.0, None)
+    keep = int(min(size, 1 << 16))
+    pmf = pmf[:keep]
+    tail = max(0.0, 1.0 - float(pmf.sum()))
+    return GridDist(residual.dx, pmf, mean_w, tail=tail, tail_rate=(1.0 - rho) / max(er, 1e-300), exact=False)
