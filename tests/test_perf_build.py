@@ -41,3 +41,18 @@ def test_field_prefix_names_the_pool():
                       field_prefix="deployment.prefill")
     assert ei.value.field == "deployment.prefill.tp"
     assert str(ei.value).startswith("deployment.prefill.tp: 3 is not valid;")
+
+
+def test_empty_batches_take_no_time(data_dir):
+    import numpy as np
+
+    h = get_gpu("a100-80gb-sxm")
+    models = [service_model(RooflinePerf(), get_model("llama-2-70b"), h, 4),
+              service_model(FixedPerf(prefill_s=0.1, decode_step_s=0.01), get_model("opt-13b"), h, 1),
+              service_model(TablePerf(path="data:distserve/profiler-a100-80g.distserve.json"), get_model("opt-13b"), h, 1),
+              service_model(TablePerf(path="data:splitwise_sim/perf_model.csv"), get_model("llama-2-70b"), h, 8)]
+    for m in models:
+        assert m.prefill_time_s(0, 0, 0) == 0.0
+        assert m.decode_step_time_s(0, 0) == 0.0
+        grid = m.decode_step_time_s(np.arange(3), np.arange(3) * 100)
+        assert grid[0] == 0.0 and np.all(grid[1:] > 0)

@@ -12,6 +12,8 @@ holding one copy of the model):
 
 Both accept numpy arrays (broadcast) so the analytical engine can evaluate whole grids at once,
 and the replay calls them with scalars. Implementations must be pure functions of their inputs.
+An empty batch (``sum_tokens == 0`` or ``n_seqs == 0``) takes 0 s in every implementation, so grids
+that start at zero need no special case.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class FixedModel(ServiceTimeModel):
     ::
 
         prefill(T, Q, k) = k * prefill_s        (k requests in the batch)
-        decode(n, S)     = decode_step_s        (any batch size and context)
+        decode(n, S)     = decode_step_s        (any batch size n >= 1 and context; 0 for n = 0)
 
     A batch of ``k`` requests costs ``k`` times one request: batching brings *no* prefill gain, so
     a prefill station with this model is an M/D/1-like queue whatever its batch rule (the DistServe
@@ -46,7 +46,7 @@ class FixedModel(ServiceTimeModel):
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
-        out = np.full(n.shape, self.decode_step_s)
+        out = np.where(n > 0, self.decode_step_s, 0.0)
         return float(out) if out.ndim == 0 else out
 
     @property

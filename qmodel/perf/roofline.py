@@ -70,11 +70,13 @@ class RooflineModel(ServiceTimeModel):
 
     Factors, defaults and their sources:
 
-    * ``mfu`` = 0.55: achieved fraction of dense tensor FLOP/s in large GEMMs; prefill MFU of
-      vLLM/TensorRT-LLM on A100/H100 is commonly 0.4-0.6 (splitwise-sim's Llama2-70B A100
-      prefill at 8k tokens implies 0.5 with our FLOP count).
-    * ``mbu`` = 0.75: achieved fraction of HBM bandwidth when streaming weights/KV in decode
-      (Databricks/MosaicML report 0.6-0.8 MBU for well-tuned decode kernels).
+    * ``mfu`` = 0.55: achieved fraction of dense tensor FLOP/s in large GEMMs, the middle of the
+      0.4-0.6 usually quoted for vLLM/TensorRT-LLM prefill on A100/H100 (a rule of thumb, not
+      checked here). Fitted values: 0.69 (A100) / 0.59 (H100) for splitwise-sim's Llama2-70B TP8,
+      0.73 for DistServe's OPT-13B fit (``qmodel calibrate``).
+    * ``mbu`` = 0.75: achieved fraction of HBM bandwidth when streaming weights/KV in decode, the
+      upper half of the 0.6-0.8 usually quoted for tuned decode kernels (rule of thumb). Engines
+      vary widely: splitwise-sim's measured decode calibrates to 0.18-0.46, DistServe's fit to 0.63.
     * ``prefill_overhead_s`` = 10 ms, ``decode_overhead_s`` = 4 ms: per-step scheduler, sampling
       and kernel-launch time not captured by the roofline (DistServe's fitted intercepts for
       OPT-13B on A100 are 18 ms prefill and 20 ms decode with their engine; CUDA-graph engines are lower).
@@ -214,8 +216,9 @@ class RooflineModel(ServiceTimeModel):
                 "overhead_s": np.full_like(n, self.decode_overhead_s)}
 
     @staticmethod
-    def _total(parts: dict[str, np.ndarray]) -> ArrayOrFloat:
+    def _total(parts: dict[str, np.ndarray], busy: np.ndarray) -> ArrayOrFloat:
         out = np.maximum(parts["compute_s"], parts["memory_s"]) + parts["comm_s"] + parts["overhead_s"]
+        out = np.where(busy, out, 0.0)  # an empty batch takes no time
         return float(out) if out.ndim == 0 else out
 
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
@@ -223,10 +226,11 @@ class RooflineModel(ServiceTimeModel):
                                       np.asarray(n_requests, dtype=float))
         parts = self.prefill_breakdown(t, q)
         parts["overhead_s"] = parts["overhead_s"] + k * self.prefill_per_request_s
-        return self._total(parts)
+        return self._total(parts, t > 0)
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
-        return self._total(self.decode_breakdown(n_seqs, sum_context_tokens))
+        parts = self.decode_breakdown(n_seqs, sum_context_tokens)
+        return self._total(parts, np.asarray(n_seqs, dtype=float) > 0)
 
     # ---- identity ------------------------------------------------------------------------
     def params(self) -> dict[str, float | str | int]:

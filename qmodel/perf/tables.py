@@ -287,7 +287,8 @@ class SweepTableModel(ServiceTimeModel):
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         h, _ = _interp(n, self._hn, self._h, loglog=False)
         val = np.maximum(h + self.context_cost_s_per_token * s, self._floor_decode)
-        self.extrapolated["decode"] += int(np.count_nonzero(~self.in_range_decode(n, s)))
+        val = np.where(n > 0, val, 0.0)  # an empty batch takes no time
+        self.extrapolated["decode"] += int(np.count_nonzero(~self.in_range_decode(n, s) & (n > 0)))
         return float(val) if val.ndim == 0 else val
 
     # ---- calibration support and identity ---------------------------------------------------
@@ -353,7 +354,7 @@ class DistServeModel(ServiceTimeModel):
         a = np.where(small, self.decode_small[0], self.decode_large[0])
         b = np.where(small, self.decode_small[1], self.decode_large[1])
         c = np.where(small, self.decode_small[2], self.decode_large[2])
-        val = (a + b * (s + n) + c * n) / 1000.0
+        val = np.where(n > 0, (a + b * (s + n) + c * n) / 1000.0, 0.0)
         return float(val) if val.ndim == 0 else val
 
     def points(self) -> list[TablePoint]:
