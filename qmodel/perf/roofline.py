@@ -16,6 +16,9 @@ from qmodel.units import dtype_bits
 
 __all__ = ["RooflineModel", "DEFAULT_ALLREDUCE_LATENCY_S", "expected_distinct_experts"]
 
+# Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
+_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
+
 #: Per-call latency of one NCCL all-reduce (or one pipeline send) inside a node. nccl-tests put
 #: small-message all-reduce on 8 NVLink GPUs at 10-20 us; Vidur's profiles
 #: (vidur/profiling/network/{a100,h100}_dgx/all_reduce.csv, 8 GPUs, 2 KiB) measure 62/37 us medians
@@ -129,6 +132,7 @@ class RooflineModel(ServiceTimeModel):
         self._expert_byte = dtype_bits(model.expert_dtype or model.dtype) / 8.0
         self._kv_byte = dtype_bits(model.kv_dtype, "kv_dtype") / 8.0
         self._init_weights()
+        self._init_coefficients()
 
     # ---- weights read per step -----------------------------------------------------------
     def _init_weights(self) -> None:
@@ -155,15 +159,51 @@ class RooflineModel(ServiceTimeModel):
         e = expected_distinct_experts(self.model.moe.num_experts, self.model.moe.active_experts, n)
         return base + self._moe_layers * self._expert_params_per_layer_expert * e * self._expert_byte
 
+    def _init_coefficients(self) -> None:
+        """Fold every constant of the formulas into a few per-token coefficients (seconds).
+
+        Both the array path and the scalar fast path (the replay calls with scalars, ~10x faster
+        without numpy's per-call overhead) evaluate the same expressions on these numbers.
+        """
+        m, lay = self.model, self.layout
+        f, tp = lay.stage_fraction, lay.tp
+        flops = tp * self.flops_per_s
+        bw = self.gpu.memory_bandwidth_bytes_per_s * self.mbu
+        self._k_lin = f * m.linear_flops_per_token() / (self.mfu * flops)
+        self._k_att = f * m.attention_flops_per_token_pair() / (self.mfu * self.attention_efficiency * flops)
+        self._k_wbase = f * self._base_params * self._weight_byte / tp / bw
+        self._k_wexp = f * self._moe_layers * self._expert_params_per_layer_expert * self._expert_byte / tp / bw
+        self._k_kv = f * m.kv_elements_per_token_per_layer() * self._kv_byte * m.layers / lay.kv_shards_tp / bw
+        link = self.gpu.intra_node_bandwidth_bytes_per_s * self.comm_efficiency
+        per_tok = m.hidden_size * self.act_bytes / link
+        self._k_comm_tok = 0.0
+        self._k_comm_0 = 0.0
+        if lay.tp > 1:
+            self._k_comm_tok += 2.0 * lay.layers_per_stage * 2.0 * (lay.tp - 1) / lay.tp * per_tok
+            self._k_comm_0 += 2.0 * lay.layers_per_stage * self.allreduce_latency_s
+        if lay.pp > 1:
+            self._k_comm_tok += per_tok
+            self._k_comm_0 += self.allreduce_latency_s
+        moe = m.moe
+        self._moe_e = float(moe.num_experts) if moe else 0.0
+        self._moe_miss = 1.0 - moe.active_experts / moe.num_experts if moe else 1.0
+        sw = m.sliding_window_layers if (m.sliding_window_layers and m.sliding_window_tokens) else 0
+        self._win = float(m.sliding_window_tokens or 0)
+        self._win_full = (m.layers - sw) / m.layers
+        self._win_part = sw / m.layers
+
+    # ---- array helpers -------------------------------------------------------------------
     def _windowed_context(self, n: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """Context tokens summed over sequences, averaged over layers, with window layers capped (mean-context approximation)."""
-        m = self.model
-        if not m.sliding_window_layers or m.sliding_window_tokens is None:
+        """Context summed over sequences, averaged over layers, window layers capped at the window (mean-context approximation)."""
+        if not self._win_part:
             return s
         mean_ctx = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
-        capped = n * np.minimum(mean_ctx, m.sliding_window_tokens)
-        full = m.layers - m.sliding_window_layers
-        return (full * s + m.sliding_window_layers * capped) / m.layers
+        return self._win_full * s + self._win_part * (n * np.minimum(mean_ctx, self._win))
+
+    def _experts_s(self, tokens: np.ndarray) -> np.ndarray:
+        if not self._moe_e:
+            return np.zeros_like(tokens)
+        return self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** np.maximum(tokens, 0.0)))
 
     def kv_bytes_read(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> np.ndarray:
         """KV bytes of the context read by one decode step (whole model, before sharding)."""
@@ -172,65 +212,65 @@ class RooflineModel(ServiceTimeModel):
         per_token = self.model.kv_elements_per_token_per_layer() * self._kv_byte * self.model.layers
         return per_token * self._windowed_context(n, s)
 
-    # ---- communication -------------------------------------------------------------------
-    def _comm_s(self, tokens: np.ndarray) -> np.ndarray:
-        lay = self.layout
-        link = self.gpu.intra_node_bandwidth_bytes_per_s * self.comm_efficiency
-        msg = tokens * self.model.hidden_size * self.act_bytes
-        out = np.zeros_like(tokens)
-        if lay.tp > 1:
-            ring = 2.0 * (lay.tp - 1) / lay.tp * msg / link + self.allreduce_latency_s
-            out = out + 2.0 * lay.layers_per_stage * ring
-        if lay.pp > 1:
-            out = out + msg / link + self.allreduce_latency_s
-        return out
-
-    # ---- the two step times --------------------------------------------------------------
-    def _compute_s(self, linear_tokens: np.ndarray, attn_pairs: np.ndarray) -> np.ndarray:
-        lay = self.layout
-        lin = self.model.linear_flops_per_token() * linear_tokens / self.mfu
-        att = self.model.attention_flops_per_token_pair() * attn_pairs / (self.mfu * self.attention_efficiency)
-        return lay.stage_fraction * (lin + att) / (lay.tp * self.flops_per_s)
-
     def prefill_breakdown(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike) -> dict[str, np.ndarray]:
         """The terms of one prefill batch time: compute, memory, comm, overhead (seconds)."""
-        t = np.asarray(sum_tokens, dtype=float)
-        q = np.asarray(sum_sq_tokens, dtype=float)
-        t, q = np.broadcast_arrays(t, q)
-        lay = self.layout
-        compute = self._compute_s(t, q / 2.0)
-        memory = lay.stage_fraction * self.weight_bytes_read(t) / lay.tp / (self.gpu.memory_bandwidth_bytes_per_s * self.mbu)
-        return {"compute_s": compute, "memory_s": memory, "comm_s": self._comm_s(t),
+        t, q = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float))
+        return {"compute_s": self._k_lin * t + self._k_att * (q / 2.0),
+                "memory_s": self._k_wbase + self._experts_s(t),
+                "comm_s": self._k_comm_tok * t + self._k_comm_0,
                 "overhead_s": np.full_like(t, self.prefill_overhead_s)}
 
     def decode_breakdown(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> dict[str, np.ndarray]:
         """The terms of one decode step time: compute, memory, comm, overhead (seconds)."""
-        n = np.asarray(n_seqs, dtype=float)
-        s = np.asarray(sum_context_tokens, dtype=float)
-        n, s = np.broadcast_arrays(n, s)
-        lay = self.layout
-        compute = self._compute_s(n, self._windowed_context(n, s))
-        read = self.weight_bytes_read(n) / lay.tp + self.kv_bytes_read(n, s) / lay.kv_shards_tp
-        memory = lay.stage_fraction * read / (self.gpu.memory_bandwidth_bytes_per_s * self.mbu)
-        return {"compute_s": compute, "memory_s": memory, "comm_s": self._comm_s(n),
+        n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
+        sw = self._windowed_context(n, s)
+        return {"compute_s": self._k_lin * n + self._k_att * sw,
+                "memory_s": self._k_wbase + self._experts_s(n) + self._k_kv * sw,
+                "comm_s": self._k_comm_tok * n + self._k_comm_0,
                 "overhead_s": np.full_like(n, self.decode_overhead_s)}
 
-    @staticmethod
-    def _total(parts: dict[str, np.ndarray], busy: np.ndarray) -> ArrayOrFloat:
-        out = np.maximum(parts["compute_s"], parts["memory_s"]) + parts["comm_s"] + parts["overhead_s"]
-        out = np.where(busy, out, 0.0)  # an empty batch takes no time
-        return float(out) if out.ndim == 0 else out
-
+    # ---- the two step times --------------------------------------------------------------
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
+        if type(sum_tokens) in _SCALARS and type(sum_sq_tokens) in _SCALARS and type(n_requests) in _SCALARS:
+            return self._prefill_scalar(float(sum_tokens), float(sum_sq_tokens), float(n_requests))
         t, q, k = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
-        parts = self.prefill_breakdown(t, q)
-        parts["overhead_s"] = parts["overhead_s"] + k * self.prefill_per_request_s
-        return self._total(parts, t > 0)
+        p = self.prefill_breakdown(t, q)
+        out = (np.maximum(p["compute_s"], p["memory_s"]) + p["comm_s"]
+               + (self.prefill_overhead_s + self.prefill_per_request_s * k))
+        out = np.where(t > 0, out, 0.0)  # an empty batch takes no time
+        return float(out) if out.ndim == 0 else out
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
-        parts = self.decode_breakdown(n_seqs, sum_context_tokens)
-        return self._total(parts, np.asarray(n_seqs, dtype=float) > 0)
+        if type(n_seqs) in _SCALARS and type(sum_context_tokens) in _SCALARS:
+            return self._decode_scalar(float(n_seqs), float(sum_context_tokens))
+        n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
+        p = self.decode_breakdown(n, s)
+        out = np.maximum(p["compute_s"], p["memory_s"]) + p["comm_s"] + self.decode_overhead_s
+        out = np.where(n > 0, out, 0.0)  # an empty batch takes no time
+        return float(out) if out.ndim == 0 else out
+
+    # ---- scalar fast path: the same expressions, in the same order, on Python floats ------
+    def _prefill_scalar(self, t: float, q: float, k: float) -> float:
+        if not t > 0:
+            return 0.0
+        experts = self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** max(t, 0.0))) if self._moe_e else 0.0
+        compute = self._k_lin * t + self._k_att * (q / 2.0)
+        memory = self._k_wbase + experts
+        comm = self._k_comm_tok * t + self._k_comm_0
+        return max(compute, memory) + comm + (self.prefill_overhead_s + self.prefill_per_request_s * k)
+
+    def _decode_scalar(self, n: float, s: float) -> float:
+        if not n > 0:
+            return 0.0
+        sw = s
+        if self._win_part:
+            sw = self._win_full * s + self._win_part * (n * min(s / n, self._win))
+        experts = self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** max(n, 0.0))) if self._moe_e else 0.0
+        compute = self._k_lin * n + self._k_att * sw
+        memory = self._k_wbase + experts + self._k_kv * sw
+        comm = self._k_comm_tok * n + self._k_comm_0
+        return max(compute, memory) + comm + self.decode_overhead_s
 
     # ---- identity ------------------------------------------------------------------------
     def params(self) -> dict[str, float | str | int]:
