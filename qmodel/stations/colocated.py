@@ -46,7 +46,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 
-__all__ = ["ColocatedStation", "compound_poisson_pmf"]
+__all__ = ["ColocatedStation", "compound_poisson_pmf", "stall_tpot", "n_nodes"]
 
 _N_NODES = 5
 _L_GROUPS = 16
@@ -146,55 +146,15 @@ class ColocatedStation:
         g = self.chain.g(m + 1)
         n = np.arange(m + 1)
         mean_n = float(np.dot(n, pi))
-        # N nodes: conditional means of N within equal-probability strata (keeps E[N] exactly)
-        cdf = np.cumsum(pi)
-        cut = np.searchsorted(cdf, np.linspace(0, 1, _N_NODES + 1)[1:-1])
-        nodes, wts = [], []
-        lo = 0
-        for hi in list(cut) + [m + 1]:
-            hi = max(hi, lo + 1)
-            w = float(pi[lo:hi].sum())
-            if w > 0:
-                nodes.append(float(np.dot(n[lo:hi], pi[lo:hi]) / w))
-                wts.append(w)
-            lo = hi
-            if lo > m:
-                break
-        wts = np.asarray(wts) / np.sum(wts)
+        nodes, wts = n_nodes(pi)
         cap = self.chain.cap if self.chain.cap is not None else 1 << 62
         td = np.array([float(np.interp(min(v + 1, cap), np.arange(len(g)), g)) for v in nodes])
 
         # ---- TPOT: compound Poisson stalls on a grid --------------------------------------------
         t_hi = float(self.t1.max())
         et2 = float(np.mean(self.t1**2))
-        mean_tpot = 0.0
-        for gw, lm1, tp in self.groups:
-            for nw, tdn in zip(wts, td):
-                mean_tpot += gw * nw * (tdn + lam * (lm1 * tdn / (1 - rho_p) + tp) * self.mean_t1 / lm1)
-        # Each L group gets its own S grid: S enters TPOT divided by L-1, so a step of dx*(L-1) on S
-        # is a step of dx on TPOT. The grid reaches mean + 12 sd of S (Var = mu E[T^2]) plus a jump.
-        dx = mean_tpot / 400.0
-        rows: list[tuple[float, float, float, float, np.ndarray]] = []  # (weight, lm1, tdn, dx_s, pmf)
-        hi_t = 0.0
-        for gw, lm1, tp in self.groups:
-            mu = lam * (lm1 * td / (1 - rho_p) + tp)
-            dxs = max(dx * lm1, self.mean_t1 / 256.0, t_hi / 4096.0)
-            jump = np.bincount(np.ceil(self.t1 / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
-            jump /= jump.sum()
-            s_hi = float(mu.max()) * self.mean_t1 + 12 * math.sqrt(float(mu.max()) * et2) + t_hi
-            size = int(min(math.ceil(s_hi / dxs) + 2, 1 << 16))
-            cp = compound_poisson_pmf(jump, mu, size)
-            for nw, tdn, row in zip(wts, td, cp):
-                rows.append((gw * nw, lm1, tdn, dxs, row))
-                hi_t = max(hi_t, tdn + (size - 1) * dxs / lm1)
-        dx = max(dx, hi_t / 60000.0)
-        nt = int(math.ceil(hi_t / dx)) + 2
-        pmf = np.zeros(nt)
-        for w, lm1, tdn, dxs, row in rows:
-            k = np.minimum(np.ceil((tdn + np.arange(len(row)) * dxs / lm1) / dx - 1e-9).astype(np.int64), nt - 1)
-            pmf += np.bincount(k, weights=w * row, minlength=nt)
-        lost = max(0.0, 1.0 - float(pmf.sum()))
-        tpot = GridDist(dx, pmf, float(mean_tpot), tail=lost, tail_rate=1.0 / max(mean_tpot, 1e-12), exact=False)
+        tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [self.t1] * len(td))
+        mean_tpot = tpot.mean_s
 
         dxs = max(self.mean_t1 / 200.0, t_hi / 8192.0)
         jump = np.bincount(np.ceil(self.t1 / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
@@ -281,3 +241,71 @@ def _pk_wait(residual: GridDist, rho: float) -> GridDist:
     pmf = pmf[:keep]
     tail = max(0.0, 1.0 - float(pmf.sum()))
     return GridDist(residual.dx, pmf, mean_w, tail=tail, tail_rate=(1.0 - rho) / max(er, 1e-300), exact=False)
+
+
+def n_nodes(pi: np.ndarray, k: int = _N_NODES) -> tuple[list[float], np.ndarray]:
+    """Quadrature nodes of N: conditional means within k equal-probability strata (keeps E[N] exact)."""
+    n = np.arange(len(pi))
+    m = len(pi) - 1
+    cut = np.searchsorted(np.cumsum(pi), np.linspace(0, 1, k + 1)[1:-1])
+    nodes, wts = [], []
+    lo = 0
+    for hi in list(cut) + [m + 1]:
+        hi = max(int(hi), lo + 1)
+        w = float(pi[lo:hi].sum())
+        if w > 0:
+            nodes.append(float(np.dot(n[lo:hi], pi[lo:hi]) / w))
+            wts.append(w)
+        lo = hi
+        if lo > m:
+            break
+    return nodes, np.asarray(wts) / np.sum(wts)
+
+
+def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.ndarray, node_td: np.ndarray,
+               node_rho: list[float], node_jumps: list[np.ndarray]) -> GridDist:
+    """TPOT = t_n + S/(L-1), S compound Poisson: K ~ Poisson(lam ((L-1) t_n/(1-rho_n) + T_own)), jumps X.
+
+    ``groups``: (weight, representative L-1, mean own prefill time); per N node n: weight, decode step
+    t_n, capacity loss rho_n and a sample of the stall each prefill adds (equal weights). Each L group
+    gets its own S grid: S enters TPOT divided by L-1, so a step of dx (L-1) on S is a step of dx on
+    TPOT; the grid reaches mean + 12 sd of S (Var = mu E[X^2]) plus one jump.
+    """
+    moments = [(float(x.mean()), float(np.mean(x * x)), float(x.max())) for x in node_jumps]
+    mean_tpot = 0.0
+    for gw, lm1, tp in groups:
+        for nw, tdn, rho, (ex, _, _) in zip(node_w, node_td, node_rho, moments):
+            mean_tpot += gw * nw * (tdn + lam * (lm1 * tdn / (1 - rho) + tp) * ex / lm1)
+    dx = mean_tpot / 400.0
+    rows: list[tuple[float, float, float, float, np.ndarray]] = []  # (weight, lm1, t_n, dx_s, pmf)
+    hi_t = 0.0
+    for gw, lm1, tp in groups:
+        by_jump: dict[int, list[int]] = {}
+        for j, x in enumerate(node_jumps):
+            by_jump.setdefault(id(x), []).append(j)
+        for idx in by_jump.values():
+            x = node_jumps[idx[0]]
+            ex, ex2, xmax = moments[idx[0]]
+            if ex <= 0:
+                for j in idx:
+                    rows.append((gw * node_w[j], lm1, float(node_td[j]), 1.0, np.array([1.0])))
+                    hi_t = max(hi_t, float(node_td[j]))
+                continue
+            mu = np.array([lam * (lm1 * node_td[j] / (1 - node_rho[j]) + tp) for j in idx])
+            dxs = max(dx * lm1, ex / 256.0, xmax / 4096.0)
+            jump = np.bincount(np.ceil(x / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
+            jump /= jump.sum()
+            s_hi = float(mu.max()) * ex + 12 * math.sqrt(float(mu.max()) * ex2) + xmax
+            size = int(min(math.ceil(s_hi / dxs) + 2, 1 << 16))
+            cp = compound_poisson_pmf(jump, mu, size)
+            for j, row in zip(idx, cp):
+                rows.append((gw * node_w[j], lm1, float(node_td[j]), dxs, row))
+                hi_t = max(hi_t, float(node_td[j]) + (size - 1) * dxs / lm1)
+    dx = max(dx, hi_t / 60000.0)
+    nt = int(math.ceil(hi_t / dx)) + 2
+    pmf = np.zeros(nt)
+    for w, lm1, tdn, dxs, row in rows:
+        k = np.minimum(np.ceil((tdn + np.arange(len(row)) * dxs / lm1) / dx - 1e-9).astype(np.int64), nt - 1)
+        pmf += np.bincount(k, weights=w * row, minlength=nt)
+    lost = max(0.0, 1.0 - float(pmf.sum()))
+    return GridDist(dx, pmf, float(mean_tpot), tail=lost, tail_rate=1.0 / max(mean_tpot, 1e-12), exact=False)
