@@ -325,3 +325,28 @@ def test_decode_gps_negbin_at_x08():
     res = replay_plan(plan, make_trace(arr, 10, 200), warmup_fraction=0.1)
     dec = next(s for s in res.stations if s.name == "decode")
     assert dec.mean_in_system == pytest.approx(404.0 + 40 * 0.025, rel=0.02)
+
+
+@pytest.mark.parametrize("topology", ["disaggregated", "colocated", "chunked"])
+def test_step_cache_changes_speed_not_results(topology):
+    """The exact memo of the service model (integer lattice tables) gives byte-identical results."""
+    tr = busy_trace(2000, seed=4)
+    a, _ = simulate(mixed_plan(topology), tr, seed=3, cache=True)
+    b, _ = simulate(mixed_plan(topology), tr, seed=3, cache=False)
+    assert json.dumps(a.model_dump(mode="json")) == json.dumps(b.model_dump(mode="json"))
+
+
+def test_step_cache_matches_roofline_model_exactly():
+    """Against the real roofline model (non-linear: max of compute and memory terms)."""
+    from qmodel.perf.build import service_model
+    from qmodel.registry import get_gpu, get_model
+    from qmodel.scenario import RooflinePerf
+    from qmodel.validation.stations._core import StepCache
+
+    m = service_model(RooflinePerf(), get_model("llama-3.1-8b"), get_gpu("h100-sxm"), 1, 1)
+    c = StepCache(m, block=256)
+    for n, S, k in ((1, 0, 1), (7, 1000, 50), (64, 250, 9), (300, 70000, 40), (3, 255, 2)):
+        got = c.decode_steps(n, S, k)
+        want = np.asarray(m.decode_step_time_s(float(n), S + n * np.arange(k, dtype=float)))
+        assert np.array_equal(got, want), (n, S, k)
+    assert c.prefill_time_s(3000, 3000**2, 1) == float(m.prefill_time_s(3000.0, 9e6, 1.0))

@@ -20,6 +20,7 @@ the warm-up time to the last arrival.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool,
 from qmodel.validation.report import Conservation, ReplayHeader, ReplayResult, ReplayStation
 from qmodel.validation.stations import (ChunkedStation, ColocatedStation, DecodeStation, KVTransferStation,
                                         PrefillStation)
-from qmodel.validation.stations._core import Requests, Sim
+from qmodel.validation.stations._core import Requests, Sim, StepCache
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 
@@ -198,9 +199,18 @@ def replay_plan(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fractio
     return simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction)[0]
 
 
-def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0,
-             warmup_fraction: float = 0.1) -> tuple[ReplayResult, Requests]:
-    """:func:`replay_plan` plus the per-request columns (first/last token times, station marks)."""
+def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: float = 0.1,
+             cache: bool = True) -> tuple[ReplayResult, Requests]:
+    """:func:`replay_plan` plus the per-request columns (first/last token times, station marks).
+
+    ``cache`` memoises the service-time model at the integer arguments the replay uses
+    (:class:`~qmodel.validation.stations._core.StepCache`): same numbers, several times faster.
+    """
+    run_plan = plan
+    if cache:
+        run_plan = dataclasses.replace(
+            plan, decode_model=StepCache(plan.decode_model),
+            prefill_model=None if plan.prefill_model is None else StepCache(plan.prefill_model))
     if len(trace) == 0:
         raise InputError("trace", trace.source, "a trace with at least one request")
     arrival = np.asarray(trace.arrival_s, dtype=float)
@@ -213,11 +223,11 @@ def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0,
     sim = Sim()
     rng = np.random.default_rng(seed)
     if plan.topology == "disaggregated":
-        stations = _run_disaggregated(plan, trace, req, sim, rng, window)
+        stations = _run_disaggregated(run_plan, trace, req, sim, rng, window)
     elif plan.topology == "colocated":
-        stations = _run_single(plan, req, sim, rng, window, ColocatedStation)
+        stations = _run_single(run_plan, req, sim, rng, window, ColocatedStation)
     else:
-        stations = _run_single(plan, req, sim, rng, window, ChunkedStation)
+        stations = _run_single(run_plan, req, sim, rng, window, ChunkedStation)
     return _summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req
 
 
@@ -337,6 +347,34 @@ def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.nda
                          little_rel_error=_f(little), servers=servers, notes=list(getattr(st, "notes", [])))
 
 
+def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
+    """The modelling choices behind the numbers, printed with every result."""
+    out = ["KV memory: each request reserves prompt + output tokens and a batch slot (worst case, no preemption)",
+           "statistics exclude requests arriving in the warm-up fraction; time averages use warm-up..last arrival"]
+    if plan.topology == "disaggregated":
+        out += [f"prefill: per-instance FCFS queues, {plan.prefill_dispatch} dispatch, batches of <= "
+                f"{plan.max_batch_tokens} new tokens (an oversized request runs alone)",
+                f"KV transfer: {plan.link_sharing} sharing of one path per prefill instance at "
+                f"{plan.path_bandwidth_bytes_per_s:.6g} B/s + {plan.link_latency_s:.3g} s, {plan.transfer_mode}; "
+                "starts only once a decode instance has reserved the request's KV",
+                f"decode: continuous batching, joins at step boundaries, {plan.decode_dispatch} reservation; "
+                f"first token from {plan.first_token_from}"]
+        if plan.transfer_mode == "layerwise" and plan.link_sharing != "dedicated":
+            out.append("layerwise under contention: bytes are served once the first layer is ready and the end is "
+                       "clamped to the last layer plus its chunk (exact when link- or compute-bound throughout)")
+    elif plan.topology == "colocated":
+        out.append(f"colocated: prefill-priority iterations of <= {plan.max_batch_tokens} tokens, decode runs otherwise")
+    else:
+        out.append(f"chunked: {plan.chunk_tokens}-token iterations = prefill_time_s(chunk + decode tokens, chunk "
+                   "attention terms) + context part of decode_step_time_s")
+    if plan.topology == "disaggregated" and trace.hash_ids is not None and plan.prefix_cache_blocks > 0:
+        out.append(f"prefix cache: per-prefill-instance LRU of {plan.prefix_cache_blocks} blocks of "
+                   f"{trace.block_tokens} tokens keyed by the trace's hash_ids (longest cached leading run)")
+    elif plan.prefix_hit_ratio > 0:
+        out.append(f"prefix cache: floor({plan.prefix_hit_ratio} x prompt) tokens skipped per request")
+    return out
+
+
 def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations: list, window, seed: int,
                warmup_fraction: float) -> ReplayResult:
     arrival = np.asarray(req.arrival)
@@ -369,7 +407,7 @@ def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations
         scenario=plan.name, scenario_sha256=plan.scenario_sha256, trace_sha256=trace.sha256, trace_source=trace.source,
         perf_sha256={k: m.fingerprint for k, m in (("prefill", plan.prefill_model), ("decode", plan.decode_model))
                      if m is not None},
-        seed=seed, n_requests=req.n, warmup_fraction=warmup_fraction, engine=ENGINE, assumptions=list(plan.notes))
+        seed=seed, n_requests=req.n, warmup_fraction=warmup_fraction, engine=ENGINE, assumptions=list(plan.notes) + _assumptions(plan, trace))
     return ReplayResult(
         header=header, scenario=plan.name, topology=plan.topology,  # type: ignore[arg-type]
         rate_per_s=_f((req.n - 1) / arrival[-1]) if req.n > 1 and arrival[-1] > 0 else 0.0,

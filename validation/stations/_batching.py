@@ -24,7 +24,7 @@ from collections import deque
 
 import numpy as np
 
-from ._core import Meter, Requests, Sim
+from ._core import Meter, Requests, Sim, step_cumsum
 
 __all__ = ["SingleInstance", "SinglePoolStation"]
 
@@ -188,9 +188,7 @@ class SinglePoolStation(ABC):
         d = self.inst[i]
         n = len(d.running)
         k = d.running[0][0] - d.K
-        ctx = d.S + n * np.arange(k, dtype=float) if k > 1 else float(d.S)
-        st = np.broadcast_to(np.asarray(self.model.decode_step_time_s(float(n), ctx), dtype=float), (k,))
-        d.cum = np.cumsum(st)
+        d.cum = step_cumsum(self.model, n, d.S, k)
         d.t0 = t
         d.kend = k
         d.version += 1

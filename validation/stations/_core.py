@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sim", "Meter", "Requests"]
+__all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum"]
 
 
 class Sim:
@@ -99,3 +99,89 @@ class Requests:
             nan = float("nan")
             self.marks[name] = ([nan] * self.n, [nan] * self.n, [nan] * self.n)
         return self.marks[name]
+
+
+def step_cumsum(model, n: int, S: int, k: int) -> np.ndarray:
+    """Cumulative times of k decode steps of n sequences whose contexts total S before the first
+    step and grow by n per step: cumsum of ``decode_step_time_s(n, S + n*j)``, j = 0..k-1.
+
+    One vectorised model call per run of steps (the fast-forward of the decode engines), or
+    table look-ups when ``model`` is a :class:`StepCache`.
+    """
+    if isinstance(model, StepCache):
+        return np.cumsum(model.decode_steps(n, S, k))
+    if k == 1:
+        return np.array([float(model.decode_step_time_s(float(n), float(S)))])
+    st = model.decode_step_time_s(float(n), S + n * np.arange(k, dtype=float))
+    st = np.asarray(st, dtype=float)
+    if st.ndim == 0:  # a model whose step time ignores the context
+        st = np.full(k, float(st))
+    return np.cumsum(st)
+
+
+class StepCache:
+    """Exact memo of a pure :class:`~qmodel.perf.base.ServiceTimeModel` at integer arguments.
+
+    Token counts are integers, so every argument the replay passes lies on an integer lattice.
+    Decode step times are tabulated per batch size n in blocks of ``block`` consecutive context
+    sums, each block filled by one vectorised call, ``decode_step_time_s(n, S0 + arange(block))``;
+    later runs read the table instead of calling the model (a model call costs tens of
+    microseconds of numpy overhead, a look-up a few). Prefill batch times are memoised on
+    (sum tokens, sum squares, requests). The values are the model's own at the same arguments
+    (element-wise IEEE arithmetic gives the same result vectorised or not; tested), so caching
+    changes speed, never results. Memory is bounded: tables are dropped wholesale when full.
+    """
+
+    def __init__(self, model, block: int = 2048, max_blocks: int = 4096, max_prefill: int = 1 << 20) -> None:
+        self.model = model
+        self.block = block
+        self.max_blocks = max_blocks
+        self.max_prefill = max_prefill
+        self.tables: dict[tuple[int, int], np.ndarray] = {}
+        self.prefill: dict[tuple[int, int, int], float] = {}
+        self.fingerprint = model.fingerprint
+
+    def prefill_time_s(self, s1: float, s2: float, k: float) -> float:
+        key = (int(s1), int(s2), int(k))
+        v = self.prefill.get(key)
+        if v is None:
+            if len(self.prefill) >= self.max_prefill:
+                self.prefill.clear()
+            v = self.prefill[key] = float(self.model.prefill_time_s(float(s1), float(s2), float(k)))
+        return v
+
+    def decode_step_time_s(self, n: float, S: float) -> float:
+        return float(self.decode_steps(int(n), int(S), 1)[0])
+
+    def _table(self, n: int, b: int) -> np.ndarray:
+        key = (n, b)
+        tab = self.tables.get(key)
+        if tab is None:
+            if len(self.tables) >= self.max_blocks:
+                self.tables.clear()
+            s = b * self.block + np.arange(self.block, dtype=float)
+            tab = np.asarray(self.model.decode_step_time_s(float(n), s), dtype=float)
+            if tab.ndim == 0:
+                tab = np.full(self.block, float(tab))
+            self.tables[key] = tab
+        return tab
+
+    def decode_steps(self, n: int, S: int, k: int) -> np.ndarray:
+        B = self.block
+        last = S + n * (k - 1)
+        b0, b1 = S // B, last // B
+        if b1 - b0 > 3:  # a sparse lattice (huge n): filling blocks would waste work
+            st = np.asarray(self.model.decode_step_time_s(float(n), S + n * np.arange(k, dtype=float)), dtype=float)
+            return np.full(k, float(st)) if st.ndim == 0 else st
+        if b0 == b1:
+            tab = self._table(n, b0)
+            base = S - b0 * B
+            return tab[base: base + n * (k - 1) + 1: n]
+        idx = S + n * np.arange(k, dtype=np.int64)
+        blk = idx // B
+        out = np.empty(k)
+        for b in range(b0, b1 + 1):
+            sel = blk == b
+            if sel.any():
+                out[sel] = self._table(n, b)[idx[sel] - b * B]
+        return out

@@ -34,7 +34,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from ._core import Meter, Requests, Sim
+from ._core import Meter, Requests, Sim, step_cumsum
 
 __all__ = ["DecodeInstance", "DecodeStation"]
 
@@ -180,9 +180,7 @@ class DecodeStation:
         n = len(running)
         if n:
             k = running[0][0] - K
-            ctx = d.S + n * np.arange(k, dtype=float) if k > 1 else float(d.S)
-            st = np.broadcast_to(np.asarray(self.model.decode_step_time_s(float(n), ctx), dtype=float), (k,))
-            d.cum = np.cumsum(st)
+            d.cum = step_cumsum(self.model, n, d.S, k)
             d.t0 = t
             d.kend = k
             d.version += 1
