@@ -63,10 +63,12 @@ Every table model records the SHA-256 of the file bytes as its ``fingerprint``.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +116,10 @@ class TablePoint:
     time_s: float
 
 
+# Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
+_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -146,6 +152,20 @@ def _interp(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, loglog: bool) -> tupl
     val = np.where(x < lo, ys[0] + s_lo * (x - lo), val)
     val = np.where(x > hi, ys[-1] + s_hi * (x - hi), val)
     return val, ~inside
+
+
+def _interp1(x: float, xs: list[float], ys: list[float], loglog: bool) -> tuple[float, bool]:
+    """Scalar twin of :func:`_interp` (pure Python, for the replay's one-at-a-time calls)."""
+    lo, hi = xs[0], xs[-1]
+    if x < lo:
+        return ys[0] + (ys[1] - ys[0]) / (xs[1] - xs[0]) * (x - lo), True
+    if x > hi:
+        return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (x - hi), True
+    j = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
+    if loglog:
+        lx0, lx1, ly0, ly1 = math.log(xs[j]), math.log(xs[j + 1]), math.log(ys[j]), math.log(ys[j + 1])
+        return math.exp(ly0 + (ly1 - ly0) / (lx1 - lx0) * (math.log(x) - lx0)), False
+    return ys[j] + (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (x - xs[j]), False
 
 
 def _median_groups(rows: list[tuple[float, float, float]]) -> list[tuple[float, float, float]]:
@@ -226,6 +246,10 @@ class SweepTableModel(ServiceTimeModel):
         self._floor_decode = 0.01 * min(t for _, _, t in dec)
         #: number of queries answered by extrapolation, per phase (reported by describe())
         self.extrapolated: dict[str, int] = {"prefill": 0, "decode": 0}
+        # Python lists for the scalar fast path.
+        self._lp, self._lf1 = self._p.tolist(), self._f1.tolist()
+        self._lgn, self._lg = self._gn.tolist(), self._g.tolist()
+        self._lhn, self._lh = self._hn.tolist(), self._h.tolist()
 
     def _fit_decode(self, dec: list[tuple[float, float, float]], source: str) -> None:
         ns = sorted({n for n, _, _ in dec})
@@ -273,6 +297,8 @@ class SweepTableModel(ServiceTimeModel):
 
     # ---- step times ---------------------------------------------------------------------------
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
+        if type(sum_tokens) in _SCALARS and type(sum_sq_tokens) in _SCALARS and type(n_requests) in _SCALARS:
+            return self._prefill_scalar(float(sum_tokens), float(sum_sq_tokens))
         t, q, _ = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
         p_eff, n_eff = self._eff(t, q)
@@ -284,12 +310,36 @@ class SweepTableModel(ServiceTimeModel):
         return float(val) if val.ndim == 0 else val
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
+        if type(n_seqs) in _SCALARS and type(sum_context_tokens) in _SCALARS:
+            return self._decode_scalar(float(n_seqs), float(sum_context_tokens))
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         h, _ = _interp(n, self._hn, self._h, loglog=False)
         val = np.maximum(h + self.context_cost_s_per_token * s, self._floor_decode)
         val = np.where(n > 0, val, 0.0)  # an empty batch takes no time
         self.extrapolated["decode"] += int(np.count_nonzero(~self.in_range_decode(n, s) & (n > 0)))
         return float(val) if val.ndim == 0 else val
+
+    # ---- scalar fast path (same formulas as above on Python floats) ----------------------------
+    def _prefill_scalar(self, t: float, q: float) -> float:
+        if not t > 0:
+            return 0.0
+        q = max(q, 0.0)
+        p_eff = q / t
+        n_eff = max(t / p_eff if p_eff > 0 else 1.0, 1.0)
+        f, out1 = _interp1(max(p_eff, 1e-9), self._lp, self._lf1, loglog=True)
+        g, out2 = _interp1(n_eff, self._lgn, self._lg, loglog=False)
+        if out1 or out2:
+            self.extrapolated["prefill"] += 1
+        return max(n_eff * f * g, self._floor_prefill)
+
+    def _decode_scalar(self, n: float, s: float) -> float:
+        if not n > 0:
+            return 0.0
+        h, _ = _interp1(n, self._lhn, self._lh, loglog=False)
+        ctx = s / n
+        if not (self._lhn[0] <= n <= self._lhn[-1] and self._ctx_range[0] <= ctx <= self._ctx_range[1]):
+            self.extrapolated["decode"] += 1
+        return max(h + self.context_cost_s_per_token * s, self._floor_decode)
 
     # ---- calibration support and identity ---------------------------------------------------
     def points(self) -> list[TablePoint]:
@@ -342,13 +392,20 @@ class DistServeModel(ServiceTimeModel):
         self.keys = dict(keys or {})
 
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
+        a, b, c = self.prefill_coef
+        if type(sum_tokens) in _SCALARS and type(sum_sq_tokens) in _SCALARS and type(n_requests) in _SCALARS:
+            return (a + b * sum_tokens + c * sum_sq_tokens) / 1000.0 if sum_tokens > 0 else 0.0
         t, q, _ = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
-        a, b, c = self.prefill_coef
-        val = np.where(t > 0, (a + b * t + c * q) / 1000.0, 0.0)
+        val = np.where(t > 0, (a + b * t + c * q) / 1000.0, 0.0)  # an empty batch takes no time
         return float(val) if val.ndim == 0 else val
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
+        if type(n_seqs) in _SCALARS and type(sum_context_tokens) in _SCALARS:
+            if not n_seqs > 0:
+                return 0.0
+            a, b, c = self.decode_small if n_seqs < self.threshold else self.decode_large
+            return (a + b * (sum_context_tokens + n_seqs) + c * n_seqs) / 1000.0
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         small = n < self.threshold
         a = np.where(small, self.decode_small[0], self.decode_large[0])
