@@ -13,6 +13,9 @@ from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
 
 __all__ = ["FixedModel"]
 
+# Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
+_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
+
 
 class FixedModel(ServiceTimeModel):
     r"""Constant prefill time per request and constant decode step.
@@ -39,12 +42,16 @@ class FixedModel(ServiceTimeModel):
         self.decode_step_s = float(decode_step_s)
 
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
+        if type(n_requests) in _SCALARS and type(sum_tokens) in _SCALARS:
+            return n_requests * self.prefill_s
         t, q, k = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
         out = k * self.prefill_s
         return float(out) if out.ndim == 0 else out
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
+        if type(n_seqs) in _SCALARS:
+            return self.decode_step_s if n_seqs > 0 else 0.0
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         out = np.where(n > 0, self.decode_step_s, 0.0)
         return float(out) if out.ndim == 0 else out
