@@ -402,6 +402,11 @@ def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations
     if dropped.any():
         warnings.append(f"{int(dropped.sum())} request(s) dropped: prompt + output exceed one instance's KV memory "
                         f"({plan.decode_kv_capacity_tokens} tokens)")
+    arrivals_in = int(((arrival >= window[0]) & (arrival <= window[1]) & ~dropped).sum())
+    if span > 0 and fin_in.sum() < 0.95 * arrivals_in:
+        warnings.append(f"the deployment did not keep up: {int(fin_in.sum())} completions against {arrivals_in} "
+                        "arrivals in the measurement window; it is likely unstable at this rate and the latencies "
+                        "grow with the run length")
     little = max((s.little_rel_error for s in reports), default=0.0)
     header = ReplayHeader(
         scenario=plan.name, scenario_sha256=plan.scenario_sha256, trace_sha256=trace.sha256, trace_source=trace.source,
