@@ -1,0 +1,380 @@
+"""``qmodel.plan``: the cheapest deployment that meets a target rate, or the most goodput in a budget.
+
+Objectives (one per search):
+
+* ``min-gpus``: meet ``target_rate_per_s`` at the SLO with the fewest GPUs (ties: more goodput);
+* ``min-cost``: the same with the lowest list price per hour (GPUs without a price are left out);
+* ``max-goodput``: the most goodput within a budget of GPUs, board power or $/hour (Splitwise's
+  iso-count, iso-power and iso-cost provisioning); ties go to fewer GPUs.
+
+The search itself is in :mod:`qmodel.planner.search`; this module wires the catalog, the
+evaluator, the executor and the output together.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections import Counter
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from qmodel.errors import InputError
+from qmodel.planner.evaluate import EngineEvaluator, Evaluator, PlanMetrics, scenario_for
+from qmodel.planner.result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
+from qmodel.planner.search import (FINAL_REL_TOL, Budget, Found, FamilyOutcome, SerialExecutor, bisect_goodput,
+                                   cost_of, max_goodput_family, min_cost_family, pareto_flags, power_of, run_tasks,
+                                   warm)
+from qmodel.planner.space import Family, PlanSpec, SearchSpace
+from qmodel.scenario import DisaggregatedDeployment, Scenario
+
+__all__ = ["plan", "make_executor", "Progress", "DEFAULT_LINK"]
+
+DEFAULT_LINK = "ib-ndr-400"
+OBJECTIVES = ("min-gpus", "min-cost", "max-goodput")
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when enabled: a TTY or ``--progress``)."""
+
+    def __init__(self, enabled: bool, label: str = "plan") -> None:
+        self.enabled = enabled
+        self.label = label
+        self.t0 = time.perf_counter()
+
+    def update(self, done: int, total: int, what: str) -> None:
+        if not self.enabled or total <= 0:
+            return
+        width = 24
+        filled = int(width * done / total)
+        sys.stderr.write(f"\r{self.label}: {what} {done}/{total} [{'#' * filled}{' ' * (width - filled)}] "
+                         f"{time.perf_counter() - self.t0:5.1f}s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def make_executor(kind: str | Executor | None, workers: int | None, n_tasks: int) -> tuple[Executor, str, bool]:
+    """(executor, description, whether we own it and must shut it down).
+
+    ``None``/"auto": a local process pool when there are enough families to share out, else serial
+    (a pool's start-up costs more than a handful of families). "serial", "process", or an Executor
+    (e.g. ``distributed.Client.get_executor()``) are taken as given.
+    """
+    if isinstance(kind, Executor):
+        return kind, type(kind).__name__, False
+    ncpu = os.cpu_count() or 1
+    w = max(1, workers or ncpu)
+    if kind == "serial" or (kind in (None, "auto") and (w == 1 or n_tasks < 8)):
+        return SerialExecutor(), "serial", True
+    if kind in (None, "auto", "process"):
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(max_workers=w), f"process pool ({w} workers)", True
+    raise InputError("executor", kind, "'auto', 'serial', 'process' or a concurrent.futures.Executor")
+
+
+@dataclass
+class _Ctx:
+    ev: Evaluator
+    space: SearchSpace
+    objective: str
+    rate: float | None
+    budget: Budget
+    price: dict[str, float | None]
+    tdp: dict[str, float]
+    weight: dict[str, float]
+    top_k: int
+
+
+def _catalog_tables(gpus: Iterable[str]) -> tuple[dict[str, float | None], dict[str, float]]:
+    from qmodel.registry import load_catalog
+
+    cat = load_catalog()
+    price: dict[str, float | None] = {}
+    tdp: dict[str, float] = {}
+    for g in gpus:
+        spec = cat.gpu(g)  # CatalogError (exit 2) names the closest matches
+        price[spec.name] = spec.price_usd_per_hour
+        tdp[spec.name] = float(spec.tdp_watts)
+    return price, tdp
+
+
+def _default_space(scenario: Scenario, space: SearchSpace | None, **kw: Any) -> SearchSpace:
+    base = space.model_dump() if space is not None else {}
+    for k, v in kw.items():
+        if v is not None:
+            base[k] = tuple(v) if isinstance(v, (list, tuple)) else v
+    try:
+        return SearchSpace(**base)
+    except Exception as err:  # pydantic ValidationError -> one line
+        from pydantic import ValidationError
+
+        if isinstance(err, ValidationError):
+            e = err.errors()[0]
+            raise InputError("search." + ".".join(str(x) for x in e["loc"]), e.get("input"), e["msg"]) from None
+        raise
+
+
+def _scenario_defaults(scenario: Scenario) -> tuple[str, str]:
+    dep = scenario.deployment
+    if isinstance(dep, DisaggregatedDeployment):
+        return dep.decode.gpu, dep.link
+    return dep.pool.gpu, DEFAULT_LINK
+
+
+def _roles(fam: Family) -> list[tuple[str, str, int]]:
+    if fam.topology == "disaggregated":
+        return [("prefill", fam.prefill_gpu or "", fam.prefill_tp or 1), ("decode", fam.decode_gpu, fam.decode_tp)]
+    return [("pool", fam.decode_gpu, fam.decode_tp)]
+
+
+def _bound(ctx: _Ctx, fam: Family) -> float:
+    """min objectives: a lower bound on the family's cost; max-goodput: an estimate of its best capacity.
+
+    Both rest on the stations' limits being additive over instances (c instances sustain at most c
+    times one instance's rate), which holds for the per-instance prefill queues, per-path transfers
+    and the decode pool (its limit is c x one instance's under every dispatch rule).
+    """
+    roles = _roles(fam)
+    if ctx.objective == "max-goodput":
+        caps = [ctx.ev.unit_capacity(r, g, tp) * max(1, ctx.space.max_gpus // tp) for r, g, tp in roles]
+        return min(caps)
+    assert ctx.rate is not None
+    lb = 0.0
+    for r, g, tp in roles:
+        u = ctx.ev.unit_capacity(r, g, tp)
+        n = 1 if not (u > 0) or math.isinf(u) else max(1, math.floor(ctx.rate / u) + 1)
+        if not (u > 0):
+            return math.inf
+        lb += ctx.weight[g] * tp * n
+    return lb
+
+
+def _kth(values: list[float], k: int, reverse: bool) -> float | None:
+    if len(values) < k:
+        return None
+    return sorted(values, reverse=reverse)[k - 1]
+
+
+def _search(ctx: _Ctx, families: list[Family], executor: Executor, wave: int, prog: Progress,
+            pruned: Counter) -> tuple[list[Found], int]:
+    found: list[Found] = []
+    solves = 0
+    minimize = ctx.objective != "max-goodput"
+    keyed = sorted(((_bound(ctx, f), i, f) for i, f in enumerate(families)), key=lambda t: (t[0] if minimize else -t[0], t[1]))
+    done = 0
+    pos = 0
+    while pos < len(keyed):
+        if minimize:
+            cap = _kth([f.cost for f in found], ctx.top_k, reverse=False)
+            cap = math.inf if cap is None else cap
+        else:
+            thr = _kth([f.goodput or 0.0 for f in found], ctx.top_k, reverse=True)
+            thr = 0.0 if thr is None else thr
+        batch: list[Family] = []
+        while pos < len(keyed) and len(batch) < wave:
+            b, _, fam = keyed[pos]
+            pos += 1
+            if minimize and b > cap:
+                pruned["cost bound (cannot enter the top K)"] += ctx.space.grid_size(fam)
+                done += 1
+                continue
+            if not minimize and b <= thr:
+                pruned["stability limit below the K-th best goodput"] += ctx.space.grid_size(fam)
+                done += 1
+                continue
+            batch.append(fam)
+        if not batch:
+            prog.update(done, len(keyed), "configurations")
+            continue
+        if minimize:
+            args = [(ctx.ev, f, ctx.space, ctx.rate, ctx.weight, ctx.budget, ctx.price, ctx.tdp, cap) for f in batch]
+            outs: list[FamilyOutcome] = run_tasks(executor, min_cost_family, args)
+        else:
+            args = [(ctx.ev, f, ctx.space, ctx.budget, ctx.price, ctx.tdp, thr, ctx.top_k) for f in batch]
+            outs = run_tasks(executor, max_goodput_family, args)
+        for o in outs:
+            found.extend(o.found)
+            pruned.update(o.pruned)
+            solves += o.solves
+        done += len(batch)
+        prog.update(done, len(keyed), "configurations")
+    return found, solves
+
+
+def _detail(ev: Evaluator, p: PlanSpec, lo: float, lo_ok: bool, hi: float, metrics_rate: float | None,
+            with_knee: bool) -> tuple[float, PlanMetrics, float, int]:
+    """(goodput, metrics, knee, solves) for one ranked plan (a top-level function: runs on workers)."""
+    ev = warm(ev)
+    g, n = bisect_goodput(lambda r: ev.attainment(p, r), ev.goal, lo, hi, FINAL_REL_TOL, lo_known_ok=lo_ok)
+    rate = metrics_rate if metrics_rate is not None and metrics_rate < hi else g
+    m = ev.metrics(p, rate)
+    knee = ev.knee(p, hi) if with_knee else math.nan
+    return g, m, knee, n + 1
+
+
+def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, target_rate_per_s: float | None = None,
+         space: SearchSpace | None = None, gpus: Iterable[str] | None = None, prefill_gpus: Iterable[str] | None = None,
+         decode_gpus: Iterable[str] | None = None, links: Iterable[str] | None = None, tps: Iterable[int] | None = None,
+         topologies: Iterable[str] | None = None, transfer_modes: Iterable[str] | None = None,
+         chunk_tokens: Iterable[int] | None = None, max_instances: int | None = None, max_gpus: int | None = None,
+         budget: Budget | dict | None = None, top_k: int = 10, check: int = 0, check_requests: int = 5000,
+         seed: int = 0, executor: Executor | str | None = None, workers: int | None = None, progress: bool = False,
+         evaluator: Evaluator | None = None, knee: bool = True, serving_config: bool = True) -> PlanResult:
+    """Search deployments of ``scenario``'s model and workload for ``objective`` (see the module doc).
+
+    ``scenario`` supplies the model, workload, SLO and perf model, and the batch limits, dispatch
+    and KV fraction kept in every plan; its own deployment only sets the default GPU and link.
+    """
+    t0 = time.perf_counter()
+    if isinstance(scenario, (str, Path)):
+        from qmodel.scenario import load_scenario
+
+        scenario = load_scenario(scenario)
+    if objective not in OBJECTIVES:
+        raise InputError("objective", objective, "one of " + ", ".join(OBJECTIVES))
+    if not (isinstance(top_k, int) and top_k >= 1):
+        raise InputError("top_k", top_k, "a positive integer")
+    if isinstance(budget, dict):
+        budget = Budget(**budget)
+    budget = budget or Budget()
+    rate = target_rate_per_s
+    if rate is None and objective != "max-goodput":
+        rate = scenario.rate_per_s
+        if rate is None:
+            raise InputError("--target-rate", None, f"{objective} needs a target rate (or a rate in the scenario)")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise InputError("--target-rate", rate, "a positive number of requests per second")
+    if objective == "max-goodput" and budget.gpus is None and budget.power_w is None and budget.cost_per_hour is None:
+        budget = Budget(gpus=max_gpus or (space.max_gpus if space else SearchSpace().max_gpus))
+    default_gpu, default_link = _scenario_defaults(scenario)
+    sp = _default_space(scenario, space, gpus=gpus, prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, links=links,
+                        tps=tps, topologies=topologies, transfer_modes=transfer_modes, chunk_tokens=chunk_tokens,
+                        max_instances=max_instances, max_gpus=max_gpus)
+    all_gpus = set(sp.gpus or (default_gpu,)) | set(sp.prefill_gpus) | set(sp.decode_gpus)
+    price, tdp = _catalog_tables(sorted(all_gpus))
+    from qmodel.registry import load_catalog
+
+    for ln in sp.links or (default_link,):
+        load_catalog().link(ln)
+    notes: list[str] = []
+    if objective == "min-cost":
+        unpriced = sorted(g for g, p in price.items() if p is None)
+        if unpriced:
+            notes.append(f"left out (no list price in the catalog): {', '.join(unpriced)}")
+        if len(unpriced) == len(price):
+            raise InputError("--gpus", ",".join(sorted(price)), "min-cost needs GPUs with a catalog price")
+        weight = {g: (p if p is not None else math.inf) for g, p in price.items()}
+    else:
+        weight = {g: 1.0 for g in price}
+    ev = warm(evaluator or EngineEvaluator(scenario))
+    ctx = _Ctx(ev, sp, objective, rate, budget, price, tdp, weight, top_k)
+
+    # 1. pools: TP rule, memory, idle SLO (each (role, gpu, tp) once)
+    families = list(sp.families(default_gpu, default_link))
+    pruned: Counter = Counter()
+    candidates = sum(sp.grid_size(f) for f in families)
+    keep: list[Family] = []
+    issues: dict[str, str] = {}
+    for fam in families:
+        bad = None
+        for role, g, tp in _roles(fam):
+            if weight.get(g, 1.0) == math.inf:
+                bad = "no list price"
+                break
+            why = ev.pool_issue(role, g, tp)
+            if why:
+                bad = why
+                issues.setdefault(f"{role} {g} TP{tp}", why)
+                break
+        if bad:
+            pruned["pool cannot run, or misses the SLO even when idle"] += sp.grid_size(fam)
+        else:
+            keep.append(fam)
+    notes += [f"{k}: {v}" for k, v in sorted(issues.items())][:12]
+
+    # 2. the search, in waves so each wave sees the K-th best so far
+    ex, ex_name, owned = make_executor(executor, workers, len(keep))
+    nworkers = getattr(ex, "_max_workers", None) or workers or (os.cpu_count() or 1)
+    wave = 1 if isinstance(ex, SerialExecutor) else max(4, 2 * int(nworkers))
+    prog = Progress(progress)
+    try:
+        found, solves = _search(ctx, keep, ex, wave, prog, pruned)
+        rows, extra_solves = _rank(ctx, found, ex, knee)
+    finally:
+        prog.close()
+        if owned:
+            ex.shutdown(wait=True)
+    solves += extra_solves
+    result = PlanResult(
+        scenario=scenario.name, model=scenario.model, objective=objective, target_rate_per_s=rate,
+        budget=budget.as_dict(), attainment_goal=scenario.slo.attainment_goal, plans=rows,
+        stats=SearchStats(candidates=candidates, families=len(families), pruned=dict(pruned), solves=solves,
+                          feasible=len(found), seconds=time.perf_counter() - t0, executor=ex_name),
+        notes=notes + ([] if rows else ["no plan in the search space meets the SLO" +
+                                        (f" at {rate:.4g} req/s" if rate else "")]),
+    )
+    updates: dict[str, Any] = {}
+    if serving_config and rows:
+        from qmodel.planner.export import serving_config as make_config
+
+        updates["serving_config"] = make_config(scenario, rows[0])
+    if check and rows:
+        from qmodel.planner.check import check_plans
+
+        updates["check"] = check_plans(scenario, rows[:check], n_requests=check_requests, seed=seed, evaluator=ev)
+    if updates:
+        result = result.model_copy(update=updates)
+    return result
+
+
+def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple[list[PlanRow], int]:
+    ev = ctx.ev
+    if ctx.objective == "max-goodput":
+        pick = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))[: ctx.top_k]
+        args = [(ev, f.plan, (f.goodput or 0.0) * (1 - 2e-2), False, f.capacity, ctx.rate, with_knee) for f in pick]
+    else:
+        # the K cheapest, with a margin so that the goodput tie-break among equal costs has room
+        pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: 2 * ctx.top_k]
+        args = [(ev, f.plan, ctx.rate, True, f.capacity, ctx.rate, with_knee) for f in pick]
+    outs = run_tasks(ex, _detail, args)
+    solves = sum(o[3] for o in outs)
+    mean_out = ev.mean_output_tokens()
+    rows = []
+    for f, (g, m, knee, _) in zip(pick, outs):
+        rows.append((f, g, m, knee))
+    if ctx.objective == "max-goodput":
+        rows.sort(key=lambda t: (-t[1], t[0].plan.gpus, t[0].plan.label))
+    else:
+        rows.sort(key=lambda t: (t[0].cost, -t[1], t[0].plan.label))
+    rows = rows[: ctx.top_k]
+    flags = pareto_flags((g / f.plan.gpus, m.ttft_p90_s, m.tpot_p90_s) for f, g, m, _ in rows)
+    out: list[PlanRow] = []
+    for i, ((f, g, m, knee), par) in enumerate(zip(rows, flags), start=1):
+        p = f.plan
+        cost = cost_of(p, ctx.price)
+        fam = p.family
+        knee_v = knee if math.isfinite(knee) else f.capacity
+        out.append(PlanRow(
+            rank=i, topology=p.topology, label=p.label,
+            prefill=None if p.prefill is None else PoolOut(gpu=p.prefill.gpu, tp=p.prefill.tp, instances=p.prefill.instances,
+                                                          gpus=p.prefill.gpus),
+            decode=PoolOut(gpu=p.decode.gpu, tp=p.decode.tp, instances=p.decode.instances, gpus=p.decode.gpus),
+            link=fam.link, transfer_mode=fam.transfer_mode, chunk_tokens=fam.chunk_tokens,
+            gpus=p.gpus, power_w=power_of(p, ctx.tdp), cost_per_hour=cost,
+            goodput_rps=g, goodput_per_gpu=g / p.gpus,
+            goodput_per_usd_hour=None if not cost else g / cost,
+            usd_per_million_output_tokens=None if not cost or g <= 0 else cost / (g * mean_out * 3600.0) * 1e6,
+            rate_per_s=m.rate_per_s, attainment=m.attainment, ttft_p90_s=m.ttft_p90_s, tpot_p90_s=m.tpot_p90_s,
+            max_stable_rate_per_s=f.capacity, knee_rps=knee_v, headroom_to_knee=knee_v / m.rate_per_s - 1.0,
+            binding=m.binding, validity=m.validity, pareto=par,
+        ))
+    return out, solves

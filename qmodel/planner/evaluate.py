@@ -1,0 +1,376 @@
+"""How the planner asks the queueing engine about a candidate plan, with every reusable piece cached.
+
+The search needs five answers per candidate, from cheapest to dearest:
+
+1. ``pool_issue(role, gpu, tp)``: can this pool exist at all (TP rule, model fits in memory) and
+   can it meet the SLO even when idle? Idle checks are *necessary* conditions: TTFT is at least
+   the request's own prefill pass, so if fewer than ``attainment_goal`` of the prompts prefill
+   within the TTFT target alone, no instance count helps; likewise a decode step at batch 1 with an
+   empty context is a lower bound on every TPOT. Cached per (role, gpu, tp).
+2. ``capacity(plan)``: the largest stable rate (min over stations). Each station's limit depends
+   only on its own pool, so it is cached per (station, pool, instances) and a plan's capacity is a
+   min over three dictionary look-ups.
+3. ``attainment(plan, rate)``: one solve of the stations at one rate.
+4. ``metrics(plan, rate)``: the full :class:`~qmodel.result.Result` at one rate.
+5. ``knee(plan, lam_max)``: where queueing starts to dominate (:func:`qmodel.compare.knee_rate`).
+
+:class:`EngineEvaluator` answers them with :class:`qmodel.engine.Solver`, but never calls
+:func:`qmodel.build.resolve` per plan: the workload half of a resolved scenario is computed once,
+each pool's service-time model and KV capacity once per (role, gpu, tp), and the per-plan
+:class:`~qmodel.build.Resolved` is assembled from those pieces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qmodel.errors import QmodelError, UnstableError
+from qmodel.planner.space import PlanSpec
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
+                             Scenario, scenario_sha256)
+
+__all__ = ["Evaluator", "EngineEvaluator", "PlanMetrics", "deployment_for", "scenario_for"]
+
+
+@dataclass(frozen=True)
+class PlanMetrics:
+    """What the ranked output shows about one plan at one rate."""
+
+    rate_per_s: float
+    attainment: float
+    ttft_p90_s: float
+    tpot_p90_s: float
+    binding: str
+    validity: str
+    warnings: tuple[str, ...] = ()
+
+
+class Evaluator(ABC):
+    """Answers the planner's questions about candidate plans (see the module docstring).
+
+    Implementations must be picklable (they travel to executor workers) and deterministic.
+    ``key`` identifies the evaluator's inputs, so a worker can keep one warm instance per key.
+    """
+
+    scenario: Scenario
+
+    @property
+    @abstractmethod
+    def key(self) -> str: ...
+
+    @property
+    def goal(self) -> float:
+        return float(self.scenario.slo.attainment_goal)
+
+    @abstractmethod
+    def pool_issue(self, role: str, gpu: str, tp: int) -> str | None:
+        """None if the pool is usable, else why not (role: 'prefill', 'decode' or 'pool')."""
+
+    @abstractmethod
+    def limits(self, plan: PlanSpec) -> list[tuple[float, str]]:
+        """Each station's largest stable total rate in req/s, with the station's name
+        ('prefill', 'kv_transfer', 'decode', or the single pool's); 0 for a station that cannot run."""
+
+    def capacity(self, plan: PlanSpec) -> tuple[float, str]:
+        """(largest stable total rate, the station that sets it)."""
+        return min(self.limits(plan))
+
+    @abstractmethod
+    def attainment(self, plan: PlanSpec, rate: float) -> float:
+        """SLO attainment at ``rate``; 0 when unstable or invalid."""
+
+    @abstractmethod
+    def metrics(self, plan: PlanSpec, rate: float) -> PlanMetrics: ...
+
+    @abstractmethod
+    def knee(self, plan: PlanSpec, lam_max: float) -> float: ...
+
+    @abstractmethod
+    def mean_output_tokens(self) -> float: ...
+
+    def unit_capacity(self, role: str, gpu: str, tp: int) -> float:
+        """Largest stable rate of one instance of this pool (used only to order the search)."""
+        return math.inf
+
+
+# ---- scenario re-targeting ---------------------------------------------------------------------
+
+def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(prefill pool extras, decode pool extras, deployment extras) kept from the user's scenario."""
+    dep = scenario.deployment
+    pre: dict[str, Any] = {}
+    dec: dict[str, Any] = {}
+    top: dict[str, Any] = {}
+    if isinstance(dep, DisaggregatedDeployment):
+        pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch}
+        dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
+               "dispatch": dep.decode.dispatch}
+        top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
+               "max_batch_tokens": dep.prefill.max_batch_tokens}
+    else:
+        dec = {"kv_memory_fraction": dep.pool.kv_memory_fraction, "max_batch": dep.pool.max_batch,
+               "dispatch": dep.pool.dispatch}
+        if isinstance(dep, ColocatedDeployment):
+            pre = {"max_batch_tokens": dep.max_batch_tokens}
+            top = {"max_batch_tokens": dep.max_batch_tokens}
+    return pre, dec, top
+
+
+def deployment_for(scenario: Scenario, plan: PlanSpec):
+    """The scenario's deployment re-targeted at ``plan``; batch limits, dispatch and KV fraction are kept."""
+    pre, dec, top = _pool_defaults(scenario)
+    f = plan.family
+    dpool = DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
+    if f.topology == "colocated":
+        return ColocatedDeployment(pool=dpool, **({"max_batch_tokens": top["max_batch_tokens"]} if "max_batch_tokens" in top else {}))
+    if f.topology == "chunked":
+        return ChunkedDeployment(pool=dpool, chunk_tokens=f.chunk_tokens or 512)
+    assert plan.prefill is not None
+    ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
+    extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
+    return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link, transfer_mode=f.transfer_mode or "layerwise",
+                                   **extra)
+
+
+def scenario_for(scenario: Scenario, plan: PlanSpec) -> Scenario:
+    return scenario.model_copy(update={"deployment": deployment_for(scenario, plan),
+                                       "name": f"{scenario.name} [{plan.label}]"})
+
+
+# ---- the engine-backed evaluator ---------------------------------------------------------------
+
+def _solver_class():
+    """A Solver that takes an already resolved scenario (the planner assembles it from cached parts)."""
+    from qmodel.engine import Solver
+
+    class PlanSolver(Solver):
+        def __init__(self, scenario: Scenario, resolved) -> None:  # noqa: D401 - same contract as Solver
+            self.scenario = scenario
+            self.resolved = resolved
+            self._topology = scenario.deployment.topology
+
+    return PlanSolver
+
+
+_STATION_ATTR = {"prefill": "_prefill", "kv_transfer": "_transfer", "decode": "_decode", "pool": "_single_pool"}
+
+
+class EngineEvaluator(Evaluator):
+    """Answers from :class:`qmodel.engine.Solver`, with pools, stations and solvers cached (see module doc)."""
+
+    MAX_SOLVERS = 2048  # LRU bound: a solver holds its stations' grids (a few hundred kB at most)
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._key = "engine:" + scenario_sha256(scenario)
+        self._init_caches()
+
+    def _init_caches(self) -> None:
+        self._workload = None
+        self._pools: dict[tuple, Any] = {}
+        self._issues: dict[tuple, str | None] = {}
+        self._caps: dict[tuple, tuple[float, str]] = {}
+        self._unit: dict[tuple, float] = {}
+        self._solvers: OrderedDict[PlanSpec, Any] = OrderedDict()
+        self._links: dict[str, Any] = {}
+
+    # pickling: ship the inputs only; a worker rebuilds (or reuses) the caches
+    def __getstate__(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "_key": self._key}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_caches()
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    # ---- cached pieces ------------------------------------------------------------------------
+    def _model(self):
+        from qmodel.registry import load_catalog
+
+        return load_catalog().model(self.scenario.model)
+
+    def _workload_parts(self):
+        """The deployment-independent half of :func:`qmodel.build.resolve`, computed once."""
+        if self._workload is None:
+            import numpy as _np
+
+            from qmodel.errors import InputError
+            from qmodel.scenario import TraceArrivals
+            from qmodel.workload import LengthMix, arrival_stats, length_mix
+
+            model = self._model()
+            sc = self.scenario
+            mix = length_mix(sc.workload)
+            warnings: list[str] = []
+            too_long = mix.prompt + mix.output > model.max_context_tokens
+            if _np.any(too_long):
+                warnings.append(f"warning: {int(too_long.sum())} of {len(mix)} requests exceed {model.name}'s "
+                                f"{model.max_context_tokens}-token context and are truncated to it")
+                p = _np.minimum(mix.prompt, model.max_context_tokens - 1)
+                mix = LengthMix(p, _np.clip(mix.output, 1, model.max_context_tokens - p), mix.sha256)
+            h = sc.workload.prefix_hit_ratio
+            uncached = _np.maximum(1, _np.rint(mix.prompt * (1.0 - h))).astype(_np.int64)
+            rate, ca2 = arrival_stats(sc.workload)
+            if rate is not None and not _np.isfinite(rate):
+                raise InputError("workload.arrivals", getattr(sc.workload.arrivals, "path", "trace"),
+                                 "the trace needs at least two arrivals at distinct times")
+            if isinstance(sc.workload.arrivals, TraceArrivals) and ca2 > 400:
+                ca2 = 400.0
+            self._workload = (model, mix, uncached, rate, ca2, tuple(warnings))
+        return self._workload
+
+    def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float):
+        from qmodel.build import _pool as build_pool
+        from qmodel.scenario import PoolConfig
+
+        k = (role, gpu, tp, mem_fraction)
+        if k not in self._pools:
+            field = {"prefill": "deployment.prefill", "decode": "deployment.decode", "pool": "deployment.pool"}[role]
+            self._pools[k] = build_pool(role, field, PoolConfig(gpu=gpu, tp=tp), self.scenario, self._model(), mem_fraction)
+        return self._pools[k]
+
+    def _link(self, name: str):
+        if name not in self._links:
+            from qmodel.registry import load_catalog
+
+            self._links[name] = load_catalog().link(name)
+        return self._links[name]
+
+    def _resolved(self, sc: Scenario, plan: PlanSpec):
+        from qmodel.build import Resolved
+
+        model, mix, uncached, rate, ca2, warnings = self._workload_parts()
+        dep = sc.deployment
+        pools = {}
+        link = link_bw = None
+        if isinstance(dep, DisaggregatedDeployment):
+            pools["prefill"] = dataclasses.replace(self._pool("prefill", dep.prefill.gpu, dep.prefill.tp, 0.9), config=dep.prefill)
+            pools["decode"] = dataclasses.replace(
+                self._pool("decode", dep.decode.gpu, dep.decode.tp, dep.decode.kv_memory_fraction), config=dep.decode)
+            link = self._link(dep.link)
+            link_bw = (dep.link_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s) * link.efficiency
+        else:
+            pools["pool"] = dataclasses.replace(
+                self._pool("pool", dep.pool.gpu, dep.pool.tp, dep.pool.kv_memory_fraction), config=dep.pool)
+        return Resolved(sc, model, mix, uncached, rate, ca2, pools, link, link_bw, model.kv_bytes_per_token(), warnings)
+
+    def solver(self, plan: PlanSpec):
+        s = self._solvers.get(plan)
+        if s is not None:
+            self._solvers.move_to_end(plan)
+            return s
+        sc = scenario_for(self.scenario, plan)
+        s = _solver_class()(sc, self._resolved(sc, plan))
+        self._solvers[plan] = s
+        if len(self._solvers) > self.MAX_SOLVERS:
+            self._solvers.popitem(last=False)
+        return s
+
+    # ---- the five questions -------------------------------------------------------------------
+    def pool_issue(self, role: str, gpu: str, tp: int) -> str | None:
+        k = (role, gpu, tp)
+        if k in self._issues:
+            return self._issues[k]
+        _, dec, _ = _pool_defaults(self.scenario)
+        frac = 0.9 if role == "prefill" else float(dec.get("kv_memory_fraction", 0.9))
+        try:
+            pool = self._pool(role, gpu, tp, frac)
+        except QmodelError as err:
+            self._issues[k] = f"cannot run: {err}"
+            return self._issues[k]
+        slo = self.scenario.slo
+        issue = None
+        _, _, uncached, _, _, _ = self._workload_parts()
+        if role in ("prefill", "pool"):
+            own = np.asarray(pool.service.prefill_one_s(uncached), dtype=float)
+            ok = float(np.mean(own <= slo.ttft_s))
+            if ok < self.goal:
+                issue = (f"TTFT infeasible at any rate: only {ok * 100:.1f}% of prompts prefill within "
+                         f"{slo.ttft_s * 1e3:.0f} ms on one idle {gpu} TP{tp} instance (goal {self.goal * 100:.0f}%)")
+        if issue is None and role in ("decode", "pool"):
+            t1 = float(pool.service.decode_step_time_s(1.0, 0.0))
+            if t1 > slo.tpot_s:
+                issue = (f"TPOT infeasible at any rate: one decode step at batch 1 takes {t1 * 1e3:.1f} ms "
+                         f"on {gpu} TP{tp} > target {slo.tpot_s * 1e3:.0f} ms")
+        self._issues[k] = issue
+        return issue
+
+    def _station_cap(self, key: tuple, plan: PlanSpec, station: str) -> tuple[float, str]:
+        hit = self._caps.get(key)
+        if hit is None:
+            try:
+                st = getattr(self.solver(plan), _STATION_ATTR[station])
+                hit = (float(st.max_stable_rate_per_s()), st.name)
+            except QmodelError:
+                hit = (0.0, plan.topology if station == "pool" else station)  # e.g. KV cannot hold one sequence
+            if not math.isfinite(hit[0]):
+                hit = (1e12, hit[1])  # a station with no limit (e.g. a dedicated link); keep numbers finite
+            self._caps[key] = hit
+        return hit
+
+    def limits(self, plan: PlanSpec) -> list[tuple[float, str]]:
+        f = plan.family
+        d = plan.decode
+        if f.topology == "disaggregated":
+            p = plan.prefill
+            assert p is not None
+            caps = [self._station_cap(("prefill", p.gpu, p.tp, p.instances), plan, "prefill"),
+                    self._station_cap(("kv", f.link, f.transfer_mode, p.gpu, p.tp, p.instances), plan, "kv_transfer"),
+                    self._station_cap(("decode", d.gpu, d.tp, d.instances), plan, "decode")]
+        else:
+            caps = [self._station_cap(("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances), plan, "pool")]
+        return caps
+
+    def unit_capacity(self, role: str, gpu: str, tp: int) -> float:
+        k = (role, gpu, tp)
+        if k not in self._unit:
+            from qmodel.planner.space import Family
+
+            if role == "prefill":
+                fam = Family("disaggregated", gpu, tp, gpu, tp, self._any_link(), "layerwise")
+                plan = fam.plan(1, 1)
+                cap = self._station_cap(("prefill", gpu, tp, 1), plan, "prefill")[0]
+            elif role == "decode":
+                fam = Family("disaggregated", gpu, tp, gpu, tp, self._any_link(), "layerwise")
+                plan = fam.plan(1, 1)
+                cap = self._station_cap(("decode", gpu, tp, 1), plan, "decode")[0]
+            else:
+                fam = Family("colocated", gpu, tp)
+                cap = self._station_cap(("pool", "colocated", None, gpu, tp, 1), fam.plan(1), "pool")[0]
+            self._unit[k] = cap
+        return self._unit[k]
+
+    def _any_link(self) -> str:
+        dep = self.scenario.deployment
+        return dep.link if isinstance(dep, DisaggregatedDeployment) else "ib-ndr-400"
+
+    def attainment(self, plan: PlanSpec, rate: float) -> float:
+        try:
+            return float(self.solver(plan).compose(rate).attainment)
+        except UnstableError:
+            return 0.0
+        except QmodelError:
+            return 0.0
+
+    def metrics(self, plan: PlanSpec, rate: float) -> PlanMetrics:
+        res = self.solver(plan).solve(rate)
+        return PlanMetrics(rate_per_s=rate, attainment=res.attainment, ttft_p90_s=res.ttft.p90, tpot_p90_s=res.tpot.p90,
+                           binding=res.binding, validity=res.validity, warnings=tuple(res.warnings))
+
+    def knee(self, plan: PlanSpec, lam_max: float) -> float:
+        from qmodel.compare import knee_rate
+
+        return float(knee_rate(self.solver(plan), lam_max))
+
+    def mean_output_tokens(self) -> float:
+        return float(self._workload_parts()[1].mean_output)

@@ -1,0 +1,103 @@
+"""The serving configuration a user would type for a plan: vLLM commands and a Dynamo-style layout.
+
+Disaggregated plans get one ``vllm serve`` command per role with ``--tensor-parallel-size`` and a
+``--kv-transfer-config`` JSON naming the KV connector and the instance's role (``kv_producer`` on
+prefill, ``kv_consumer`` on decode). NixlConnector (RDMA/UCX) is chosen for RDMA fabrics
+(InfiniBand, RoCE, NVLink), P2pNcclConnector otherwise. Colocated plans run plain continuous
+batching with chunked prefill disabled; chunked plans enable it with the chunk as
+``--max-num-batched-tokens``. Every instance of a role runs the same command on its own GPUs
+(``CUDA_VISIBLE_DEVICES``) and port; a router in front spreads requests.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from qmodel.planner.result import PlanRow
+from qmodel.scenario import DisaggregatedDeployment, Scenario
+
+__all__ = ["serving_config", "connector_for"]
+
+_RDMA_KINDS = {"infiniband", "roce", "nvlink"}
+
+
+def connector_for(link: str | None) -> str:
+    if link is None:
+        return "NixlConnector"
+    from qmodel.registry import load_catalog
+
+    kind = load_catalog().link(link).kind
+    return "NixlConnector" if kind in _RDMA_KINDS else "P2pNcclConnector"
+
+
+def _model_id(scenario: Scenario) -> str:
+    from qmodel.registry import load_catalog
+
+    m = load_catalog().model(scenario.model)
+    return m.hf_id or m.name
+
+
+def _kept(scenario: Scenario) -> dict[str, Any]:
+    dep = scenario.deployment
+    if isinstance(dep, DisaggregatedDeployment):
+        return {"max_num_seqs": dep.decode.max_batch, "mem": dep.decode.kv_memory_fraction,
+                "prefill_tokens": dep.prefill.max_batch_tokens}
+    return {"max_num_seqs": dep.pool.max_batch, "mem": dep.pool.kv_memory_fraction,
+            "prefill_tokens": getattr(dep, "max_batch_tokens", 8192)}
+
+
+def _cmd(model: str, tp: int, port: int, extra: list[str]) -> str:
+    return " ".join(["vllm", "serve", shlex.quote(model), "--tensor-parallel-size", str(tp), "--port", str(port)] + extra)
+
+
+def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
+    """{'vllm': [{role, instances, gpus_per_instance, command}], 'dynamo': {...}, 'notes': [...]} for ``row``."""
+    model = _model_id(scenario)
+    k = _kept(scenario)
+    mem = f"{min(0.95, 0.05 + 0.9 * k['mem']):.2f}"
+    out: dict[str, Any] = {"model": model, "vllm": [], "dynamo": {}, "notes": []}
+    if row.topology == "disaggregated":
+        assert row.prefill is not None
+        conn = connector_for(row.link)
+
+        def ktc(role: str) -> str:
+            cfg: dict[str, Any] = {"kv_connector": conn, "kv_role": role}
+            if conn == "P2pNcclConnector":
+                cfg["kv_buffer_size"] = "1e9"
+                cfg["kv_port"] = "21001" if role == "kv_producer" else "22001"
+            return shlex.quote(json.dumps(cfg, separators=(",", ":")))
+
+        out["vllm"] = [
+            {"role": "prefill", "instances": row.prefill.instances, "gpus_per_instance": row.prefill.tp, "gpu": row.prefill.gpu,
+             "command": _cmd(model, row.prefill.tp, 8100, ["--max-num-batched-tokens", str(k["prefill_tokens"]),
+                                                           "--kv-transfer-config", ktc("kv_producer")])},
+            {"role": "decode", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp, "gpu": row.decode.gpu,
+             "command": _cmd(model, row.decode.tp, 8200, ["--max-num-seqs", str(k["max_num_seqs"]),
+                                                          "--gpu-memory-utilization", mem,
+                                                          "--kv-transfer-config", ktc("kv_consumer")])},
+        ]
+        out["dynamo"] = {
+            "Frontend": {"replicas": 1},
+            "PrefillWorker": {"replicas": row.prefill.instances, "tensor-parallel-size": row.prefill.tp,
+                              "gpu": row.prefill.gpu, "max-num-batched-tokens": k["prefill_tokens"]},
+            "DecodeWorker": {"replicas": row.decode.instances, "tensor-parallel-size": row.decode.tp,
+                             "gpu": row.decode.gpu, "max-num-seqs": k["max_num_seqs"],
+                             "kv-transfer": {"connector": conn, "link": row.link, "mode": row.transfer_mode}},
+        }
+        out["notes"].append(f"KV moves over {row.link} ({row.transfer_mode}); run a P/D proxy or router in front "
+                            "(e.g. vLLM's disaggregated proxy example, or Dynamo's frontend)")
+    else:
+        flags = ["--max-num-seqs", str(k["max_num_seqs"]), "--gpu-memory-utilization", mem]
+        if row.topology == "chunked":
+            flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
+        else:
+            flags += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(k["prefill_tokens"])]
+        out["vllm"] = [{"role": "aggregated", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp,
+                        "gpu": row.decode.gpu, "command": _cmd(model, row.decode.tp, 8000, flags)}]
+        out["dynamo"] = {"Frontend": {"replicas": 1},
+                         "VllmWorker": {"replicas": row.decode.instances, "tensor-parallel-size": row.decode.tp,
+                                        "gpu": row.decode.gpu}}
+        out["notes"].append("run one copy per instance on its own GPUs behind a load balancer")
+    return out

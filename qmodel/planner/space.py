@@ -1,0 +1,165 @@
+"""The planner's search space: candidate plans, grouped into families.
+
+A *plan* is a concrete deployment: topology, GPU type and tensor parallelism of each pool, the
+number of instances of each pool, and (disaggregated) the KV link and transfer mode, or (chunked)
+the per-iteration token budget. A *family* is a plan without its instance counts; SLO attainment
+is non-decreasing in every instance count within a family (more servers never lengthen a queue
+under the dispatch rules used here), which is what lets the search walk a family's feasible region
+by its boundary instead of solving every point.
+
+Plans are plain frozen dataclasses (tens of thousands are enumerated; pydantic is used only for
+what crosses a boundary, see :mod:`qmodel.planner.result`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["Topology", "Pool", "Family", "PlanSpec", "SearchSpace", "DEFAULT_TPS"]
+
+Topology = Literal["colocated", "chunked", "disaggregated"]
+
+DEFAULT_TPS: tuple[int, ...] = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One pool: ``instances`` engines of ``tp`` GPUs of type ``gpu`` (pp = 1)."""
+
+    gpu: str
+    tp: int
+    instances: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.instances
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A plan without instance counts (what the search walks as one unit of work).
+
+    For colocated and chunked plans only the ``decode`` pool fields are used (the one pool).
+    """
+
+    topology: Topology
+    decode_gpu: str
+    decode_tp: int
+    prefill_gpu: str | None = None
+    prefill_tp: int | None = None
+    link: str | None = None
+    transfer_mode: str | None = None
+    chunk_tokens: int | None = None
+
+    def plan(self, n_decode: int, n_prefill: int = 0) -> "PlanSpec":
+        pre = None if self.topology != "disaggregated" else Pool(self.prefill_gpu, self.prefill_tp, n_prefill)  # type: ignore[arg-type]
+        return PlanSpec(self, Pool(self.decode_gpu, self.decode_tp, n_decode), pre)
+
+    @property
+    def label(self) -> str:
+        if self.topology == "disaggregated":
+            return (f"disagg {self.prefill_gpu} TP{self.prefill_tp} -> {self.decode_gpu} TP{self.decode_tp} "
+                    f"over {self.link} ({self.transfer_mode})")
+        extra = f", {self.chunk_tokens}-token chunks" if self.topology == "chunked" else ""
+        return f"{self.topology} {self.decode_gpu} TP{self.decode_tp}{extra}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSpec:
+    """A concrete candidate: a family plus instance counts."""
+
+    family: Family
+    decode: Pool  # the decode pool, or the single pool of a colocated/chunked plan
+    prefill: Pool | None = None
+
+    @property
+    def topology(self) -> Topology:
+        return self.family.topology
+
+    @property
+    def gpus(self) -> int:
+        return self.decode.gpus + (self.prefill.gpus if self.prefill else 0)
+
+    def pools(self) -> list[tuple[str, Pool]]:
+        return ([("prefill", self.prefill)] if self.prefill else []) + [("decode", self.decode)]
+
+    @property
+    def label(self) -> str:
+        f = self.family
+        if self.prefill is not None:
+            return (f"{self.prefill.instances}x {f.prefill_gpu} TP{f.prefill_tp} prefill + {self.decode.instances}x "
+                    f"{f.decode_gpu} TP{f.decode_tp} decode, {f.link} {f.transfer_mode}")
+        extra = f" chunk {f.chunk_tokens}" if f.topology == "chunked" else ""
+        return f"{self.decode.instances}x {f.decode_gpu} TP{f.decode_tp} {f.topology}{extra}"
+
+
+class SearchSpace(BaseModel):
+    """What the planner may choose from. Empty GPU lists fall back to the scenario's own GPUs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topologies: tuple[Topology, ...] = ("colocated", "chunked", "disaggregated")
+    gpus: tuple[str, ...] = Field(default=(), description="GPU types for colocated/chunked pools (and both disaggregated pools unless set)")
+    prefill_gpus: tuple[str, ...] = Field(default=(), description="GPU types for disaggregated prefill pools")
+    decode_gpus: tuple[str, ...] = Field(default=(), description="GPU types for disaggregated decode pools")
+    tps: tuple[int, ...] = DEFAULT_TPS
+    links: tuple[str, ...] = Field(default=(), description="KV links for disaggregated plans")
+    transfer_modes: tuple[Literal["layerwise", "serialized"], ...] = ("layerwise",)
+    chunk_tokens: tuple[int, ...] = (512, 2048)
+    max_instances: int = Field(default=16, ge=1, le=4096, description="per pool")
+    max_gpus: int = Field(default=64, ge=1, description="per plan")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SearchSpace":
+        if not self.topologies:
+            raise ValueError("at least one topology")
+        if any(t < 1 for t in self.tps) or not self.tps:
+            raise ValueError("tps must be positive integers")
+        if any(c < 16 for c in self.chunk_tokens):
+            raise ValueError("chunk_tokens must be at least 16")
+        return self
+
+    def families(self, default_gpu: str, default_link: str) -> Iterator[Family]:
+        gpus = self.gpus or (default_gpu,)
+        pgpus = self.prefill_gpus or gpus
+        dgpus = self.decode_gpus or gpus
+        links = self.links or (default_link,)
+        for topo in self.topologies:
+            if topo == "disaggregated":
+                for pg in pgpus:
+                    for ptp in self.tps:
+                        for dg in dgpus:
+                            for dtp in self.tps:
+                                for link in links:
+                                    for mode in self.transfer_modes:
+                                        yield Family("disaggregated", dg, dtp, pg, ptp, link, mode)
+            else:
+                for g in gpus:
+                    for tp in self.tps:
+                        if topo == "chunked":
+                            for c in self.chunk_tokens:
+                                yield Family("chunked", g, tp, chunk_tokens=c)
+                        else:
+                            yield Family("colocated", g, tp)
+
+    def instance_grid(self, fam: Family) -> Iterator[tuple[int, int]]:
+        """(n_decode, n_prefill) pairs within max_instances and max_gpus (n_prefill = 0 for one pool)."""
+        if fam.topology != "disaggregated":
+            for n in range(1, min(self.max_instances, self.max_gpus // fam.decode_tp) + 1):
+                yield n, 0
+            return
+        ptp = fam.prefill_tp or 1
+        for npf in range(1, self.max_instances + 1):
+            left = self.max_gpus - npf * ptp
+            for nd in range(1, min(self.max_instances, left // fam.decode_tp) + 1):
+                yield nd, npf
+
+    def grid_size(self, fam: Family) -> int:
+        if fam.topology != "disaggregated":
+            return max(0, min(self.max_instances, self.max_gpus // fam.decode_tp))
+        ptp = fam.prefill_tp or 1
+        return sum(max(0, min(self.max_instances, (self.max_gpus - k * ptp) // fam.decode_tp))
+                   for k in range(1, self.max_instances + 1))
