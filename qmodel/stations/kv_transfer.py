@@ -1,0 +1,331 @@
+"""The KV-cache handoff between the prefill and the decode pool, as a queueing station.
+
+Per request X = kv_bytes_per_token × (prompt − cached prefix) bytes move over one of ``paths``
+independent link paths (one per prefill instance, each of effective bandwidth C = nominal ×
+efficiency, base latency δ). Per path the load is ρ = λ E[X] / (paths · C) (stability ρ < 1).
+Layer count ℓ, T_p the request's own prefill (batch) time. The transfer itself takes
+
+    serialized:  g(X) = X / C
+    layerwise:   g(X, T_p) = max(X/(Cℓ), X/C − T_p (1 − 1/ℓ))     (design §2.8: layer i is sent
+                 while layers i+1..ℓ compute, so only what the prefill cannot cover is exposed)
+
+and the exposed (TTFT-visible) time is, by ``sharing``:
+
+* dedicated: δ + g — a pure delay, exact.
+* fcfs (one transfer at a time per path): W + δ + g with W the M/G/1 wait of service X/C
+  (Pollaczek–Khinchine mean, exact; Cramér–Lundberg tail). When the prefill releases batches
+  (``batch_rate_per_s`` and ``batch_size_pmf`` given), W is the M^X/G/1 wait: the batch's wait
+  (M/G/1 with the batch's total work, exact compound MGF) plus the work of the requests ahead in the
+  same batch; mean λ_b E[K] E[S²]/(2(1−ρ)) + E[S] E[K(K−1)]/(2E[K](1−ρ)). Batch departures are
+  not exactly Poisson, so this is a QNA-style decomposition (approximate).
+* fair (processor sharing among concurrent transfers): Kleinrock's exact conditional mean
+  E[T | x] = (x/C)/(1 − ρ); the distribution mixes that over x (the PS sojourn has no simple closed
+  form; design §2.8), and layerwise uses the shared rate C(1 − ρ) in g.
+
+Non-Poisson arrivals (``ca2`` ≠ 1) scale the fcfs wait by (c_a² + c_s²)/(1 + c_s²) (Kingman ratio,
+approximate). The layerwise-with-queueing combination assumes the link wait adds to the exposed
+time (the wait cannot overlap the prefill it follows): conservative.
+
+Little's law gives what the decode side must reserve while transfers are in flight:
+``extra["in_flight_mean"]`` = λ E[link time] and ``extra["in_flight_bytes_mean"]`` = λ E[X · link time]
+(bytes held in flight on average, size-biased), the link time counted from transfer start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Literal
+
+import numpy as np
+
+from qmodel.dist import GridDist, convolve
+from qmodel.errors import InputError, UnstableError
+from qmodel.result import LinkReport
+from qmodel.stations.base import StationSolution
+from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
+
+__all__ = ["KVTransferStation", "bandwidth_needed_bytes_per_s", "layerwise_exposed_s", "kv_transfer_bytes"]
+
+Sharing = Literal["dedicated", "fcfs", "fair"]
+Mode = Literal["serialized", "layerwise"]
+
+
+def bandwidth_needed_bytes_per_s(kv_bytes_per_token: float, mean_prompt_tokens: float, rate_per_s: float) -> float:
+    """Bytes per second the handoff must move at ``rate_per_s``: kv_bytes/token × E[prompt] × λ."""
+    return float(kv_bytes_per_token) * float(mean_prompt_tokens) * float(rate_per_s)
+
+
+def layerwise_exposed_s(x_bytes, bandwidth_bytes_per_s: float, layers: int, prefill_s):
+    """max(X/(Cℓ), X/C − T_p(1 − 1/ℓ)): the part of a layer-by-layer transfer the prefill cannot hide."""
+    x = np.asarray(x_bytes, dtype=float)
+    t = x / bandwidth_bytes_per_s
+    return np.maximum(t / layers, t - np.asarray(prefill_s, dtype=float) * (1.0 - 1.0 / layers))
+
+
+def kv_transfer_bytes(kv_bytes_per_token: float, prompt_tokens: np.ndarray,
+                      cached_tokens: np.ndarray | None = None) -> np.ndarray:
+    """Per-request bytes to move: kv_bytes_per_token × (prompt − cached prefix), never negative."""
+    p = np.asarray(prompt_tokens, dtype=float)
+    c = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
+    return float(kv_bytes_per_token) * np.maximum(p - c, 0.0)
+
+
+class _CompoundWork(ServiceSample):
+    """Total work B = S_1 + … + S_K of a batch (K ~ batch_pmf, S iid): exact moments and MGF."""
+
+    def __init__(self, base: ServiceSample, batch_pmf: np.ndarray) -> None:
+        object.__setattr__(self, "values_s", base.values_s)
+        object.__setattr__(self, "weights", base.weights)
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "_pk", np.asarray(batch_pmf, dtype=float) / np.sum(batch_pmf))
+        object.__setattr__(self, "_k", np.arange(1, len(batch_pmf) + 1, dtype=float))
+
+    def moment(self, k: int) -> float:
+        m1, m2, m3 = (self._base.moment(i) for i in (1, 2, 3))
+        kk, p = self._k, self._pk
+        f1 = float(p @ kk)
+        f2 = float(p @ (kk * (kk - 1)))
+        f3 = float(p @ (kk * (kk - 1) * (kk - 2)))
+        if k == 1:
+            return f1 * m1
+        if k == 2:
+            return f1 * m2 + f2 * m1 * m1
+        if k == 3:
+            return f1 * m3 + 3.0 * f2 * m2 * m1 + f3 * m1**3
+        raise InputError("moment", k, "compound work moments are available for k = 1, 2, 3")
+
+    def expm1_mgf(self, eta: float) -> float:
+        m = 1.0 + self._base.expm1_mgf(eta)
+        return float(self._pk @ (m ** self._k)) - 1.0
+
+    def mgf_s(self, eta: float) -> float:
+        # d/dη E[e^{ηB}] = Σ p_k k M(η)^{k−1} M'(η)
+        m = 1.0 + self._base.expm1_mgf(eta)
+        return float(self._pk @ (self._k * m ** (self._k - 1.0))) * self._base.mgf_s(eta)
+
+    @property
+    def mean_s(self) -> float:
+        return self.moment(1)
+
+
+@dataclass(frozen=True, eq=False)
+class KVTransferStation:
+    """KV handoff station (formulas in the module docstring).
+
+    ``bytes_per_request``: equally weighted sample of X (bytes); ``prefill_time_s``: the request's own
+    prefill time, as a sample aligned with ``bytes_per_request``, a scalar, or a callable of the
+    bytes sample (needed for ``mode="layerwise"``; default 0, i.e. nothing hidden).
+    """
+
+    bytes_per_request: np.ndarray
+    bandwidth_bytes_per_s: float
+    latency_s: float = 0.0
+    paths: int = 1
+    sharing: Sharing = "fcfs"
+    mode: Mode = "serialized"
+    layers: int = 1
+    prefill_time_s: np.ndarray | float | Callable[[np.ndarray], np.ndarray] | None = None
+    ca2: float = 1.0
+    batch_rate_per_s: float | None = None
+    batch_size_pmf: np.ndarray | None = None
+    dx: float | None = None
+
+    name: str = field(default="kv_transfer", init=False)
+
+    def __post_init__(self) -> None:
+        x = np.asarray(self.bytes_per_request, dtype=float).ravel()
+        if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0) or x.max() <= 0:
+            raise InputError("kv_transfer.bytes", "sample", "bytes per request must be finite, >= 0, not all zero")
+        if not (self.bandwidth_bytes_per_s > 0 and math.isfinite(self.bandwidth_bytes_per_s)):
+            raise InputError("link.bandwidth", self.bandwidth_bytes_per_s, "must be a finite number of bytes/s > 0")
+        if not (self.latency_s >= 0 and math.isfinite(self.latency_s)):
+            raise InputError("link.latency", self.latency_s, "must be a finite number of seconds >= 0")
+        if int(self.paths) != self.paths or self.paths < 1:
+            raise InputError("kv_transfer.paths", self.paths, "must be an integer >= 1")
+        if self.sharing not in ("dedicated", "fcfs", "fair"):
+            raise InputError("link_sharing", self.sharing, "one of dedicated, fcfs, fair")
+        if self.mode not in ("serialized", "layerwise"):
+            raise InputError("transfer_mode", self.mode, "one of serialized, layerwise")
+        if int(self.layers) != self.layers or self.layers < 1:
+            raise InputError("layers", self.layers, "must be an integer >= 1")
+        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
+            raise InputError("arrivals.ca2", self.ca2, "must be a finite number >= 0")
+        if (self.batch_rate_per_s is None) != (self.batch_size_pmf is None):
+            raise InputError("batch_arrivals", self.batch_rate_per_s, "give both batch_rate_per_s and batch_size_pmf, or neither")
+        if self.batch_size_pmf is not None:
+            pk = np.asarray(self.batch_size_pmf, dtype=float)
+            if pk.ndim != 1 or pk.size == 0 or np.any(pk < 0) or pk.sum() <= 0:
+                raise InputError("batch_size_pmf", "array", "P(batch = k) for k = 1..b, non-negative, not all zero")
+
+    # ---- derived ------------------------------------------------------------------------
+    @cached_property
+    def x(self) -> np.ndarray:
+        return np.asarray(self.bytes_per_request, dtype=float).ravel()
+
+    @cached_property
+    def tp(self) -> np.ndarray:
+        t = self.prefill_time_s
+        if t is None:
+            return np.zeros_like(self.x)
+        if callable(t):
+            out = np.asarray(t(self.x), dtype=float)
+        else:
+            out = np.broadcast_to(np.asarray(t, dtype=float), self.x.shape).astype(float)
+        if out.shape != self.x.shape or not np.all(np.isfinite(out)) or np.any(out < 0):
+            raise InputError("prefill_time_s", "sample", "one finite, non-negative prefill time per transfer")
+        return out
+
+    @property
+    def mean_bytes(self) -> float:
+        return float(self.x.mean())
+
+    @property
+    def service(self) -> ServiceSample:
+        """Link occupancy per transfer X/C."""
+        return ServiceSample.of(self.x / self.bandwidth_bytes_per_s)
+
+    def max_stable_rate_per_s(self) -> float:
+        """paths · C / E[X]."""
+        return self.paths * self.bandwidth_bytes_per_s / self.mean_bytes
+
+    def load(self, rate_per_s: float) -> float:
+        return rate_per_s / self.max_stable_rate_per_s()
+
+    def bandwidth_needed_bytes_per_s(self, rate_per_s: float) -> float:
+        return float(rate_per_s) * self.mean_bytes
+
+    def _transfer_time(self, bandwidth: float) -> np.ndarray:
+        if self.mode == "serialized":
+            return self.x / bandwidth
+        return layerwise_exposed_s(self.x, bandwidth, self.layers, self.tp)
+
+    # ---- solve --------------------------------------------------------------------------
+    def solve(self, rate_per_s: float) -> StationSolution:
+        if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
+            raise InputError("rate_per_s", rate_per_s, "must be a finite number > 0")
+        lim = self.max_stable_rate_per_s()
+        rho = rate_per_s / lim
+        if rho >= 1.0:
+            raise UnstableError("kv_transfer", rho, rate_per_s, lim,
+                                detail=f"{self.paths} path(s) x {self.bandwidth_bytes_per_s:.4g} B/s, E[X] {self.mean_bytes:.4g} B")
+        lam_p = rate_per_s / self.paths
+        svc = self.service
+        notes: list[str] = []
+        exact = True
+        occupancy = self.x / self.bandwidth_bytes_per_s  # link time from transfer start
+        if self.sharing == "fair":
+            eff = self.bandwidth_bytes_per_s * (1.0 - rho)
+            g = self._transfer_time(eff)
+            occupancy = occupancy / (1.0 - rho)
+            method = "M/G/1-PS per path: E[T|x] = (x/C)/(1-rho) (Kleinrock), mixed over x"
+            exact = False  # the mean is exact; the PS sojourn law is approximated by its conditional mean
+            wait_mean = 0.0
+            wait = None
+        else:
+            g = self._transfer_time(self.bandwidth_bytes_per_s)
+            if self.sharing == "dedicated":
+                method = "dedicated path: pure delay"
+                wait_mean, wait = 0.0, None
+            else:
+                wait_mean, wait, method, exact = self._fcfs_wait(lam_p, svc, rho, notes)
+        exposed = g + self.latency_s
+        dx = self.dx or max(float(np.mean(exposed)) + wait_mean, 1e-9) / 400.0
+        own = GridDist.from_samples(exposed, dx)
+        own = GridDist(dx, own.pmf, float(np.mean(exposed)), own.tail, own.tail_rate)
+        if wait is None:
+            delay = own
+            wait_dist = GridDist.point(0.0, dx)
+        else:
+            wait_dist = wait.regrid(dx) if wait.dx < dx else wait
+            delay = convolve(wait_dist, own)
+        if self.mode == "layerwise":
+            notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
+        in_flight = rate_per_s * float(np.mean(occupancy))
+        return StationSolution(
+            name="kv_transfer",
+            utilization=rho,
+            max_stable_rate_per_s=lim,
+            delay=delay,
+            wait=wait_dist,
+            method=method,
+            exact=exact,
+            mean_in_system=rate_per_s * (wait_mean + float(np.mean(occupancy))),
+            notes=tuple(notes),
+            extra={
+                "in_flight_mean": in_flight,
+                "in_flight_bytes_mean": rate_per_s * float(np.mean(self.x * occupancy)),
+                "in_flight_mean_bytes_each": float(np.mean(self.x * occupancy) / max(np.mean(occupancy), 1e-300)),
+                "bandwidth_needed_bytes_per_s": self.bandwidth_needed_bytes_per_s(rate_per_s),
+                "bandwidth_available_bytes_per_s": self.paths * self.bandwidth_bytes_per_s,
+                "mean_transfer_bytes": self.mean_bytes,
+                "mean_exposed_s": float(delay.mean_s),
+                "mean_wait_s": wait_mean,
+            },
+        )
+
+    def _fcfs_wait(self, lam_p: float, svc: ServiceSample, rho: float,
+                   notes: list[str]) -> tuple[float, GridDist, str, bool]:
+        if self.batch_size_pmf is None:
+            mg1 = MG1(lam_p, svc)
+            scale = 1.0
+            if abs(self.ca2 - 1.0) > 1e-12:
+                cs2 = svc.scv
+                scale = (self.ca2 + cs2) / (1.0 + cs2)
+                notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Kingman ratio {scale:.3g} (approximate)")
+            w = mg1.grid()
+            if scale != 1.0:
+                idx = np.ceil(np.arange(w.n) * scale - 1e-9).astype(np.int64)
+                w = GridDist(w.dx, np.bincount(idx, weights=w.pmf), mg1.mean_s * scale, exact=False)
+            return mg1.mean_s * scale, w, "M/G/1 per path: Pollaczek-Khinchine mean, Cramer-Lundberg tail", False
+        # batch arrivals per path: the batch waits as one M/G/1 customer with the batch's total work;
+        # within the batch a request waits for those released ahead of it.
+        pk = np.asarray(self.batch_size_pmf, dtype=float)
+        pk = pk / pk.sum()
+        k = np.arange(1, pk.size + 1, dtype=float)
+        lam_b = float(self.batch_rate_per_s) / self.paths  # type: ignore[arg-type]
+        ek, ek2 = float(pk @ k), float(pk @ (k * k))
+        if abs(lam_b * ek - lam_p) > 1e-6 * lam_p:
+            notes.append(f"batch rate x mean batch = {lam_b * ek:.4g}/s per path differs from the request rate "
+                         f"{lam_p:.4g}/s; the request rate is used for the load")
+            lam_b = lam_p / ek
+        work = _CompoundWork(svc, pk)
+        mg1 = MG1(lam_b, work)
+        wb = mg1.grid()
+        dx = wb.dx
+        s_grid = GridDist.from_samples(svc.values_s, dx).pmf
+        # position part: customer-weighted batch size k, uniform position i in 0..k−1, i-fold work
+        size = 1 << int(math.ceil(math.log2(max(len(s_grid) * pk.size + 2, 2))))
+        f = np.fft.rfft(s_grid, size)
+        cust = pk * k / ek
+        acc = np.zeros_like(f)
+        power = np.ones_like(f)
+        partial = np.zeros_like(f)
+        for kk in range(1, pk.size + 1):
+            partial = partial + power  # Σ_{i<kk} F^i
+            power = power * f
+            acc += cust[kk - 1] * partial / kk
+        pos = np.clip(np.fft.irfft(acc, size), 0.0, None)
+        pos_mean = float(svc.mean_s) * float(pk @ (k * (k - 1))) / (2.0 * ek)
+        pos_d = GridDist(dx, pos / pos.sum(), pos_mean, exact=False).trimmed()
+        w = convolve(wb, pos_d)
+        mean = mx_g1_mean_wait(lam_b, ek, ek2, svc.mean_s, svc.moment(2))
+        w = GridDist(w.dx, w.pmf, mean, w.tail, w.tail_rate, exact=False)
+        notes.append("batch releases from prefill: M^X/G/1 with Poisson batch arrivals (QNA-style; approximate)")
+        return mean, w, "M^X/G/1 per path: exact mean for Poisson batches, Cramer-Lundberg batch tail", False
+
+    # ---- reports ------------------------------------------------------------------------
+    def link_report(self, rate_per_s: float, solution: StationSolution | None = None) -> LinkReport:
+        """What the link must carry at ``rate_per_s`` against what it offers."""
+        need = self.bandwidth_needed_bytes_per_s(rate_per_s)
+        have = self.paths * self.bandwidth_bytes_per_s
+        exposed = solution.delay.mean_s if solution is not None else float(np.mean(self._transfer_time(self.bandwidth_bytes_per_s))) + self.latency_s
+        return LinkReport(bandwidth_needed_bytes_per_s=need, bandwidth_available_bytes_per_s=have,
+                          sufficient=need < have, mean_transfer_bytes=self.mean_bytes, mean_exposed_s=float(exposed))
+
+    @staticmethod
+    def batch_pmf_from_prefill(own_batch_pmf: np.ndarray) -> np.ndarray:
+        """Batch-weighted P(K = k) from the prefill's customer-weighted own-batch pmf (∝ pmf/k)."""
+        p = np.asarray(own_batch_pmf, dtype=float) / np.arange(1, len(own_batch_pmf) + 1)
+        return p / p.sum()
