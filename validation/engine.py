@@ -344,7 +344,8 @@ def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.nda
     return ReplayStation(name=st.name, utilization=_f(st.busy_m.mean() / servers),
                          mean_in_system=_f(L), mean_wait_s=wd.mean, p90_wait_s=wd.p90, p99_wait_s=wd.p99,
                          mean_sojourn_s=_f(soj.mean() if len(soj) else 0.0), throughput_rps=_f(lam),
-                         little_rel_error=_f(little), servers=servers, notes=list(getattr(st, "notes", [])))
+                         little_rel_error=_f(little), servers=servers, notes=list(getattr(st, "notes", [])),
+                         **{k: _f(v) for k, v in (st.extra() if hasattr(st, "extra") else {}).items()})
 
 
 def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:

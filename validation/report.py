@@ -39,7 +39,9 @@ class ReplayStation(_Out):
     """One station measured over the window after warm-up (time averages) and its requests."""
 
     name: str
-    utilization: float = Field(description="busy server-time / (window x servers)")
+    utilization: float = Field(description="busy server-time / (window x servers); for continuous-batching "
+                               "decode this is the fraction of time with any sequence running, not a capacity load; "
+                               "for a dedicated link, mean concurrent transfers per path")
     mean_in_system: float = Field(description="time-average number of requests in the station")
     mean_wait_s: float = Field(description="mean time from entering the station to starting service")
     p90_wait_s: float
@@ -48,6 +50,9 @@ class ReplayStation(_Out):
     throughput_rps: float = Field(description="requests that entered the station per second of window")
     little_rel_error: float = Field(description="|L - lambda W| / L over the window (Little's law check)")
     servers: int
+    mean_batch: float | None = Field(default=None, description="prefill: requests per batch; decode engines: "
+                                     "sequences per decode step (whole run)")
+    kv_utilization: float | None = Field(default=None, description="time-average reserved KV / KV capacity")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -70,6 +70,8 @@ class SinglePoolStation(ABC):
         self.rr = 0
         self.in_sys = Meter(*window)
         self.busy_m = Meter(*window)
+        self.kv_m = Meter(*window)
+        self.seq_steps = 0
         self.entry, self.start_t, self.exit = req.station(self.name)
         self.notes: list[str] = []
 
@@ -104,6 +106,7 @@ class SinglePoolStation(ABC):
     def _reserve(self, d: SingleInstance, r: int) -> None:
         d.kv_used += self.need(r)
         d.slots += 1
+        self.kv_m.add(self.sim.now, self.need(r))
         self.start_t[r] = self.sim.now
 
     def arrive(self, r: int) -> None:
@@ -147,6 +150,7 @@ class SinglePoolStation(ABC):
         self.exit[r] = t
         self.in_sys.add(t, -1)
         d.kv_used -= self.need(r)
+        self.kv_m.add(t, -self.need(r))
         d.slots -= 1
         d.load -= self.req.prompt[r] + self.need(r)
 
@@ -156,6 +160,7 @@ class SinglePoolStation(ABC):
             d.K += steps
             d.S += len(d.running) * steps
             d.decode_steps += steps
+            self.seq_steps += len(d.running) * steps
         K = d.K
         running = d.running
         while running and running[0][0] <= K:
@@ -194,6 +199,12 @@ class SinglePoolStation(ABC):
         d.version += 1
         d.mode = "decode"
         self.sim.at(t + float(d.cum[-1]), self._run_end, (i, d.version))
+
+    def extra(self) -> dict[str, float]:
+        """Station-specific measurements for the report (mean decode batch over plain decode steps)."""
+        steps = sum(d.decode_steps for d in self.inst)
+        return {"mean_batch": self.seq_steps / steps if steps else 0.0,
+                "kv_utilization": self.kv_m.mean() / (self.cap * self.c) if self.cap else 0.0}
 
     @abstractmethod
     def _choose_work(self, i: int, t: float) -> bool:

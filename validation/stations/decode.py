@@ -82,6 +82,8 @@ class DecodeStation:
         self.on_release: Callable[[], None] = lambda: None
         self.in_sys = Meter(*window)
         self.busy_m = Meter(*window)
+        self.kv_m = Meter(*window)     # reserved KV tokens, all instances
+        self.seq_steps = 0             # sum over steps of the batch size
         self.entry, self.start_t, self.exit = req.station(self.name)
 
     # ---- reservation -------------------------------------------------------------------
@@ -115,6 +117,7 @@ class DecodeStation:
         if i >= 0:
             inst[i].kv_used += need
             inst[i].slots += 1
+            self.kv_m.add(self.sim.now, need)
             self.assigned[r] = i
         return i
 
@@ -151,6 +154,7 @@ class DecodeStation:
             d.K += steps
             d.S += len(d.running) * steps
             d.steps += steps
+            self.seq_steps += len(d.running) * steps
         K = d.K
         released = False
         running = d.running
@@ -162,6 +166,7 @@ class DecodeStation:
             self.in_sys.add(t, -1)
             need = self.need(r)
             d.kv_used -= need
+            self.kv_m.add(t, -need)
             d.slots -= 1
             del self.assigned[r]
             released = True
@@ -198,5 +203,8 @@ class DecodeStation:
         if released:
             self.on_release()
 
-    def total_steps(self) -> int:
-        return sum(d.steps for d in self.inst)
+    def extra(self) -> dict[str, float]:
+        """Station-specific measurements for the report."""
+        steps = sum(d.steps for d in self.inst)
+        return {"mean_batch": self.seq_steps / steps if steps else 0.0,
+                "kv_utilization": self.kv_m.mean() / (self.cap * self.c) if self.cap else 0.0}

@@ -162,6 +162,10 @@ class PrefillStation:
             self.on_batch_start(i, batch, t, dur)
         self.sim.at(t + dur, self._done, (i, batch))
 
+    def extra(self) -> dict[str, float]:
+        """Station-specific measurements for the report."""
+        return {"mean_batch": self.batched_requests / self.batches if self.batches else 0.0}
+
     def _done(self, arg: tuple[int, list[int]]) -> None:
         i, batch = arg
         t = self.sim.now
