@@ -268,6 +268,9 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
             continue
         out.pruned["misses the SLO (solved or implied)"] += best - d0
         out.pruned["dominated (fewer instances already meet the SLO)"] += nd_max - best
+        if prev is not None and best >= prev:  # the previous row's plan has one prefill instance fewer
+            out.pruned["dominated (fewer instances already meet the SLO)"] += 1
+            continue
         p = fam.plan(best, npf)
         if cost(p) <= cost_cap:
             c, st = ev.capacity(p)

@@ -13,10 +13,10 @@ what crosses a boundary, see :mod:`qmodel.planner.result`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterator, Literal
+from dataclasses import dataclass
+from typing import Annotated, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Topology", "Pool", "Family", "PlanSpec", "SearchSpace", "DEFAULT_TPS"]
 
@@ -101,26 +101,16 @@ class SearchSpace(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    topologies: tuple[Topology, ...] = ("colocated", "chunked", "disaggregated")
+    topologies: tuple[Topology, ...] = Field(default=("colocated", "chunked", "disaggregated"), min_length=1)
     gpus: tuple[str, ...] = Field(default=(), description="GPU types for colocated/chunked pools (and both disaggregated pools unless set)")
     prefill_gpus: tuple[str, ...] = Field(default=(), description="GPU types for disaggregated prefill pools")
     decode_gpus: tuple[str, ...] = Field(default=(), description="GPU types for disaggregated decode pools")
-    tps: tuple[int, ...] = DEFAULT_TPS
+    tps: tuple[Annotated[int, Field(ge=1, le=64)], ...] = Field(default=DEFAULT_TPS, min_length=1)
     links: tuple[str, ...] = Field(default=(), description="KV links for disaggregated plans")
-    transfer_modes: tuple[Literal["layerwise", "serialized"], ...] = ("layerwise",)
-    chunk_tokens: tuple[int, ...] = (512, 2048)
+    transfer_modes: tuple[Literal["layerwise", "serialized"], ...] = Field(default=("layerwise",), min_length=1)
+    chunk_tokens: tuple[Annotated[int, Field(ge=16)], ...] = Field(default=(512, 2048), min_length=1)
     max_instances: int = Field(default=16, ge=1, le=4096, description="per pool")
     max_gpus: int = Field(default=64, ge=1, description="per plan")
-
-    @model_validator(mode="after")
-    def _check(self) -> "SearchSpace":
-        if not self.topologies:
-            raise ValueError("at least one topology")
-        if any(t < 1 for t in self.tps) or not self.tps:
-            raise ValueError("tps must be positive integers")
-        if any(c < 16 for c in self.chunk_tokens):
-            raise ValueError("chunk_tokens must be at least 16")
-        return self
 
     def families(self, default_gpu: str, default_link: str) -> Iterator[Family]:
         gpus = self.gpus or (default_gpu,)

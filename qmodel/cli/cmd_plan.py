@@ -1,0 +1,222 @@
+"""``qmodel plan SCENARIO``: search deployments for the fewest GPUs, the lowest $/h, or the most goodput.
+
+The scenario gives the model, workload, SLO and perf model (its own deployment only sets the
+default GPU and link). ``--rates`` plans each period of a rate curve instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from qmodel.cli.common import add_scenario_args, scenario_from_args
+from qmodel.cli.output import print_json, print_table
+from qmodel.errors import InputError
+
+__all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
+
+CSV_FIELDS = ["rank", "topology", "label", "prefill_gpu", "prefill_tp", "prefill_instances", "decode_gpu", "decode_tp",
+              "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour",
+              "goodput_rps", "goodput_per_gpu", "usd_per_million_output_tokens", "rate_per_s", "attainment",
+              "ttft_p90_s", "tpot_p90_s", "max_stable_rate_per_s", "knee_rps", "headroom_to_knee", "pareto",
+              "binding", "validity"]
+
+
+def _csv_list(text: str | None) -> list[str] | None:
+    return None if not text else [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _int_list(text: str | None, field: str) -> list[int] | None:
+    items = _csv_list(text)
+    if items is None:
+        return None
+    try:
+        return [int(t) for t in items]
+    except ValueError:
+        raise InputError(field, text, "a comma list of integers, e.g. 1,2,4,8") from None
+
+
+def parse_budget(items: list[str]) -> dict[str, float]:
+    """'16' / '16 gpus' -> gpus; '10 kW' / '7000 W' -> power_w; '$40/h' / '40 usd/h' -> cost_per_hour."""
+    from qmodel.units import parse_power
+
+    out: dict[str, float] = {}
+    for raw in items:
+        t = raw.strip().lower().replace(" ", "")
+        try:
+            if t.startswith("$") or t.endswith(("usd/h", "usd/hour", "$/h", "/h")):
+                num = t.lstrip("$")
+                for suf in ("usd/hour", "usd/h", "$/h", "/h"):
+                    num = num.removesuffix(suf)
+                out["cost_per_hour"] = float(num)
+            elif t.endswith("w"):
+                out["power_w"] = parse_power(raw, "--budget")
+            else:
+                num = t.removesuffix("gpus").removesuffix("gpu")
+                n = float(num)
+                if n != int(n):
+                    raise ValueError
+                out["gpus"] = int(n)
+        except (ValueError, InputError):
+            raise InputError("--budget", raw, "e.g. '16 gpus', '10 kW' or '$40/h'") from None
+        if any(v <= 0 for v in out.values()):
+            raise InputError("--budget", raw, "a positive amount")
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="search deployments: fewest GPUs, lowest $/h, or most goodput in a budget",
+                       description=__doc__.splitlines()[0].split(": ", 1)[-1])
+    add_scenario_args(p)
+    p.add_argument("--objective", choices=["min-gpus", "min-cost", "max-goodput"], default="min-gpus")
+    p.add_argument("--target-rate", metavar="R", help="req/s to meet (min-gpus/min-cost; default: the scenario's rate)")
+    p.add_argument("--gpus", help="GPU types, comma list (default: the scenario's)")
+    p.add_argument("--prefill-gpus", help="GPU types for disaggregated prefill pools (default: --gpus)")
+    p.add_argument("--decode-gpus", help="GPU types for disaggregated decode pools (default: --gpus)")
+    p.add_argument("--links", help="KV links for disaggregated plans, comma list (default: the scenario's or ib-ndr-400)")
+    p.add_argument("--tps", help="tensor-parallel sizes, comma list (default 1,2,4,8)")
+    p.add_argument("--topologies", help="comma list of colocated, chunked, disaggregated (default: all)")
+    p.add_argument("--transfer-modes", help="layerwise, serialized (default layerwise)")
+    p.add_argument("--chunk-tokens", help="chunk budgets for chunked plans (default 512,2048)")
+    p.add_argument("--max-instances", type=int, help="per pool (default 16)")
+    p.add_argument("--max-gpus", type=int, help="per plan (default 64)")
+    p.add_argument("--budget", action="append", default=[], metavar="AMOUNT",
+                   help="max-goodput budget: '16 gpus', '10 kW' or '$40/h' (repeatable)")
+    p.add_argument("--top", type=int, default=10, help="plans to rank (default 10)")
+    p.add_argument("--check", type=int, default=0, metavar="K", help="replay the top K plans and report rank agreement")
+    p.add_argument("--check-requests", type=int, default=5000, help="requests per replay (default 5000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rates", help="a rate curve (req/s, comma list, e.g. 24 hourly rates): plan each period")
+    p.add_argument("--period-hours", type=float, default=1.0, help="length of each --rates period (default 1 h)")
+    p.add_argument("--workers", type=int, help="processes for the search (default: all cores)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run the search on a Dask cluster (needs qmodel[dask])")
+    p.add_argument("--serial", action="store_true", help="search in this process only")
+    p.add_argument("--progress", action="store_true", help="progress bar on stderr (default: when stderr is a TTY)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--csv", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _executor(args):
+    if args.scheduler:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise InputError("--scheduler", args.scheduler, "needs Dask: pip install 'qmodel[dask]'") from None
+        client = Client(args.scheduler)
+        return client.get_executor(), client
+    return ("serial" if args.serial else "auto"), None
+
+
+def run(args: argparse.Namespace) -> int:
+    from qmodel.planner import plan, plan_schedule
+    from qmodel.units import parse_rate
+
+    sc = scenario_from_args(args)
+    kw = dict(gpus=_csv_list(args.gpus), prefill_gpus=_csv_list(args.prefill_gpus), decode_gpus=_csv_list(args.decode_gpus),
+              links=_csv_list(args.links), tps=_int_list(args.tps, "--tps"), topologies=_csv_list(args.topologies),
+              transfer_modes=_csv_list(args.transfer_modes), chunk_tokens=_int_list(args.chunk_tokens, "--chunk-tokens"),
+              max_instances=args.max_instances, max_gpus=args.max_gpus, workers=args.workers,
+              progress=args.progress or sys.stderr.isatty())
+    if args.top < 1:
+        raise InputError("--top", args.top, "a positive number of plans")
+    if args.check < 0:
+        raise InputError("--check", args.check, "a non-negative number of plans")
+    executor, client = _executor(args)
+    try:
+        if args.rates:
+            rates = [parse_rate(r, "--rates") for r in args.rates.split(",")]
+            objective = args.objective if args.objective != "max-goodput" else "min-gpus"
+            res = plan_schedule(sc, rates, period_hours=args.period_hours, objective=objective, executor=executor, **kw)
+            return _print_schedule(res, args)
+        target = parse_rate(args.target_rate, "--target-rate") if args.target_rate else None
+        res = plan(sc, args.objective, target_rate_per_s=target, budget=parse_budget(args.budget) or None, top_k=args.top,
+                   check=args.check, check_requests=args.check_requests, seed=args.seed, executor=executor, **kw)
+    finally:
+        if client is not None:
+            client.close()
+    if args.json:
+        print_json(res)
+    elif args.csv:
+        _print_csv(res)
+    else:
+        _print_text(res)
+    return 0 if res.plans else 1
+
+
+def _print_csv(res) -> None:
+    w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for p in res.plans:
+        d = p.model_dump()
+        pre, dec = d.pop("prefill"), d.pop("decode")
+        for role, pool in (("prefill", pre), ("decode", dec)):
+            for k in ("gpu", "tp", "instances"):
+                d[f"{role}_{k}"] = None if pool is None else pool[k]
+        d.pop("goodput_per_usd_hour", None)
+        w.writerow({k: d.get(k) for k in CSV_FIELDS})
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.0f} ms" if x < 10 else f"{x:.1f} s"
+
+
+def _print_text(res) -> None:
+    goal = f"{res.attainment_goal * 100:g}%"
+    what = {"min-gpus": f"fewest GPUs meeting {res.target_rate_per_s:.4g} req/s" if res.target_rate_per_s else "",
+            "min-cost": f"lowest $/h meeting {res.target_rate_per_s:.4g} req/s" if res.target_rate_per_s else "",
+            "max-goodput": "most goodput within " + (", ".join(f"{k}={v:g}" for k, v in res.budget.items()) or "the limits")}
+    print(f"{res.scenario}: {res.model}, {what[res.objective]} at {goal} SLO attainment\n")
+    if not res.plans:
+        print("no plan meets the SLO in this search space")
+    else:
+        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M tok", "TTFT p90", "TPOT p90", "knee +", "P"],
+                    [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
+                      f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
+                      "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
+                      _ms(p.ttft_p90_s), _ms(p.tpot_p90_s), f"{p.headroom_to_knee * 100:+.0f}%", "*" if p.pareto else ""]
+                     for p in res.plans])
+        b = res.plans[0]
+        print(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        print("  P = on the Pareto front of goodput per GPU vs p90 TTFT and TPOT; knee + = headroom to the knee")
+    s = res.stats
+    pr = ", ".join(f"{v} {k}" for k, v in sorted(s.pruned.items(), key=lambda kv: -kv[1]) if v)
+    print(f"\nsearched {s.candidates} plans in {s.families} configurations in {s.seconds:.2f} s ({s.executor}): "
+          f"{s.solves} solves, {s.feasible} feasible; {pr}")
+    for n in res.notes:
+        print(f"note: {n}")
+    if res.serving_config:
+        print("\nserving configuration (best plan):")
+        for item in res.serving_config["vllm"]:
+            print(f"  # {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
+            print(f"  {item['command']}")
+        for n in res.serving_config.get("notes", []):
+            print(f"  # {n}")
+    if res.check:
+        print(f"\ncheck: {res.check.summary}")
+        print_table(["#", "attain. model", "replay", "TTFT p90 model", "replay", "TPOT p90 model", "replay"],
+                    [[c.rank, f"{c.analytic_attainment * 100:.1f}%", f"{c.replay_attainment * 100:.1f}%",
+                      _ms(c.analytic_ttft_p90_s), _ms(c.replay_ttft_p90_s), _ms(c.analytic_tpot_p90_s),
+                      _ms(c.replay_tpot_p90_s)] for c in res.check.rows])
+
+
+def _print_schedule(res, args) -> int:
+    if args.json:
+        print_json(res)
+        return 0
+    if args.csv:
+        w = csv.DictWriter(sys.stdout, fieldnames=["period", "rate_per_s", "hours", "label", "gpus", "cost_per_hour"],
+                           lineterminator="\n")
+        w.writeheader()
+        for p in res.periods:
+            w.writerow(p.model_dump())
+        return 0
+    print_table(["period", "req/s", "plan", "GPUs"], [[p.period, p.rate_per_s, p.label or "none meets the SLO", p.gpus]
+                                                     for p in res.periods])
+    print(f"\nGPU-hours {res.gpu_hours:.4g} vs {res.peak_gpu_hours:.4g} provisioned for the peak: "
+          f"{res.gpu_hours_saved:.4g} saved ({res.saved_fraction * 100:.1f}%)")
+    for n in res.notes:
+        print(f"note: {n}")
+    return 0
