@@ -72,3 +72,15 @@ def test_reserve_choice_is_the_tight_one(data_dir):
 def test_bad_fraction():
     with pytest.raises(InputError, match="kv_memory_fraction"):
         memory_budget(get_model("llama-3.1-8b"), get_gpu("h100-sxm"), 1, memory_fraction=0.0)
+
+
+def test_fp8_deployment_stores_fp8_weights():
+    from qmodel.perf.memory import weight_dtype_for
+
+    m, g = get_model("llama-3.1-70b"), get_gpu("h100-sxm")
+    assert weight_dtype_for(m, None) is None and weight_dtype_for(m, "bf16") is None
+    assert weight_dtype_for(m, "fp8") == "fp8"
+    bf16 = memory_budget(m, g, 4)
+    fp8 = memory_budget(m, g, 4, dtype=weight_dtype_for(m, "fp8"))
+    assert fp8.weights_per_gpu_bytes == pytest.approx(bf16.weights_per_gpu_bytes / 2, rel=1e-12)
+    assert fp8.kv_capacity_tokens > bf16.kv_capacity_tokens

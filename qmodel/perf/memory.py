@@ -42,6 +42,7 @@ from qmodel.specs import GPUSpec, ModelSpec
 __all__ = [
     "DEFAULT_RESERVE_BYTES",
     "MemoryBudget",
+    "weight_dtype_for",
     "weight_bytes_per_gpu",
     "kv_bytes_per_token_per_gpu",
     "memory_budget",
@@ -64,6 +65,17 @@ class MemoryBudget(BaseModel):
     kv_bytes_per_token_per_gpu: float
     kv_capacity_tokens: int
     memory_fraction: float
+
+
+def weight_dtype_for(model: ModelSpec, compute_dtype: str | None) -> str | None:
+    """The stored weight dtype of a deployment: ``compute_dtype`` if narrower than the checkpoint's
+    (an FP8 deployment of a bf16 model stores FP8 weights), else None (= the model's own dtypes,
+    including a narrower ``expert_dtype``). The roofline streams weights by the same rule."""
+    if compute_dtype is None:
+        return None
+    from qmodel.units import dtype_bits
+
+    return compute_dtype if dtype_bits(compute_dtype, "perf.compute_dtype") < dtype_bits(model.dtype) else None
 
 
 def weight_bytes_per_gpu(model: ModelSpec, layout: Parallelism, dtype: str | None = None) -> float:

@@ -93,8 +93,10 @@ class RooflineModel(ServiceTimeModel):
     * ``attention_efficiency`` = 1.0: attention FLOPs run at ``mfu * attention_efficiency``
       (FlashAttention is near GEMM efficiency on long prompts); calibration may lower it.
     * ``allreduce_latency_s`` = 20 us: see :data:`DEFAULT_ALLREDUCE_LATENCY_S`.
-    * ``compute_dtype`` = the model's weight dtype; activations move in 16 bits unless the compute
-      dtype is wider.
+    * ``compute_dtype`` = the model's weight dtype. A narrower compute dtype (``fp8`` on a bf16
+      checkpoint) means a quantised deployment: weights are streamed at that width and GEMMs run
+      at the GPU's rate for it; weights already narrower (W4A16, mxfp4 experts) stay narrower.
+      Activations move in 16 bits unless the compute dtype is wider.
 
     Not modelled: overlap of communication with compute, KV reads of a cached prefix during prefill,
     and the sliding-window cap on prefill attention (a long-prompt overestimate for windowed models).
@@ -128,8 +130,11 @@ class RooflineModel(ServiceTimeModel):
         self.compute_dtype = compute_dtype or model.dtype
         self.flops_per_s = gpu.flops_per_s(self.compute_dtype)
         self.act_bytes = max(dtype_bits(self.compute_dtype, "perf.compute_dtype"), 16.0) / 8.0
-        self._weight_byte = dtype_bits(model.dtype) / 8.0
-        self._expert_byte = dtype_bits(model.expert_dtype or model.dtype) / 8.0
+        # Weights are stored no wider than the compute dtype: an FP8 (W8A8) deployment of a bf16
+        # checkpoint streams FP8 weights. Narrower stored weights (W4A16, mxfp4 experts) are kept.
+        cbits = dtype_bits(self.compute_dtype, "perf.compute_dtype")
+        self._weight_byte = min(dtype_bits(model.dtype), cbits) / 8.0
+        self._expert_byte = min(dtype_bits(model.expert_dtype or model.dtype), cbits) / 8.0
         self._kv_byte = dtype_bits(model.kv_dtype, "kv_dtype") / 8.0
         self._init_weights()
         self._init_coefficients()
