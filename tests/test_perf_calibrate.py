@@ -67,3 +67,11 @@ def test_cli_bad_tp_exit_2(data_dir, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "calibrate.tp" in err and err.count("\n") == 1
+
+
+def test_cli_text_output(data_dir, capsys):
+    rc = main(["calibrate", str(data_dir / "distserve" / "profiler-a100-80g.vllm.json"), "--model", "opt-13b",
+               "--gpu", "a100-80gb-sxm", "--tp", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "MAPE default" in out and "perf:\n  kind: roofline\n  mfu:" in out

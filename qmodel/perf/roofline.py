@@ -99,7 +99,9 @@ class RooflineModel(ServiceTimeModel):
       Activations move in 16 bits unless the compute dtype is wider.
 
     Not modelled: overlap of communication with compute, KV reads of a cached prefix during prefill,
-    and the sliding-window cap on prefill attention (a long-prompt overestimate for windowed models).
+    the sliding-window cap on prefill attention (a long-prompt overestimate for windowed models),
+    expert parallelism (experts are TP-sharded), and instances spanning nodes (every collective and
+    pipeline send uses the GPU's intra-node link).
     """
 
     kind = "roofline"
