@@ -16,7 +16,7 @@ from qmodel.planner.evaluate import Evaluator, PlanMetrics
 from qmodel.planner.space import PlanSpec
 
 SPEED = {"h100-sxm": 1.0, "a100-80gb-sxm": 0.5, "l4": 0.12, "h200-sxm": 1.3, "a100-80gb-pcie": 0.45}
-LINK = {"ib-ndr-400": 1.0, "roce-4x200": 1.0, "eth-25g-tcp": 0.06, "nvlink-4": 4.0}
+LINK = {"ib-ndr-400": 1.0, "roce-4x200": 1.0, "eth-25g-tcp": 0.06, "eth-100g-tcp": 0.25, "nvlink-4": 4.0}
 MIN_TP = {"l4": 2}  # "the model does not fit" below this TP
 
 

@@ -25,8 +25,7 @@ __all__ = ["plan_schedule"]
 def plan_schedule(scenario: Scenario | str | Path, rates: Sequence[float], *, period_hours: float = 1.0,
                   objective: str = "min-gpus", **plan_kwargs: Any) -> ScheduleResult:
     """Plan each period of ``rates`` (req/s); ``plan_kwargs`` go to :func:`qmodel.plan` (space, budget, executor...)."""
-    from qmodel.planner.core import plan
-    from qmodel.planner.evaluate import EngineEvaluator
+    from qmodel.planner import core
 
     if isinstance(scenario, (str, Path)):
         from qmodel.scenario import load_scenario
@@ -38,13 +37,13 @@ def plan_schedule(scenario: Scenario | str | Path, rates: Sequence[float], *, pe
         raise InputError("--rates", list(rates), "a non-empty list of positive rates (req/s)")
     if not (period_hours > 0 and math.isfinite(period_hours)):
         raise InputError("--period-hours", period_hours, "a positive number of hours")
-    plan_kwargs.setdefault("evaluator", EngineEvaluator(scenario))
+    plan_kwargs.setdefault("evaluator", core.EngineEvaluator(scenario))
     plan_kwargs.setdefault("knee", False)
     plan_kwargs.setdefault("serving_config", False)
     plan_kwargs["top_k"] = 1
     by_rate: dict[float, Any] = {}
     for r in sorted(set(float(x) for x in rates), reverse=True):
-        by_rate[r] = plan(scenario, objective, target_rate_per_s=r, **plan_kwargs)  # type: ignore[arg-type]
+        by_rate[r] = core.plan(scenario, objective, target_rate_per_s=r, **plan_kwargs)  # type: ignore[arg-type]
     notes: list[str] = []
     periods = []
     for i, r in enumerate(rates):

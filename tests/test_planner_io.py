@@ -1,0 +1,169 @@
+"""Planner executors (process pool, Dask), CLI output (--json/--csv/text), serving-config export,
+rate-curve schedule and --check plumbing, all on the closed-form fake evaluator."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from qmodel.cli.main import main
+from qmodel.errors import InputError
+from qmodel.planner import plan, plan_schedule
+from qmodel.planner.check import kendall, spec_of
+from qmodel.planner.export import serving_config
+from qmodel.scenario import load_scenario
+from tests.planner_fakes import FakeEvaluator
+
+KW = dict(gpus=["h100-sxm", "a100-80gb-sxm"], links=["ib-ndr-400"], tps=[1, 2, 4], max_instances=6, max_gpus=24,
+          knee=False)
+EXAMPLE = "examples/llama3-70b-disagg-h100.yaml"
+
+
+@pytest.fixture(scope="module")
+def scenario(repo_root):
+    return load_scenario(repo_root / EXAMPLE)
+
+
+def _sig(res):
+    return [(p.label, round(p.goodput_rps, 9)) for p in res.plans]
+
+
+def test_process_pool_matches_serial(scenario):
+    serial = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
+    with ProcessPoolExecutor(max_workers=2) as ex:
+        pooled = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor=ex, **KW)
+    assert _sig(pooled) == _sig(serial)
+    assert pooled.stats.pruned == serial.stats.pruned or sum(pooled.stats.pruned.values()) + pooled.stats.feasible == \
+        pooled.stats.candidates
+
+
+def test_dask_local_cluster(scenario):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl, \
+            distributed.Client(cl) as client:
+        res = plan(scenario, "max-goodput", budget={"gpus": 12}, evaluator=FakeEvaluator(scenario),
+                   executor=client.get_executor(), **KW)
+    serial = plan(scenario, "max-goodput", budget={"gpus": 12}, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
+    assert [p.label for p in res.plans][:3] == [p.label for p in serial.plans][:3]
+    assert res.plans[0].goodput_rps == pytest.approx(serial.plans[0].goodput_rps, rel=1e-9)
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    """Make the CLI's plan() use the fake evaluator (the CLI builds its own)."""
+    import qmodel.planner.core as core
+
+    monkeypatch.setattr(core, "EngineEvaluator", FakeEvaluator)
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    rc = main(["plan", EXAMPLE, "--serial", "--gpus", "h100-sxm,a100-80gb-sxm", "--tps", "1,2,4", "--max-instances", "6",
+               *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_json(fake_engine, capsys, repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    rc, out, _ = _cli(capsys, "--target-rate", "9", "--json", "--top", "4")
+    assert rc == 0
+    d = json.loads(out)
+    assert len(d["plans"]) == 4
+    for p in d["plans"]:
+        for k in ("topology", "prefill", "decode", "link", "goodput_rps", "goodput_per_gpu", "gpus", "cost_per_hour",
+                  "binding", "validity", "ttft_p90_s", "tpot_p90_s", "headroom_to_knee", "usd_per_million_output_tokens"):
+            assert k in p
+        assert set(p["decode"]) >= {"instances", "tp", "gpu"}
+        if p["topology"] == "disaggregated":
+            assert set(p["prefill"]) >= {"instances", "tp", "gpu"}
+    assert d["serving_config"]["vllm"]
+
+
+def test_cli_csv_and_text(fake_engine, capsys, repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    rc, out, _ = _cli(capsys, "--objective", "max-goodput", "--budget", "16 gpus", "--csv", "--top", "3")
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 3 and all(int(r["gpus"]) <= 16 for r in rows)
+    rc, out, _ = _cli(capsys, "--objective", "min-cost", "--target-rate", "5")
+    assert rc == 0
+    assert "best:" in out and "vllm serve" in out and "searched" in out
+
+
+def test_cli_bad_budget_is_exit_2(fake_engine, capsys, repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    rc, _, err = _cli(capsys, "--objective", "max-goodput", "--budget", "lots")
+    assert rc == 2 and "--budget" in err and "\n" == err[-1] and err.count("\n") == 1
+
+
+def test_cli_rates(fake_engine, capsys, repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    rc, out, _ = _cli(capsys, "--rates", "2,4,9,4", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert len(d["periods"]) == 4
+
+
+def test_budget_parser():
+    from qmodel.cli.cmd_plan import parse_budget
+
+    assert parse_budget(["16 gpus", "10 kW", "$40/h"]) == {"gpus": 16, "power_w": 10000.0, "cost_per_hour": 40.0}
+    assert parse_budget(["8"]) == {"gpus": 8}
+    with pytest.raises(InputError):
+        parse_budget(["-3 gpus"])
+
+
+def test_serving_config_disaggregated(scenario):
+    res = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial",
+               topologies=["disaggregated"], **KW)
+    row = res.plans[0]
+    cfg = serving_config(scenario, row)
+    pre, dec = cfg["vllm"]
+    assert f"--tensor-parallel-size {row.prefill.tp}" in pre["command"]
+    assert f"--tensor-parallel-size {row.decode.tp}" in dec["command"]
+    kp = json.loads(pre["command"].split("--kv-transfer-config ")[1].strip("'"))
+    kc = json.loads(dec["command"].split("--kv-transfer-config ")[1].strip("'"))
+    assert kp == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    assert kc == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
+    assert cfg["dynamo"]["PrefillWorker"]["replicas"] == row.prefill.instances
+    assert cfg["dynamo"]["DecodeWorker"]["replicas"] == row.decode.instances
+    assert pre["command"].startswith("vllm serve meta-llama/")
+
+
+def test_serving_config_tcp_and_chunked(scenario):
+    res = plan(scenario, "min-gpus", target_rate_per_s=3.0, evaluator=FakeEvaluator(scenario), executor="serial",
+               topologies=["disaggregated"], **{**KW, "links": ["eth-100g-tcp"]})
+    cfg = serving_config(scenario, res.plans[0])
+    assert '"kv_connector":"P2pNcclConnector"' in cfg["vllm"][0]["command"]
+    res = plan(scenario, "min-gpus", target_rate_per_s=3.0, evaluator=FakeEvaluator(scenario), executor="serial",
+               topologies=["chunked"], chunk_tokens=[1024], **KW)
+    cmd = serving_config(scenario, res.plans[0])["vllm"][0]["command"]
+    assert "--enable-chunked-prefill --max-num-batched-tokens 1024" in cmd
+
+
+def test_schedule_gpu_hours(scenario):
+    rates = [2.0, 2.0, 9.0, 4.0]
+    sched = plan_schedule(scenario, rates, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
+    per_rate = {r: plan(scenario, "min-gpus", target_rate_per_s=r, evaluator=FakeEvaluator(scenario), executor="serial",
+                        top_k=1, **KW).plans[0].gpus for r in set(rates)}
+    assert [p.gpus for p in sched.periods] == [per_rate[r] for r in rates]
+    assert sched.peak_gpu_hours == per_rate[9.0] * 4
+    assert sched.gpu_hours_saved == pytest.approx(per_rate[9.0] * 4 - sum(per_rate[r] for r in rates))
+    assert sched.gpu_hours_saved > 0
+    with pytest.raises(InputError):
+        plan_schedule(scenario, [], evaluator=FakeEvaluator(scenario))
+
+
+def test_spec_roundtrip_and_kendall(scenario):
+    res = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
+    for row in res.plans:
+        assert spec_of(row).label == row.label
+    # scipy's tau-b on a known pair: one discordant pair out of three -> tau = 1/3
+    tau, _ = kendall([1, 2, 3], [1, 3, 2])
+    assert tau == pytest.approx(1 / 3)
+    assert kendall([1.0], [2.0]) == (None, None)
+    assert kendall([1, 1, 1], [1, 2, 3]) == (None, None)
