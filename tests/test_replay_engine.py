@@ -414,7 +414,7 @@ def test_link_queue_matches_mg1_formulas(sharing):
                   path_bandwidth_bytes_per_s=C, link_sharing=sharing)
     means = []
     for seed in range(8):
-        n = 20000
+        n = 8000
         rng = np.random.default_rng(500 + seed)
         tr = make_trace(poisson(n, lam, 600 + seed), rng.integers(1, 2000, n), 2)
         _, req = simulate(plan, tr, warmup_fraction=0.0)

@@ -125,6 +125,10 @@ class SinglePoolStation(ABC):
 
     def _truncate(self, i: int, t: float) -> None:
         d = self.inst[i]
+        if t == d.t0:  # arrived exactly at the boundary where the run starts: decide again now
+            d.version += 1
+            self._boundary(i, 0, t)
+            return
         j = int(np.searchsorted(d.cum, t - d.t0, side="left")) + 1
         if j < d.kend:
             d.kend = j

@@ -43,7 +43,7 @@ class DecodeInstance:
     """State of one decode instance (see :class:`DecodeStation`)."""
 
     __slots__ = ("kv_used", "slots", "K", "S", "running", "pending", "t0", "cum", "kend", "version",
-                 "active", "steps", "offset")
+                 "active", "steps", "offset", "just_joined")
 
     def __init__(self) -> None:
         self.kv_used = 0          # reserved KV tokens
@@ -59,6 +59,7 @@ class DecodeInstance:
         self.active = False       # a run is in progress
         self.steps = 0
         self.offset: dict[int, int] = {}  # request -> context minus step counter
+        self.just_joined: list[int] = []  # requests that joined at the current run's start
 
 
 class DecodeStation:
@@ -130,7 +131,8 @@ class DecodeStation:
         self.entry[r] = t
         self.in_sys.add(t, 1)
         d.pending.append(r)
-        if not d.active:
+        if not d.active or t == d.t0:
+            # idle, or ready exactly at the boundary where the current run starts: join now
             self._boundary(i, 0, t)
             return
         # truncate the current run at the first boundary at or after t
@@ -170,6 +172,9 @@ class DecodeStation:
             d.slots -= 1
             del self.assigned[r]
             released = True
+        # A run rebuilt at the instant it started (a request became ready exactly then) supersedes
+        # it: the requests that joined at that boundary get their first step from the new run.
+        carry = d.just_joined if (d.active and steps == 0 and t == d.t0) else []
         joined = d.pending
         if joined:
             d.pending = []
@@ -192,9 +197,10 @@ class DecodeStation:
             if not d.active:
                 d.active = True
                 self.busy_m.add(t, 1)
-            if joined and self.first_from_decode:
+            d.just_joined = carry + joined
+            if d.just_joined and self.first_from_decode:
                 t1 = t + float(d.cum[0])
-                for r in joined:
+                for r in d.just_joined:
                     req.t_first[r] = t1
             self.sim.at(t + float(d.cum[-1]), self._run_end, (i, d.version))
         elif d.active:
