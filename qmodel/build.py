@@ -72,11 +72,13 @@ class Resolved:
 
 def _pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: ModelSpec, mem_fraction: float) -> PoolRuntime:
     from qmodel.perf.build import service_model
-    from qmodel.perf.memory import kv_capacity_tokens
+    from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
 
     gpu = load_catalog().gpu(cfg.gpu)
-    service = service_model(scenario.perf, model, gpu, cfg.tp, cfg.pp, field=field)
-    cap = kv_capacity_tokens(model, gpu, cfg.tp, cfg.pp, mem_fraction, field=field)
+    service = service_model(scenario.perf, model, gpu, cfg.tp, cfg.pp, field_prefix=field)
+    compute_dtype = getattr(scenario.perf, "compute_dtype", None)
+    cap = kv_capacity_tokens(model, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
+                             dtype=weight_dtype_for(model, compute_dtype))
     return PoolRuntime(role, field, cfg, gpu, service, float(cap))
 
 
