@@ -204,3 +204,20 @@ def test_bad_inputs_are_one_line_errors(scenario):
 
     with pytest.raises(CatalogError):
         plan(scenario, "min-gpus", gpus=["h1000"], evaluator=ev)
+
+
+@settings(max_examples=15, deadline=None)
+@given(P0=st.floats(1.0, 8.0), D0=st.floats(2.0, 12.0), K0=st.floats(2.0, 40.0), n=st.integers(2, 14))
+def test_max_goodput_property(repo_root, P0, D0, K0, n):
+    """Random fake hardware and GPU budgets: the planner's best goodput is the brute-force best."""
+    sc = load_scenario(repo_root / "examples" / "llama3-70b-disagg-h100.yaml")
+    ev = FakeEvaluator(sc, P0=P0, D0=D0, K0=K0)
+    kw = dict(gpus=["h100-sxm", "a100-80gb-sxm"], links=["ib-ndr-400"], tps=[1, 2], max_instances=5, max_gpus=12)
+    res = plan(sc, "max-goodput", budget={"gpus": n}, evaluator=ev, executor="serial", top_k=2, knee=False,
+               serving_config=False, **kw)
+    sp = SearchSpace(gpus=("h100-sxm", "a100-80gb-sxm"), links=("ib-ndr-400",), tps=(1, 2), max_instances=5, max_gpus=12)
+    best = max([_brute_goodput(ev, p) for p in _all_plans(sp, ev) if p.gpus <= n] + [0.0])
+    if best == 0.0:
+        assert res.plans == []
+    else:
+        assert res.plans[0].goodput_rps == pytest.approx(best, rel=2e-3)

@@ -159,13 +159,37 @@ def _solver_class():
     return PlanSolver
 
 
+class _MemoStation:
+    """A station whose ``solve(rate)`` is memoised (stations are pure functions of the rate)."""
+
+    MAX_RATES = 64
+
+    def __init__(self, station: Any) -> None:
+        self._station = station
+        self._memo: OrderedDict[float, Any] = OrderedDict()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._station, name)
+
+    def solve(self, rate_per_s: float):
+        key = float(rate_per_s)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._station.solve(key)
+            self._memo[key] = hit
+            if len(self._memo) > self.MAX_RATES:
+                self._memo.popitem(last=False)
+        return hit
+
+
 _STATION_ATTR = {"prefill": "_prefill", "kv_transfer": "_transfer", "decode": "_decode", "pool": "_single_pool"}
 
 
 class EngineEvaluator(Evaluator):
     """Answers from :class:`qmodel.engine.Solver`, with pools, stations and solvers cached (see module doc)."""
 
-    MAX_SOLVERS = 2048  # LRU bound: a solver holds its stations' grids (a few hundred kB at most)
+    MAX_SOLVERS = 2048  # LRU bound on solvers kept (their stations are shared, see solver())
+    MAX_STATIONS = 8192
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -179,6 +203,7 @@ class EngineEvaluator(Evaluator):
         self._caps: dict[tuple, tuple[float, str]] = {}
         self._unit: dict[tuple, float] = {}
         self._solvers: OrderedDict[PlanSpec, Any] = OrderedDict()
+        self._stations: dict[tuple, Any] = {}
         self._links: dict[str, Any] = {}
 
     # pickling: ship the inputs only; a worker rebuilds (or reuses) the caches
@@ -264,7 +289,20 @@ class EngineEvaluator(Evaluator):
                 self._pool("pool", dep.pool.gpu, dep.pool.tp, dep.pool.kv_memory_fraction), config=dep.pool)
         return Resolved(sc, model, mix, uncached, rate, ca2, pools, link, link_bw, model.kv_bytes_per_token(), warnings)
 
-    def solver(self, plan: PlanSpec):
+    @staticmethod
+    def _station_keys(plan: PlanSpec) -> dict[str, tuple]:
+        """Solver attribute -> what that station depends on (beyond the scenario, fixed per evaluator)."""
+        f, d = plan.family, plan.decode
+        if f.topology == "disaggregated":
+            p = plan.prefill
+            assert p is not None
+            return {"_prefill": ("prefill", p.gpu, p.tp, p.instances),
+                    "_transfer": ("kv", f.link, f.transfer_mode, p.gpu, p.tp, p.instances),
+                    "_decode": ("decode", d.gpu, d.tp, d.instances)}
+        return {"_single_pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
+
+    def _bare(self, plan: PlanSpec):
+        """The plan's Solver (LRU-cached), stations not yet attached."""
         s = self._solvers.get(plan)
         if s is not None:
             self._solvers.move_to_end(plan)
@@ -274,6 +312,30 @@ class EngineEvaluator(Evaluator):
         self._solvers[plan] = s
         if len(self._solvers) > self.MAX_SOLVERS:
             self._solvers.popitem(last=False)
+        return s
+
+    def _station(self, plan: PlanSpec, attr: str):
+        """One station of ``plan``, shared by every plan with the same pool (QmodelError if it cannot run)."""
+        key = self._station_keys(plan)[attr]
+        st = self._stations.get(key)
+        if st is None:
+            st = getattr(self._bare(plan), attr)  # builds only this station
+            if attr in ("_prefill", "_transfer"):
+                st = _MemoStation(st)
+            if len(self._stations) > self.MAX_STATIONS:
+                self._stations.clear()
+            self._stations[key] = st
+        return st
+
+    def solver(self, plan: PlanSpec):
+        """A Solver for ``plan`` whose stations are shared with every other plan using the same pools.
+
+        A prefill station depends on its own pool only, so the plans (n_p, 1..n_d) share one object,
+        and its solution at the target rate (memoised per rate) is computed once for the whole row.
+        """
+        s = self._bare(plan)
+        for attr in self._station_keys(plan):
+            s.__dict__[attr] = self._station(plan, attr)  # what functools.cached_property reads first
         return s
 
     # ---- the five questions -------------------------------------------------------------------
@@ -309,7 +371,7 @@ class EngineEvaluator(Evaluator):
         hit = self._caps.get(key)
         if hit is None:
             try:
-                st = getattr(self.solver(plan), _STATION_ATTR[station])
+                st = self._station(plan, _STATION_ATTR[station])
                 hit = (float(st.max_stable_rate_per_s()), st.name)
             except QmodelError:
                 hit = (0.0, plan.topology if station == "pool" else station)  # e.g. KV cannot hold one sequence

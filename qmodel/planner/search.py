@@ -203,13 +203,13 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
             out.pruned["cost bound (cannot enter the top K)"] += n_max - n0 + 1
             return out
         # gallop up from the stability bound: feasibility usually starts within a step or two of it
-        step, prev, n = 1, n0 - 1, n0
-        while n <= n_max and not ok(fam.plan(n)):
-            prev, n, step = n, min(n_max + 1, n + step), step * 2
-        if n > n_max:
-            out.pruned["misses the SLO (solved or implied)"] += n_max - n0 + 1
-            return out
-        best = _first_true(lambda k: ok(fam.plan(k)), prev + 1, n)
+        step, bad, n = 1, n0 - 1, n0
+        while not ok(fam.plan(n)):
+            if n == n_max:
+                out.pruned["misses the SLO (solved or implied)"] += n_max - n0 + 1
+                return out
+            bad, n, step = n, min(n_max, n + step), step * 2
+        best = _first_true(lambda k: ok(fam.plan(k)), bad + 1, n)
         assert best is not None
         p = fam.plan(best)
         out.pruned["misses the SLO (solved or implied)"] += best - n0
