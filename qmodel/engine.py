@@ -27,7 +27,7 @@ import numpy as np
 
 from qmodel.build import Resolved, resolve
 from qmodel.dist import GridDist, convolve
-from qmodel.errors import InputError, UnstableError
+from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.result import DistSummary, LinkReport, Result
 from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, Scenario, scenario_sha256
 from qmodel.stations.base import StationSolution
@@ -56,6 +56,7 @@ class Solver:
         self.scenario = scenario
         self.resolved: Resolved = resolve(scenario)
         self._topology = scenario.deployment.topology
+        self._notes: list[str] = []
 
     # ---- stations (rate-independent parts built once) ---------------------------------------
     @cached_property
@@ -64,13 +65,16 @@ class Solver:
 
         dep = self.scenario.deployment
         pool = self.resolved.pools["prefill"]
+        r = self.resolved
+        cached = r.lengths.prompt - r.uncached_prompt
         return PrefillStation(
-            service=pool.service,
-            prompt_tokens=self.resolved.uncached_prompt,
             instances=dep.prefill.instances,
+            service=pool.service,
+            prompt_tokens=r.uncached_prompt,
             max_batch_tokens=dep.prefill.max_batch_tokens,
             dispatch=dep.prefill.dispatch,
-            ca2=self.resolved.ca2,
+            ca2=r.ca2,
+            cached_tokens=cached if np.any(cached > 0) else None,
         )
 
     @cached_property
@@ -81,7 +85,7 @@ class Solver:
         r = self.resolved
         own_prefill_s = np.asarray(r.pools["prefill"].service.prefill_one_s(r.uncached_prompt), dtype=float)
         return KVTransferStation(
-            transfer_bytes=r.kv_bytes_per_token * r.uncached_prompt.astype(float),
+            bytes_per_request=r.kv_bytes_per_token * r.uncached_prompt.astype(float),
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
             paths=dep.prefill.instances,
@@ -89,6 +93,7 @@ class Solver:
             mode=dep.transfer_mode,
             layers=r.model.layers,
             prefill_time_s=own_prefill_s,
+            ca2=r.ca2,
         )
 
     @cached_property
@@ -122,12 +127,18 @@ class Solver:
             ca2=self.resolved.ca2,
         )
         if isinstance(dep, ColocatedDeployment):
-            from qmodel.stations.colocated import ColocatedStation
+            from qmodel.stations.colocated import ColocatedStation as cls
 
-            return ColocatedStation(max_batch_tokens=dep.max_batch_tokens, **common)
-        from qmodel.stations.chunked import ChunkedStation
+            common["max_batch_tokens"] = dep.max_batch_tokens
+        else:
+            from qmodel.stations.chunked import ChunkedStation as cls
 
-        return ChunkedStation(chunk_tokens=dep.chunk_tokens, **common)
+            common["chunk_tokens"] = dep.chunk_tokens
+        accepted = {f.name for f in dataclasses.fields(cls)}
+        if "ca2" not in accepted and abs(self.resolved.ca2 - 1.0) > 1e-9:
+            self._notes.append(f"warning: {dep.topology} station assumes Poisson arrivals; the workload's "
+                               f"arrival SCV {self.resolved.ca2:.3g} is not modelled (check with the replay)")
+        return cls(**{k: v for k, v in common.items() if k in accepted})
 
     def _stations(self) -> list:
         if self._topology == "disaggregated":
@@ -156,7 +167,9 @@ class Solver:
             sp = self._prefill.solve(rate)
             st = self._transfer.solve(rate)
             dec = self._decode
-            reserved = float(st.extra.get("inflight_tokens_per_instance", 0.0)) if st.extra else 0.0
+            # KV bytes held by transfers in flight (Little), spread over the decode instances, in tokens.
+            inflight_bytes = float(st.extra.get("in_flight_bytes_mean", 0.0))
+            reserved = inflight_bytes / self.resolved.kv_bytes_per_token / self.scenario.deployment.decode.instances
             if reserved > 0:
                 # KV of transfers in flight is reserved on the decode side (Little: mean in flight x tokens).
                 dec = dataclasses.replace(dec, kv_reserved_tokens=reserved)
@@ -180,10 +193,19 @@ class Solver:
         return Composition(rate, stations, ttft, tpot, a, b, point, bounds)
 
     def attainment(self, rate: float) -> float:
+        """Attainment at ``rate``; 0 where the system is unstable.
+
+        Within 1% of the stability limit a chain may refuse to truncate (NumericalError); latency
+        there is unbounded for any practical SLO, so that too counts as 0 rather than an answer.
+        """
         try:
             return self.compose(rate).attainment
         except UnstableError:
             return 0.0
+        except NumericalError:
+            if rate >= 0.99 * self.max_stable_rate()[0]:
+                return 0.0
+            raise
 
     def solve(self, rate: float | None = None) -> Result:
         if rate is None:
@@ -208,7 +230,8 @@ class Solver:
             inputs_sha256=scenario_sha256(self.scenario),
             perf_sha256=self.resolved.perf_sha256,
             validity=self.validity(c),
-            warnings=list(self.resolved.warnings) + [n for s in c.stations for n in s.notes if n.startswith("warning")],
+            warnings=list(self.resolved.warnings) + self._notes
+            + [n for s in c.stations for n in s.notes if n.startswith("warning")],
         )
 
     # ---- explanations ------------------------------------------------------------------------
