@@ -1,0 +1,74 @@
+"""The engine-backed evaluator: its cached pieces equal what qmodel.build.resolve computes, and its
+pool checks are the catalog's memory/TP rules and exact idle-latency lower bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qmodel.build import resolve
+from qmodel.planner.evaluate import EngineEvaluator, scenario_for
+from qmodel.planner.space import Family
+from qmodel.scenario import load_scenario
+
+
+@pytest.fixture(scope="module")
+def scenario(repo_root):
+    return load_scenario(repo_root / "examples" / "llama3-70b-disagg-h100.yaml")
+
+
+@pytest.mark.parametrize("plan_args", [
+    (Family("disaggregated", "h100-sxm", 4, "a100-80gb-sxm", 2, "ib-ndr-400", "layerwise"), (3, 2)),
+    (Family("colocated", "h200-sxm", 2), (5, 0)),
+    (Family("chunked", "h100-sxm", 8, chunk_tokens=1024), (2, 0)),
+])
+def test_assembled_resolution_equals_resolve(scenario, plan_args):
+    """The per-plan Resolved built from cached parts is field for field what resolve() builds (exact)."""
+    fam, (nd, npf) = plan_args
+    p = fam.plan(nd, npf)
+    ev = EngineEvaluator(scenario)
+    sc = scenario_for(scenario, p)
+    mine, ref = ev._resolved(sc, p), resolve(sc)
+    assert np.array_equal(mine.lengths.prompt, ref.lengths.prompt)
+    assert np.array_equal(mine.lengths.output, ref.lengths.output)
+    assert np.array_equal(mine.uncached_prompt, ref.uncached_prompt)
+    assert (mine.base_rate_per_s, mine.ca2, mine.kv_bytes_per_token, mine.warnings) == \
+        (ref.base_rate_per_s, ref.ca2, ref.kv_bytes_per_token, ref.warnings)
+    assert mine.link == ref.link and mine.link_bandwidth_bytes_per_s == ref.link_bandwidth_bytes_per_s
+    assert mine.gpus == ref.gpus == p.gpus and mine.cost_per_hour_usd == ref.cost_per_hour_usd
+    for role, pool in ref.pools.items():
+        assert mine.pools[role].config == pool.config
+        assert mine.pools[role].kv_capacity_tokens == pool.kv_capacity_tokens
+        assert mine.pools[role].service.fingerprint == pool.service.fingerprint
+
+
+def test_pool_issue_memory_and_tp(scenario):
+    ev = EngineEvaluator(scenario)
+    # 70B in BF16 is ~141 GB of weights: one 80 GiB H100 cannot hold it, two can
+    assert "cannot run" in (ev.pool_issue("decode", "h100-sxm", 1) or "")
+    assert ev.pool_issue("decode", "h100-sxm", 2) is None
+    # 64 query heads: TP 3 breaks the head rule
+    assert "cannot run" in (ev.pool_issue("prefill", "h100-sxm", 3) or "")
+
+
+def test_pool_issue_idle_slo_bounds(scenario):
+    """A TPOT target below one batch-1 decode step, or a TTFT target below the prompts' own prefill,
+    makes a pool infeasible at every rate; the messages carry the numbers."""
+    strict = scenario.model_copy(update={"slo": scenario.slo.model_copy(update={"tpot_s": 0.001, "ttft_s": 0.001})})
+    ev = EngineEvaluator(strict)
+    svc = ev._pool("decode", "h100-sxm", 4, 0.9).service
+    assert float(svc.decode_step_time_s(1.0, 0.0)) > 0.001
+    assert "TPOT infeasible" in ev.pool_issue("decode", "h100-sxm", 4)
+    assert "TTFT infeasible" in ev.pool_issue("prefill", "h100-sxm", 4)
+    assert ev.pool_issue("pool", "h100-sxm", 4).startswith("TTFT infeasible")
+    assert EngineEvaluator(scenario).pool_issue("decode", "h100-sxm", 4) is None
+
+
+def test_evaluator_pickles_without_caches(scenario):
+    import pickle
+
+    ev = EngineEvaluator(scenario)
+    ev.pool_issue("decode", "h100-sxm", 4)
+    blob = pickle.dumps(ev)
+    back = pickle.loads(blob)
+    assert back.key == ev.key and back._pools == {} and len(blob) < 20000
