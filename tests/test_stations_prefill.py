@@ -222,7 +222,9 @@ def test_departure_stats_and_report() -> None:
     assert x["batch_size_second_moment"] >= x["batch_size_mean"] ** 2
     assert 0 < sol.utilization < 1
     rep = sol.report()
-    assert rep.name == "prefill" and rep.exact and rep.mean_wait_s == pytest.approx(sol.wait.mean_s)
+    assert rep.name == "prefill" and rep.mean_wait_s == pytest.approx(sol.wait.mean_s)
+    assert not rep.exact  # a token budget over varied prompts is mapped to a cap: approximate
+    assert any("token budget" in n for n in rep.notes)
     assert np.isfinite([rep.p90_wait_s, rep.p99_wait_s]).all()
 
 

@@ -77,10 +77,10 @@ def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
     from scipy.special import gammaln
 
     mu = np.asarray(mu, dtype=float)[:, None]
-    m = np.arange(n, dtype=float)[None, :]
+    m = np.arange(n, dtype=float)
     safe = np.where(mu > 0, mu, 1.0)
-    out = np.exp(m * np.log(safe) - safe - gammaln(m + 1.0))
-    return np.where(mu > 0, out, (m == 0).astype(float))
+    out = np.exp(m[None, :] * np.log(safe) - safe - gammaln(m + 1.0)[None, :])
+    return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
 
 
 def batch_cap(max_batch_tokens: float | None, mean_prompt_tokens: float, max_batch_size: int | None = None) -> int:
@@ -276,6 +276,7 @@ class BulkQueue:
             if hi - lo < 1e-12 * hi:
                 break
         logz = math.log(hi)
+        object.__setattr__(self, "_z0", hi)
         n = int(math.ceil(2 * b + 40 + math.log(1.0 / _TAIL) / max(logz, 1e-12)))
         if n > 6000:
             raise NumericalError(f"prefill chain needs {n} states at load {self.rho_full:.4f}; too close to 1")
@@ -436,12 +437,16 @@ class BulkQueue:
         max_s = max(float(v.max()) for v in full)
         min_mean = float(self.law.mean_s.min())
         n_q = pi.size + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
-        n_full = int(math.ceil(n_q / b))
+        # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), b ln z0 / E[S_b])
+        # (z0 the chain's decay root); keep t up to where it is below ~1e-12. Mass past the horizon
+        # is at most that and is folded into the last bin.
+        z0 = self._z0 if self._size else 1.0
+        eta = min(lam * (z0 - 1.0), b * math.log(z0) / float(self.law.mean_s[-1]))
+        horizon = (max_s + math.log(1e12) / max(eta, 1e-300) + self.mean_own_batch_s) * max(wait_scale, 1.0)
         if dx is None:
-            # ≥ 16 bins for the shortest batch, and the whole support within 8192 points (memory and
-            # time grow with it; quantiles are conservative by at most dx per term)
-            span = (n_full + 2) * float(full[-1].max()) * max(wait_scale, 1.0) + max_s
-            dx = max(min_mean / 16.0, span / 8192.0)
+            # ≥ 16 bins for the shortest batch, and the horizon within 8192 points (time and memory
+            # grow with it; quantiles are conservative by at most dx per term)
+            dx = max(min_mean / 16.0, horizon / 8192.0)
         f = [self.law.grid_pmf(kk, dx) for kk in range(1, b + 1)]
         n_s = max(len(x) for x in f)
         f = [np.pad(x, (0, n_s - len(x))) for x in f]
@@ -451,37 +456,44 @@ class BulkQueue:
         np.add.at(omega, (k - 1, r), pi / cyc)
         ages = (np.arange(n_s) + 0.5) * dx
         p_age = _poisson_matrix(lam * ages, n_q)  # (n_s, n_q)
-        # Hankel index: residual v (rows, 1..n_s bins) and age a: batch length in bins = v + a
-        vv = np.arange(1, n_s + 1)[:, None]
-        aa = np.arange(n_s)[None, :]
-        hidx = vv + aa
-        inside = hidx < n_s
+        # Y[v−1, n] = Σ_a f_k[v + a] · P(count n | age a) dx: a cross-correlation in time (residual v
+        # = batch length − age), done by FFT along the time axis for every count column at once.
+        lt = 1 << int(math.ceil(math.log2(2 * n_s + 2)))
+        pa_hat = np.conj(np.fft.rfft(p_age, lt, axis=0))  # (lt/2+1, n_q)
+
+        def corr(fk: np.ndarray, cols_hat: np.ndarray) -> np.ndarray:
+            c = np.fft.irfft(np.fft.rfft(fk, lt)[:, None] * cols_hat, lt, axis=0)
+            return c[1 : n_s + 1]  # lags v = 1..n_s
+
+        y_hat_r0 = np.zeros(n_s)
         y = np.zeros((n_s, n_q))
-        only_r0 = np.zeros(n_s)
         for kk in range(1, b + 1):
             w = omega[kk - 1]
             if not w.any():
                 continue
-            fk = np.pad(f[kk - 1], (0, 1))
             if w[1:].any():
-                hk = np.where(inside, fk[np.minimum(hidx, n_s)], 0.0) * dx
-                size = 1 << int(math.ceil(math.log2(n_q + w.size)))
-                conv = np.fft.irfft(np.fft.rfft(p_age, size, axis=1) * np.fft.rfft(w, size)[None, :], size, axis=1)[:, :n_q]
-                y += hk @ np.clip(conv, 0.0, None)
+                size_q = 1 << int(math.ceil(math.log2(n_q + w.size)))
+                conv = np.fft.irfft(np.fft.rfft(p_age, size_q, axis=1) * np.fft.rfft(w, size_q)[None, :], size_q,
+                                    axis=1)[:, :n_q]
+                y += corr(f[kk - 1], np.conj(np.fft.rfft(np.clip(conv, 0.0, None), lt, axis=0)))
             else:
-                only_r0 = only_r0 + w[0] * fk[:n_s]
-        if only_r0.any():
-            h0 = np.where(inside, np.pad(only_r0, (0, 1))[np.minimum(hidx, n_s)], 0.0) * dx
-            y += h0 @ p_age
+                y_hat_r0 = y_hat_r0 + w[0] * f[kk - 1]
+        if y_hat_r0.any():
+            y += corr(y_hat_r0, pa_hat)
+        y = np.clip(y * dx, 0.0, None)
         busy_mass = 1.0 - p_idle
         if y.sum() > 0:
             y *= busy_mass / y.sum()
+        # drop count columns that carry no mass (the chain's tail): fewer full-batch levels
+        col = y.sum(axis=0)
+        live = np.nonzero(col > 1e-14 * busy_mass)[0]
+        n_q = int(live[-1]) + 1 if live.size else 1
+        y = y[:, :n_q]
+        n_full = int(math.ceil(n_q / b))
 
         # W = residual + Σ_{⌊q/b⌋} S_b : FFT along time, Horner over full batches
         nsb = len(np.trim_zeros(f[-1], "b"))
-        length = n_s + 1 + n_full * nsb + 1
-        if wait_scale > 1.0:
-            length = int(math.ceil(length * wait_scale)) + 1
+        length = min(n_s + 1 + n_full * nsb + 1, int(math.ceil(horizon / dx)) + n_s + 2)
         size = 1 << int(math.ceil(math.log2(length)))
         if size > 4 * MAX_POINTS:
             raise NumericalError("prefill waiting-time grid too large; the load is too close to 1")
@@ -662,7 +674,11 @@ class PrefillStation:
             notes.append(f"token budget {self.max_batch_tokens:g} mapped to batch cap b = {self.b} "
                          "(design: -1..-8% on E[W] vs a token-budget engine)")
         wait, delay, own = q.grids(self.dx, wait_scale=scale)
-        exact = scale == 1.0 and self.dispatch == "random"
+        # Exact for the stated model: Poisson per engine and a request cap that *is* the engine's
+        # rule (no token budget, or every prompt the same length so floor(B/P) is what fits).
+        p = np.asarray(self.prompt_tokens, dtype=float)
+        budget_is_cap = self.max_batch_tokens is None or self.law_override is not None or bool(np.ptp(p) == 0)
+        exact = scale == 1.0 and self.dispatch == "random" and budget_is_cap
         method = f"M/G^[1,{self.b}]/1 embedded chain per instance ({self.dispatch} dispatch)"
         batch_rate = self.instances / q._cycle["cycle_s"]
         return StationSolution(
