@@ -52,9 +52,10 @@ class Composition:
 class Solver:
     """Resolve a scenario once, then solve it at any rate (goodput calls :meth:`attainment` ~15 times)."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, resolved: Resolved | None = None) -> None:
         self.scenario = scenario
-        self.resolved: Resolved = resolve(scenario)
+        # the planner passes a Resolved assembled from cached pools (it must describe this scenario)
+        self.resolved: Resolved = resolve(scenario) if resolved is None else resolved
         self._topology = scenario.deployment.topology
         self._notes: list[str] = []
 
