@@ -146,19 +146,6 @@ def scenario_for(scenario: Scenario, plan: PlanSpec) -> Scenario:
 
 # ---- the engine-backed evaluator ---------------------------------------------------------------
 
-def _solver_class():
-    """A Solver that takes an already resolved scenario (the planner assembles it from cached parts)."""
-    from qmodel.engine import Solver
-
-    class PlanSolver(Solver):
-        def __init__(self, scenario: Scenario, resolved) -> None:  # noqa: D401 - same contract as Solver
-            self.scenario = scenario
-            self.resolved = resolved
-            self._topology = scenario.deployment.topology
-
-    return PlanSolver
-
-
 class _MemoStation:
     """A station whose ``solve(rate)`` is memoised (stations are pure functions of the rate)."""
 
@@ -308,7 +295,9 @@ class EngineEvaluator(Evaluator):
             self._solvers.move_to_end(plan)
             return s
         sc = scenario_for(self.scenario, plan)
-        s = _solver_class()(sc, self._resolved(sc, plan))
+        from qmodel.engine import Solver
+
+        s = Solver(sc, self._resolved(sc, plan))
         self._solvers[plan] = s
         if len(self._solvers) > self.MAX_SOLVERS:
             self._solvers.popitem(last=False)
