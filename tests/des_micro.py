@@ -224,3 +224,91 @@ def simulate_colocated(rate: float, lengths, service: ServiceTimeModel, horizon_
     multi = ok & (L >= 2)
     return EngineRun((t_first - arr)[ok], (t_last[multi] - t_first[multi]) / (L[multi] - 1),
                      area_run / t_obs, t_pref / t_obs, np.asarray(sizes))
+
+
+def simulate_chunked(rate: float, lengths, service: ServiceTimeModel, horizon_s: float, seed: int = 0,
+                     budget_tokens: int = 512, warmup_frac: float = 0.1) -> EngineRun:
+    """Sarathi-like engine with the replay's step-time composition (validation/stations/chunked.py):
+    every iteration gives one token to each running sequence; the rest of the budget goes to prompt
+    chunks FCFS (the prompt in progress first). A mixed iteration with n decodes (contexts S) and
+    chunks c_j over d_j done tokens takes
+
+        prefill_time_s(sum c_j + n, sum (c_j^2 + 2 c_j d_j), k) + decode_step_time_s(n, S) - decode_step_time_s(n, 0)
+
+    and a decode-only iteration decode_step_time_s(n, S). The first token comes at the end of the
+    iteration that computes the last prompt token."""
+    rng = np.random.default_rng(seed)
+    arr = _arrivals(rate, horizon_s, rng)
+    P, L = (np.asarray(v, dtype=np.int64) for v in lengths(rng, len(arr)))
+    nreq = len(arr)
+    t_first = np.full(nreq, np.nan)
+    t_last = np.full(nreq, np.nan)
+    backlog: deque[list[int]] = deque()  # [request, tokens done]
+    finish: dict[int, list[int]] = {}
+    running, ctx, dstep, i, t = 0, 0.0, 0, 0, 0.0
+    warm = warmup_frac * horizon_s
+    area_run = t_mixed = t_obs = 0.0
+    while True:
+        while i < nreq and arr[i] <= t:
+            backlog.append([i, 0])
+            i += 1
+        room = budget_tokens - running
+        if backlog and room > 0:
+            chunks = []
+            for item in backlog:
+                if room <= 0:
+                    break
+                c = min(room, int(P[item[0]]) - item[1])
+                chunks.append((item, c))
+                room -= c
+            s1 = sum(c for _, c in chunks)
+            s2 = float(sum(c * c + 2 * c * it[1] for it, c in chunks))
+            dt = float(service.prefill_time_s(float(s1 + running), s2, float(len(chunks))))
+            if running:
+                dt += float(service.decode_step_time_s(running, ctx)) - float(service.decode_step_time_s(running, 0.0))
+            if t >= warm:
+                area_run += running * dt
+                t_mixed += dt
+                t_obs += dt
+            t += dt
+            if running:
+                ctx += running
+                for j in finish.pop(dstep, []):
+                    t_last[j] = t
+                    running -= 1
+                    ctx -= P[j] + L[j]
+                dstep += 1
+            for it, c in chunks:
+                it[1] += c
+            while backlog and backlog[0][1] >= P[backlog[0][0]]:
+                j = backlog.popleft()[0]
+                t_first[j] = t
+                if L[j] <= 1:
+                    t_last[j] = t
+                else:
+                    running += 1
+                    ctx += P[j] + 1
+                    finish.setdefault(dstep + int(L[j]) - 2, []).append(j)
+            continue
+        if running:
+            dt = float(service.decode_step_time_s(running, ctx))
+            if t >= warm:
+                area_run += running * dt
+                t_obs += dt
+            t += dt
+            ctx += running
+            for j in finish.pop(dstep, []):
+                t_last[j] = t
+                running -= 1
+                ctx -= P[j] + L[j]
+            dstep += 1
+            continue
+        if i >= nreq:
+            break
+        if t >= warm:
+            t_obs += arr[i] - t
+        t = arr[i]
+    ok = (arr >= warm) & np.isfinite(t_last)
+    multi = ok & (L >= 2)
+    return EngineRun((t_first - arr)[ok], (t_last[multi] - t_first[multi]) / (L[multi] - 1),
+                     area_run / t_obs, t_mixed / t_obs, np.zeros(0))

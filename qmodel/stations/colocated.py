@@ -52,11 +52,17 @@ _N_NODES = 5
 _L_GROUPS = 16
 
 
-def compound_poisson_pmf(jump_pmf: np.ndarray, mu: np.ndarray, size: int) -> np.ndarray:
-    """pmf on a grid of sum_{j<=K} T_j, K ~ Poisson(mu) (one row per mu), by FFT of exp(mu (phi_T - 1))."""
+def compound_poisson_pmf(jump_pmf: np.ndarray, mu: np.ndarray, size: int,
+                         extra: list[tuple[np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
+    """pmf on a grid of sum_{j<=K} T_j, K ~ Poisson(mu) (one row per mu), by FFT of exp(mu (phi_T - 1)).
+
+    ``extra``: further independent compound Poisson terms (jump pmf, mu per row) added to the sum.
+    """
     nfft = 1 << int(math.ceil(math.log2(max(2 * size, 2))))
-    phi = np.fft.rfft(jump_pmf, nfft)
-    out = np.fft.irfft(np.exp(np.outer(mu, phi - 1.0)), nfft)[:, :size]
+    expo = np.outer(mu, np.fft.rfft(jump_pmf, nfft) - 1.0)
+    for jp, m in extra or []:
+        expo += np.outer(m, np.fft.rfft(jp, nfft) - 1.0)
+    out = np.fft.irfft(np.exp(expo), nfft)[:, :size]
     return np.clip(out, 0.0, None)
 
 
@@ -263,49 +269,83 @@ def n_nodes(pi: np.ndarray, k: int = _N_NODES) -> tuple[list[float], np.ndarray]
 
 
 def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.ndarray, node_td: np.ndarray,
-               node_rho: list[float], node_jumps: list[np.ndarray]) -> GridDist:
-    """TPOT = t_n + S/(L-1), S compound Poisson: K ~ Poisson(lam ((L-1) t_n/(1-rho_n) + T_own)), jumps X.
+               node_rho: list[float], node_jumps: list[np.ndarray],
+               node_cap: list[float] | None = None, node_own: list[float] | None = None,
+               node_life_jumps: list[np.ndarray] | None = None,
+               node_life_rate: list[float] | None = None) -> GridDist:
+    """TPOT = t_n + S/(L-1) with S = S_life + S_own, independent compound Poisson sums:
+
+    S_own: K_0 ~ Poisson(lam (T_own + own_n)) jumps X (the prompts queued behind the request);
+    S_life: K ~ Poisson(lam r_n D), D = (L-1) t_n/(1-rho_n), jumps Y (``node_life_jumps``, default X,
+    with rate factor r_n, default 1: clustered stalls, e.g. whole prefill busy periods, use r_n < 1).
 
     ``groups``: (weight, representative L-1, mean own prefill time); per N node n: weight, decode step
-    t_n, capacity loss rho_n and a sample of the stall each prefill adds (equal weights). Each L group
-    gets its own S grid: S enters TPOT divided by L-1, so a step of dx (L-1) on S is a step of dx on
-    TPOT; the grid reaches mean + 12 sd of S (Var = mu E[X^2]) plus one jump.
+    t_n, capacity loss rho_n and samples of the stalls (equal weights). Each L group gets its own S
+    grid: S enters TPOT divided by L-1, so a step of dx (L-1) on S is a step of dx on TPOT; the grid
+    reaches mean + 12 sd of S plus one jump. ``node_cap``: an upper bound on TPOT per node (chunked:
+    every iteration emits a token, so TPOT <= the longest iteration); the mean is then taken from the
+    capped grid. ``node_own``: per node, seconds added to the own-prefill window.
     """
-    moments = [(float(x.mean()), float(np.mean(x * x)), float(x.max())) for x in node_jumps]
+    nn = len(node_td)
+    own = [0.0] * nn if node_own is None else list(node_own)
+    life = node_jumps if node_life_jumps is None else node_life_jumps
+    rate = [1.0] * nn if node_life_rate is None else list(node_life_rate)
+
+    def mom(x: np.ndarray) -> tuple[float, float, float]:
+        return float(x.mean()), float(np.mean(x * x)), float(x.max())
+
+    m_own = [mom(x) for x in node_jumps]
+    m_life = [mom(x) for x in life]
     mean_tpot = 0.0
     for gw, lm1, tp in groups:
-        for nw, tdn, rho, (ex, _, _) in zip(node_w, node_td, node_rho, moments):
-            mean_tpot += gw * nw * (tdn + lam * (lm1 * tdn / (1 - rho) + tp) * ex / lm1)
+        for j in range(nn):
+            d_life = lm1 * node_td[j] / (1 - node_rho[j])
+            s_mean = lam * rate[j] * d_life * m_life[j][0] + lam * (tp + own[j]) * m_own[j][0]
+            mean_tpot += gw * node_w[j] * (node_td[j] + s_mean / lm1)
     dx = mean_tpot / 400.0
-    rows: list[tuple[float, float, float, float, np.ndarray]] = []  # (weight, lm1, t_n, dx_s, pmf)
+    rows: list[tuple[float, float, float, float, np.ndarray, float]] = []  # (weight, lm1, t_n, dx_s, pmf, cap)
+    caps = [math.inf] * nn if node_cap is None else list(node_cap)
     hi_t = 0.0
+    keyed: dict[tuple[int, int], list[int]] = {}
+    for j in range(nn):
+        keyed.setdefault((id(node_jumps[j]), id(life[j])), []).append(j)
     for gw, lm1, tp in groups:
-        by_jump: dict[int, list[int]] = {}
-        for j, x in enumerate(node_jumps):
-            by_jump.setdefault(id(x), []).append(j)
-        for idx in by_jump.values():
-            x = node_jumps[idx[0]]
-            ex, ex2, xmax = moments[idx[0]]
-            if ex <= 0:
+        for idx in keyed.values():
+            j0 = idx[0]
+            (eo, eo2, xo), (el, el2, xl) = m_own[j0], m_life[j0]
+            if eo <= 0 and el <= 0:
                 for j in idx:
-                    rows.append((gw * node_w[j], lm1, float(node_td[j]), 1.0, np.array([1.0])))
+                    rows.append((gw * node_w[j], lm1, float(node_td[j]), 1.0, np.array([1.0]), caps[j]))
                     hi_t = max(hi_t, float(node_td[j]))
                 continue
-            mu = np.array([lam * (lm1 * node_td[j] / (1 - node_rho[j]) + tp) for j in idx])
-            dxs = max(dx * lm1, ex / 256.0, xmax / 4096.0)
-            jump = np.bincount(np.ceil(x / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
-            jump /= jump.sum()
-            s_hi = float(mu.max()) * ex + 12 * math.sqrt(float(mu.max()) * ex2) + xmax
+            mu_o = np.array([lam * (tp + own[j]) for j in idx])
+            mu_l = np.array([lam * rate[j] * lm1 * node_td[j] / (1 - node_rho[j]) for j in idx])
+            small = min(v for v in (eo, el) if v > 0)
+            xmax = max(xo, xl)
+            dxs = max(dx * lm1, small / 256.0, xmax / 4096.0)
+            comps = []
+            for x, mu in ((node_jumps[j0], mu_o), (life[j0], mu_l)):
+                jp = np.bincount(np.ceil(x / dxs - 1e-9).astype(np.int64), minlength=2).astype(float)
+                comps.append((jp / jp.sum(), mu))
+            mean_s = float(np.max(mu_o * eo + mu_l * el))
+            var_s = float(np.max(mu_o * eo2 + mu_l * el2))
+            s_hi = mean_s + 12 * math.sqrt(var_s) + xmax
             size = int(min(math.ceil(s_hi / dxs) + 2, 1 << 16))
-            cp = compound_poisson_pmf(jump, mu, size)
+            cp = compound_poisson_pmf(comps[0][0], comps[0][1], size, extra=[comps[1]])
             for j, row in zip(idx, cp):
-                rows.append((gw * node_w[j], lm1, float(node_td[j]), dxs, row))
-                hi_t = max(hi_t, float(node_td[j]) + (size - 1) * dxs / lm1)
+                rows.append((gw * node_w[j], lm1, float(node_td[j]), dxs, row, caps[j]))
+                hi_t = max(hi_t, min(float(node_td[j]) + (size - 1) * dxs / lm1, caps[j]))
     dx = max(dx, hi_t / 60000.0)
     nt = int(math.ceil(hi_t / dx)) + 2
     pmf = np.zeros(nt)
-    for w, lm1, tdn, dxs, row in rows:
-        k = np.minimum(np.ceil((tdn + np.arange(len(row)) * dxs / lm1) / dx - 1e-9).astype(np.int64), nt - 1)
+    capped_mean = 0.0
+    for w, lm1, tdn, dxs, row, cap in rows:
+        v = np.minimum(tdn + np.arange(len(row)) * dxs / lm1, cap)
+        if math.isfinite(cap):
+            capped_mean += w * float(np.dot(v, row))
+        k = np.minimum(np.ceil(v / dx - 1e-9).astype(np.int64), nt - 1)
         pmf += np.bincount(k, weights=w * row, minlength=nt)
+    if node_cap is not None:
+        mean_tpot = capped_mean / max(float(pmf.sum()), 1e-300)
     lost = max(0.0, 1.0 - float(pmf.sum()))
     return GridDist(dx, pmf, float(mean_tpot), tail=lost, tail_rate=1.0 / max(mean_tpot, 1e-12), exact=False)
