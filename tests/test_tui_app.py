@@ -1,0 +1,262 @@
+"""Behaviour of the what-if app through Textual's Pilot, on the deterministic fake engine.
+
+The fake's numbers are closed forms of the scenario (tests/tui_fakes.py), so every assertion
+below is exact: what changes on screen is what the inputs changed, nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from qmodel.scenario import load_scenario
+from qmodel.tui.app import QmodelApp
+from qmodel.tui.widgets import CatalogPicker, FieldRow, ScenarioForm
+from tui_fakes import CAPACITY_PER_GPU, FakeEngine, screen_text, settle
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llama3-70b-disagg-h100.yaml"
+
+
+def _app(**kw) -> QmodelApp:
+    return QmodelApp(str(EXAMPLE), engine=FakeEngine(), show_timings=False, **kw)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_changing_a_field_updates_the_results() -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            assert app.analysis.result.rate_per_s == 6.0
+            app.set_field("workload.arrivals.rate_per_s", "9")
+            await settle(app, pilot)
+            assert app.analysis.result.rate_per_s == 9.0
+            rho = 9.0 / (CAPACITY_PER_GPU * 16)
+            assert app.analysis.result.stations[0].utilization == pytest.approx(rho, rel=1e-12)
+            assert "9 req/s" in screen_text(app)
+            # later stages arrived for the new inputs too
+            assert app.analysis.goodput is not None and app.analysis.sensitivities is not None
+            assert len(app.latencies_s) >= 1
+    run(go())
+
+
+def test_typing_into_a_field_goes_through_the_debounce() -> None:
+    async def go():
+        app = _app()
+        app.DEBOUNCE_S = 0.5  # wide enough that two keystrokes always fall inside it, even on a slow CI
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            solves = app.engine.solves
+            app.query_one("#f-deployment-decode-instances").focus()
+            await pilot.press("end", "backspace")  # empty: invalid, shown inline, nothing solved
+            assert app.engine.solves == solves
+            await pilot.press("1", "2")
+            await settle(app, pilot)
+            # two keystrokes -> one solve, of the final value: 2 + 12 instances x TP4 = 56 GPUs
+            assert app.engine.solves == solves + 1
+            assert app.analysis.scenario.deployment.gpus == 56
+    run(go())
+
+
+def test_invalid_input_is_shown_inline_and_nothing_crashes() -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            before = app.analysis
+            app.set_field("deployment.prefill.tp", "four")
+            await settle(app, pilot)
+            row = app.query_one("#f-deployment-prefill-tp-row", FieldRow)
+            assert row.has_class("invalid")
+            assert "Input should be a valid integer" in str(row.query_one(".field-error").render())
+            assert app.analysis is before  # the last good answer stays; no solve ran
+            app.set_field("deployment.prefill.tp", "8")
+            await settle(app, pilot)
+            assert not row.has_class("invalid")
+            assert app.analysis.scenario.deployment.prefill.tp == 8
+    run(go())
+
+
+def test_unknown_catalog_name_suggests_close_ones() -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            app.set_field("deployment.decode.gpu", "h100")
+            await settle(app, pilot)
+            row = app.query_one("#f-deployment-decode-gpu-row", FieldRow)
+            msg = str(row.query_one(".field-error").render())
+            assert row.has_class("invalid") and "did you mean" in msg and "h100-sxm" in msg
+    run(go())
+
+
+def test_unstable_configuration_names_station_and_largest_stable_rate() -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            app.set_field("workload.arrivals.rate_per_s", "30")
+            await settle(app, pilot)
+            u = app.analysis.unstable
+            assert u is not None and u.station == "decode" and u.max_stable_rate_per_s == CAPACITY_PER_GPU * 16
+            text = screen_text(app)
+            assert "UNSTABLE" in text and "decode saturates" in text and "largest stable rate 24" in text
+    run(go())
+
+
+def test_pin_and_compare_side_by_side() -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("f2")
+            app.set_field("deployment.decode.instances", "4")
+            await settle(app, pilot)
+            await pilot.press("f2")
+            await settle(app, pilot)
+            assert [label for label, _, _ in app.pinned] == ["#1 llama3-70b-disagg-h100", "#2 llama3-70b-disagg-h100"]
+            assert [a.scenario.deployment.gpus for _, _, a in app.pinned] == [16, 24]
+            app.query_one("#tabs").active = "tab-compare"
+            await pilot.pause()
+            text = screen_text(app)
+            header = next(ln for ln in text.split("\n") if "#1" in ln)
+            assert "#2" in header
+            # goodput of the fake is 0.8 x 1.5 req/s x GPUs: 19.2 and 28.8 side by side
+            line = next(ln for ln in text.split("\n") if "goodput  " in ln)
+            assert "19.2 req/s" in line and "28.8 req/s" in line
+            # loading a pinned scenario puts it back in the form
+            app.query_one("#load-pin").value = 0
+            await settle(app, pilot)
+            assert app.values["deployment.decode.instances"] == "2"
+    run(go())
+
+
+def test_replay_check_completes_with_a_progress_bar() -> None:
+    async def go():
+        app = _app(replay_requests=1000)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("f6")
+            await settle(app, pilot)
+            assert app.engine.replays == 1
+            assert app.replay_check is not None and app.replay_check.requests == 1000
+            assert app.query_one("#replay-progress").percentage == 1.0
+            assert "ttft_p90" in screen_text(app)
+    run(go())
+
+
+def test_exports_and_save(tmp_path: Path) -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            app.action_pin()
+            js = app.export_to(str(tmp_path / "r.json"), "json")
+            cs = app.export_to(str(tmp_path / "r.csv"), "csv")
+            saved = app.save_to(str(tmp_path / "s.toml"))
+        data = json.loads(js.read_text())
+        assert data["current"]["goodput"]["goodput_rps"] == pytest.approx(0.8 * CAPACITY_PER_GPU * 16, rel=1e-12)
+        assert len(data["pinned"]) == 1 and data["current"]["pd_heatmap"]["prefill_instances"] == [1, 2, 3]
+        rows = list(csv.DictReader(cs.open()))
+        assert {r["entry"] for r in rows} == {"current", "#1 llama3-70b-disagg-h100"}
+        assert next(r for r in rows if r["entry"] == "current" and r["metric"] == "gpus")["value"] == "16"
+        assert load_scenario(saved).deployment.decode.instances == 2
+    run(go())
+
+
+def test_palette_and_catalog_picker_set_fields() -> None:
+    from qmodel.tui.commands import palette_entries
+
+    async def go():
+        app = _app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            entries = {text: cb for text, cb, _ in palette_entries(app)}
+            for needed in ("Model: llama-3.1-8b", "GPU: a100-80gb-sxm", "Workload preset: sharegpt",
+                           "Export results as JSON", "Export results as CSV"):
+                assert needed in entries
+            entries["GPU: a100-80gb-sxm"]()
+            entries["Workload preset: sharegpt"]()
+            await settle(app, pilot)
+            dep = app.analysis.scenario.deployment
+            assert dep.prefill.gpu == dep.decode.gpu == "a100-80gb-sxm"
+            assert app.analysis.scenario.workload.lengths.name == "sharegpt"
+            # the "…" button opens a searchable picker
+            await pilot.click("#f-model-pick")
+            await pilot.pause()
+            assert isinstance(app.screen, CatalogPicker)
+            await pilot.press(*"3.2 1b")
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert app.analysis.scenario.model == "llama-3.2-1b"
+    run(go())
+
+
+def test_planner_rows_load_into_the_form(monkeypatch) -> None:
+    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.tui import planning
+
+    def fake_planner(scenario, objective, target, top_k=10):
+        row = PlanRow(rank=1, topology="chunked", label="3x h100-sxm TP2 chunked chunk 2048", prefill=None,
+                      decode=PoolOut(gpu="h100-sxm", tp=2, instances=3, gpus=6), chunk_tokens=2048, gpus=6, power_w=4200,
+                      cost_per_hour=24.0, goodput_rps=7.0, goodput_per_gpu=7 / 6, rate_per_s=7.0, attainment=0.9,
+                      ttft_p90_s=0.4, tpot_p90_s=0.05, max_stable_rate_per_s=9.0, knee_rps=6.0, headroom_to_knee=-0.1,
+                      binding="TPOT binds", validity="approximate")
+        return [planning.PlanChoice(row.label, row, planning.scenario_from_row(scenario, row))]
+
+    monkeypatch.setattr(planning, "run_planner", fake_planner)
+
+    async def go():
+        app = _app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("f5")
+            await settle(app, pilot)
+            assert [c.label for c in app.plan_rows] == ["3x h100-sxm TP2 chunked chunk 2048"]
+            assert "1 plans" in screen_text(app)
+            app.query_one("#plan-load").value = 0
+            await settle(app, pilot)
+            dep = app.analysis.scenario.deployment
+            assert (dep.topology, dep.pool.tp, dep.pool.instances, dep.chunk_tokens) == ("chunked", 2, 3, 2048)
+            # batch limits of the loaded scenario carry over into the plan
+            assert dep.pool.max_batch == 256
+            assert app.query_one(ScenarioForm).values["deployment.topology"] == "chunked"
+    run(go())
+
+
+def test_solver_crash_is_reported_not_raised() -> None:
+    class Broken(FakeEngine):
+        def solve(self, sc, check=lambda: False):
+            raise RuntimeError("station exploded")
+
+    async def go():
+        app = QmodelApp(str(EXAMPLE), engine=Broken(), show_timings=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            assert "station exploded" in app.analysis.error
+            assert "Cannot solve" in screen_text(app)
+    run(go())
+
+
+def test_cli_reports_unreadable_file_in_one_line(capsys, tmp_path: Path) -> None:
+    from qmodel.cli.main import main
+
+    assert main(["tui", str(tmp_path / "missing.yaml")]) == 2
+    err = capsys.readouterr().err.strip().split("\n")
+    assert len(err) == 1 and "no such file" in err[0]
+
+
+def test_import_qmodel_and_cli_do_not_import_textual() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, qmodel; from qmodel.cli.main import build_parser; build_parser(); "
+            "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,409 @@
+"""What the TUI computes for a scenario, in stages, with no Textual in sight.
+
+Stage ``solve`` (the live part, budget 100 ms with the debounce): the engine at the scenario's
+rate: TTFT/TPOT summaries and distributions, attainment and bounds, stations, binding constraint,
+link need vs availability, validity. Later stages refine the view while the user reads it:
+
+* ``goodput``: goodput, goodput per GPU, $ per million output tokens at goodput;
+* ``curves``: attainment vs rate for colocated, chunked and disaggregated on the same GPUs, with
+  each one's goodput and knee (:func:`qmodel.compare.knee_rate`);
+* ``heatmap``: goodput over a grid of prefill x decode instance counts (same GPU type and TP);
+* ``sensitivities``: elasticities of goodput (:func:`qmodel.goodput.sensitivities`).
+
+Each stage takes the previous :class:`Analysis` and returns a new one; ``cancelled()`` is polled
+between solver calls so an edit to the form abandons stale work quickly. Errors become fields of
+the analysis (the app shows them), never exceptions, except :class:`Cancelled`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from qmodel.errors import QmodelError, UnstableError
+from qmodel.result import Goodput, Result, Sensitivity
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
+                             Scenario, scenario_sha256)
+
+__all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "Engine", "STAGES", "usd_per_million_tokens",
+           "iso_gpu_variants", "ReplayCheck"]
+
+Check = Callable[[], bool]
+
+
+class Cancelled(Exception):
+    """The inputs changed while a stage ran; its answer is no longer wanted."""
+
+
+@dataclass(frozen=True)
+class DistCurve:
+    """A latency distribution sampled for plotting: CDF on a uniform grid over [0, x_max_s]."""
+
+    x_s: tuple[float, ...]
+    cdf: tuple[float, ...]
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    target_s: float
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Attainment vs arrival rate for one topology on the scenario's GPUs."""
+
+    topology: str
+    layout: str
+    rates: tuple[float, ...]
+    attainment: tuple[float, ...]
+    goodput_rps: float
+    knee_rps: float
+    max_stable_rate_per_s: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """Goodput (req/s) on a prefill-instances x decode-instances grid; None marks a failed cell."""
+
+    gpu: str
+    tp: int
+    prefill: tuple[int, ...]
+    decode: tuple[int, ...]
+    goodput: tuple[tuple[float | None, ...], ...]  # [i_decode][j_prefill]
+    current: tuple[int, int] | None
+    best_per_gpu: tuple[int, int, float] | None  # (P, D, goodput per GPU)
+
+
+@dataclass(frozen=True)
+class UnstableInfo:
+    station: str
+    rate_per_s: float
+    max_stable_rate_per_s: float
+    message: str
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the results, plots and compare views show for one scenario."""
+
+    scenario: Scenario
+    sha256: str
+    result: Result | None = None
+    error: str | None = None
+    error_path: str | None = None
+    unstable: UnstableInfo | None = None
+    max_stable: tuple[float, str] | None = None
+    ttft: DistCurve | None = None
+    tpot: DistCurve | None = None
+    goodput: Goodput | None = None
+    usd_per_mtok: float | None = None
+    mean_output_tokens: float | None = None
+    curves: tuple[Curve, ...] | None = None
+    heatmap: Heatmap | None = None
+    sensitivities: tuple[Sensitivity, ...] | None = None
+    stage_errors: dict[str, str] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ReplayCheck:
+    """Analytic vs replay at the scenario's rate (rows: metric, analytic, replay, difference)."""
+
+    rate_per_s: float
+    requests: int
+    seed: int
+    rows: tuple[tuple[str, float, float, float], ...]
+    stations: tuple[tuple[str, float, float, float], ...]
+    elapsed_s: float
+
+
+def usd_per_million_tokens(cost_per_hour_usd: float | None, goodput_rps: float, mean_output_tokens: float) -> float | None:
+    """$ per million output tokens served within the SLO: cost/h / (goodput x mean output x 3600) x 1e6."""
+    if not cost_per_hour_usd or goodput_rps <= 0 or mean_output_tokens <= 0:
+        return None
+    return cost_per_hour_usd / (goodput_rps * mean_output_tokens * 3600.0) * 1e6
+
+
+def _dist_curve(dist, target_s: float, points: int = 400) -> DistCurve:
+    s = dist.summary()
+    hi = max(s["p99"] * 1.25, target_s * 1.15, dist.dx * 8)
+    x = np.linspace(0.0, hi, points)
+    cdf = np.clip(np.asarray(dist.cdf(x), dtype=float), 0.0, 1.0)
+    return DistCurve(tuple(float(v) for v in x), tuple(float(v) for v in cdf), float(s["p50"]), float(s["p90"]),
+                     float(s["p99"]), float(target_s))
+
+
+def iso_gpu_variants(scenario: Scenario) -> tuple[str, int, int, dict[str, Scenario]]:
+    """(gpu, tp, instances, {topology: scenario}) for colocated and chunked on the scenario's GPUs.
+
+    The same rules as ``qmodel compare``: one pool of all instances at the decode pool's GPU and TP;
+    the chunk budget and prefill budget carry over where the scenario has them.
+    """
+    dep = scenario.deployment
+    if isinstance(dep, DisaggregatedDeployment):
+        gpu, tp = dep.decode.gpu, dep.decode.tp
+        n = (dep.prefill.gpus + dep.decode.gpus) // tp
+        pool = DecodePool(gpu=gpu, tp=tp, instances=max(n, 1), kv_memory_fraction=dep.decode.kv_memory_fraction,
+                          max_batch=dep.decode.max_batch)
+        budget, chunk = dep.prefill.max_batch_tokens, 512
+    else:
+        pool = dep.pool
+        gpu, tp, n = pool.gpu, pool.tp, pool.instances
+        budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
+        chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
+    out = {
+        "colocated": scenario.model_copy(update={"deployment": ColocatedDeployment(pool=pool, max_batch_tokens=budget)}),
+        "chunked": scenario.model_copy(update={"deployment": ChunkedDeployment(pool=pool, chunk_tokens=chunk)}),
+    }
+    return gpu, tp, n, out
+
+
+def disaggregated_variant(scenario: Scenario, p: int, d: int) -> Scenario:
+    """The scenario on ``p`` prefill and ``d`` decode instances of its own GPU type and TP."""
+    from qmodel.compare import DEFAULT_LINK
+
+    dep = scenario.deployment
+    if isinstance(dep, DisaggregatedDeployment):
+        new = dep.model_copy(update={"prefill": dep.prefill.model_copy(update={"instances": p}),
+                                     "decode": dep.decode.model_copy(update={"instances": d})})
+    else:
+        pool = dep.pool
+        budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
+        new = DisaggregatedDeployment(prefill=PrefillPool(gpu=pool.gpu, tp=pool.tp, instances=p, max_batch_tokens=budget),
+                                      decode=pool.model_copy(update={"instances": d}), link=DEFAULT_LINK)
+    return scenario.model_copy(update={"deployment": new})
+
+
+def _grid(n: int, most: int) -> tuple[int, ...]:
+    """Instance counts 1..n, thinned to at most ``most`` values (always keeping 1 and n)."""
+    if n <= most:
+        return tuple(range(1, n + 1))
+    return tuple(sorted({int(round(v)) for v in np.linspace(1, n, most)}))
+
+
+class Engine:
+    """The real backend: qmodel's solver, goodput, compare and sensitivities, with a solver cache.
+
+    Building a :class:`~qmodel.engine.Solver` resolves the catalog, the service-time model and the
+    length mix; caching them by scenario hash makes revisiting an earlier value instant and lets
+    the later stages reuse the solver stage 1 built.
+    """
+
+    CURVE_POINTS = 40
+    HEATMAP_SIDE = 8
+
+    def __init__(self, cache_size: int = 64) -> None:
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._size = cache_size
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def solver(self, sc: Scenario, sha: str | None = None):
+        from qmodel.engine import Solver
+
+        key = sha or scenario_sha256(sc)
+        s = self._cache.get(key)
+        if s is None:
+            s = Solver(sc)
+            self._cache[key] = s
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return s
+
+    def _goodput(self, sc: Scenario, check: Check) -> tuple[float, float, Any]:
+        from qmodel.goodput import goodput_search
+
+        solver = self.solver(sc)
+        lam_max, _ = solver.max_stable_rate()
+
+        def att(rate: float) -> float:
+            if check():
+                raise Cancelled
+            return solver.attainment(rate)
+
+        g, _ = goodput_search(att, lam_max, sc.slo.attainment_goal)
+        return g, lam_max, solver
+
+    # ---- stages -------------------------------------------------------------------------------
+    def solve(self, sc: Scenario, check: Check = lambda: False) -> Analysis:
+        t0 = time.perf_counter()
+        sha = scenario_sha256(sc)
+        base = Analysis(scenario=sc, sha256=sha)
+        try:
+            solver = self.solver(sc, sha)
+            lam_max = solver.max_stable_rate()
+            mean_out = float(solver.resolved.lengths.mean_output)
+            base = dataclasses.replace(base, max_stable=(float(lam_max[0]), lam_max[1]), mean_output_tokens=mean_out)
+            c = solver.compose(solver.resolved.base_rate_per_s or _missing_rate())
+            res = solver.solve(c.rate_per_s)
+        except UnstableError as err:
+            info = UnstableInfo(err.station, err.rate_per_s, err.max_stable_rate_per_s, str(err))
+            return dataclasses.replace(base, unstable=info, timings_s={"solve": time.perf_counter() - t0})
+        except QmodelError as err:
+            return dataclasses.replace(base, error=str(err), error_path=getattr(err, "field", None),
+                                       timings_s={"solve": time.perf_counter() - t0})
+        slo = sc.slo
+        return dataclasses.replace(base, result=res, ttft=_dist_curve(c.ttft, slo.ttft_s),
+                                   tpot=_dist_curve(c.tpot, slo.tpot_s), timings_s={"solve": time.perf_counter() - t0})
+
+    def goodput(self, a: Analysis, check: Check) -> Analysis:
+        from qmodel.goodput import _binding_at
+
+        sc = a.scenario
+        g, lam_max, solver = self._goodput(sc, check)
+        station = a.max_stable[1] if a.max_stable else ""
+        gpus = solver.resolved.gpus
+        cost = solver.resolved.cost_per_hour_usd
+        gp = Goodput(scenario=sc.name, topology=sc.deployment.topology, goodput_rps=g, goodput_per_gpu=g / gpus,
+                     goodput_per_usd_hour=None if not cost else g / cost,
+                     attainment_at_goodput=solver.attainment(g) if g > 0 else 0.0,
+                     max_stable_rate_per_s=lam_max, binding=_binding_at(solver, g, station), gpus=gpus,
+                     cost_per_hour_usd=cost, inputs_sha256=a.sha256)
+        usd = usd_per_million_tokens(cost, g, a.mean_output_tokens or 0.0)
+        return dataclasses.replace(a, goodput=gp, usd_per_mtok=usd)
+
+    def curves(self, a: Analysis, check: Check) -> Analysis:
+        from qmodel.compare import knee_rate
+
+        sc = a.scenario
+        gpu, tp, n, variants = iso_gpu_variants(sc)
+        layouts = {"colocated": f"{n} x TP{tp}",
+                   "chunked": f"{n} x TP{tp}, {variants['chunked'].deployment.chunk_tokens}-token chunks"}
+        own = sc.deployment.topology
+        picks: list[tuple[str, str, Scenario | None, str]] = []
+        for topo in ("colocated", "chunked"):
+            picks.append((topo, layouts[topo] + (" (this scenario)" if own == topo else ""),
+                          sc if own == topo else variants[topo], ""))
+        if own == "disaggregated":
+            dep = sc.deployment
+            picks.append(("disaggregated", f"P:D = {dep.prefill.instances}:{dep.decode.instances} (this scenario)", sc, ""))
+        elif n < 2:
+            picks.append(("disaggregated", "needs 2+ instances", None, "disaggregation needs at least two instances"))
+        else:
+            best: tuple[float, int] | None = None
+            for p in range(1, n):
+                try:
+                    g, _, _ = self._goodput(disaggregated_variant(sc, p, n - p), check)
+                except QmodelError:
+                    continue
+                if best is None or g > best[0]:
+                    best = (g, p)
+            if best is None:
+                picks.append(("disaggregated", "no feasible split", None, "no P:D split could be solved"))
+            else:
+                p = best[1]
+                picks.append(("disaggregated", f"P:D = {p}:{n - p} (best split)", disaggregated_variant(sc, p, n - p), ""))
+        solved: list[tuple[str, str, Any, float, float, float, str]] = []
+        for topo, layout, variant, note in picks:
+            if variant is None:
+                solved.append((topo, layout, None, 0.0, 0.0, 0.0, note))
+                continue
+            try:
+                g, lam_max, solver = self._goodput(variant, check)
+                knee = knee_rate(solver, lam_max) if lam_max > 0 else 0.0
+                solved.append((topo, layout, solver, g, knee, lam_max, ""))
+            except QmodelError as err:
+                solved.append((topo, layout, None, 0.0, 0.0, 0.0, str(err)))
+        x_max = 1.05 * max([s[5] for s in solved] + [a.result.rate_per_s if a.result else 0.0, 1e-9])
+        rates = tuple(float(r) for r in np.linspace(x_max / self.CURVE_POINTS, x_max, self.CURVE_POINTS))
+        out: list[Curve] = []
+        for topo, layout, solver, g, knee, lam_max, note in solved:
+            ys: tuple[float, ...] = ()
+            if solver is not None:
+                vals = []
+                for r in rates:
+                    if check():
+                        raise Cancelled
+                    vals.append(solver.attainment(r) if r < lam_max else 0.0)
+                ys = tuple(float(v) for v in vals)
+            out.append(Curve(topo, layout, rates if ys else (), ys, g, knee, lam_max, note))
+        return dataclasses.replace(a, curves=tuple(out))
+
+    def heatmap(self, a: Analysis, check: Check) -> Analysis:
+        sc = a.scenario
+        dep = sc.deployment
+        gpu, tp, n, _ = iso_gpu_variants(sc)
+        if isinstance(dep, DisaggregatedDeployment):
+            current = (dep.prefill.instances, dep.decode.instances)
+            n = max(n, current[0] + current[1])
+        else:
+            current = None
+        side = max(n - 1, 1)
+        ps, ds = _grid(side, self.HEATMAP_SIDE), _grid(side, self.HEATMAP_SIDE)
+        if current is not None:
+            ps = tuple(sorted(set(ps) | {current[0]}))
+            ds = tuple(sorted(set(ds) | {current[1]}))
+        rows: list[tuple[float | None, ...]] = []
+        best: tuple[int, int, float] | None = None
+        for d in ds:
+            row: list[float | None] = []
+            for p in ps:
+                try:
+                    variant = disaggregated_variant(sc, p, d)
+                    g, _, solver = self._goodput(variant, check)
+                except QmodelError:
+                    row.append(None)
+                    continue
+                row.append(g)
+                per_gpu = g / solver.resolved.gpus
+                if best is None or per_gpu > best[2]:
+                    best = (p, d, per_gpu)
+            rows.append(tuple(row))
+        return dataclasses.replace(a, heatmap=Heatmap(gpu, tp, ps, ds, tuple(rows), current, best))
+
+    def sensitivities(self, a: Analysis, check: Check) -> Analysis:
+        from qmodel.goodput import sensitivities
+
+        if check():
+            raise Cancelled
+        base = a.goodput.goodput_rps if a.goodput else self._goodput(a.scenario, check)[0]
+        return dataclasses.replace(a, sensitivities=tuple(sensitivities(a.scenario, base)))
+
+    # ---- replay -------------------------------------------------------------------------------
+    def replay(self, sc: Scenario, result: Result, n_requests: int, seed: int,
+               progress: Callable[[float, str], None]) -> ReplayCheck:
+        """Replay the scenario at the result's rate (deterministic for the seed) and diff the metrics."""
+        from qmodel.validation.compare import diff_metrics
+        from qmodel.validation.engine import build_plan, load_replay_trace, replay_plan
+
+        t0 = time.perf_counter()
+        if sc.rate_per_s != result.rate_per_s:
+            sc = sc.with_rate(result.rate_per_s)
+        progress(0.05, "building the replay plan")
+        plan = build_plan(sc)
+        progress(0.15, f"generating {n_requests} requests (seed {seed})")
+        trace = load_replay_trace(sc, n_requests, seed)
+        progress(0.3, f"replaying {len(trace)} requests")
+        rep = replay_plan(plan, trace, seed=seed)
+        progress(0.95, "comparing with the analytic answer")
+        metrics, stations = diff_metrics(result, rep)
+        rows = tuple((m.metric, m.analytic, m.replay, m.rel_error) for m in metrics)
+        st = tuple((m.metric, m.analytic, m.replay, m.rel_error) for m in stations)
+        progress(1.0, "done")
+        return ReplayCheck(result.rate_per_s, len(trace), seed, rows, st, time.perf_counter() - t0)
+
+
+def _missing_rate() -> float:
+    from qmodel.errors import InputError
+
+    raise InputError("workload.arrivals.rate_per_s", None, "set a rate to solve at")
+
+
+#: Later stages in the order they run (name, Engine method name).
+STAGES: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("curves", "curves"), ("heatmap", "heatmap"),
+                                       ("sensitivities", "sensitivities"))
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x

@@ -1,0 +1,123 @@
+"""Scenario files and result exports for the TUI (YAML, TOML, JSON in; YAML, TOML, JSON, CSV out).
+
+Reading goes through the scenario loader's own parser so the TUI accepts exactly what the CLI
+accepts; paths stay as written (``data:...`` or relative to the file) and resolve at solve time.
+Saving writes the validated scenario (units normalised to SI numbers, defaults filled in), so a
+saved file loads back to the same scenario hash.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from qmodel.errors import DataError, InputError
+
+__all__ = ["read_raw", "dump_scenario", "write_scenario", "to_toml", "write_json", "write_csv", "SCENARIO_SUFFIXES"]
+
+SCENARIO_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
+
+
+def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The scenario file as a dict (not validated: the form shows field errors inline)."""
+    from qmodel.scenario import _read, apply_overrides  # the CLI's reader: same formats, same messages
+
+    p = Path(path).expanduser()
+    data = _read(p)
+    if overrides:
+        data = apply_overrides(data, overrides)
+    data.setdefault("name", p.stem)
+    return data
+
+
+def _toml_value(v: Any, where: str) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise InputError(where, v, "TOML files hold finite numbers only")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x, where) for x in v) + "]"
+    raise InputError(where, v, "cannot be written as TOML")
+
+
+def to_toml(data: dict[str, Any], _prefix: str = "") -> str:
+    """Nested dicts of scalars as TOML (tables for sub-dicts; None values are left out)."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for k, v in data.items():
+        if v is None:
+            continue
+        if isinstance(v, dict):
+            tables.append((k, v))
+        else:
+            lines.append(f"{k} = {_toml_value(v, _prefix + k)}")
+    out = "\n".join(lines)
+    for k, v in tables:
+        name = f"{_prefix}{k}"
+        body = to_toml(v, name + ".")
+        scalars = any(not isinstance(x, dict) and x is not None for x in v.values())
+        block = (f"[{name}]\n" if scalars else "") + body
+        out += ("\n\n" if out else "") + block.strip("\n")
+    return out + ("\n" if not _prefix else "")
+
+
+def dump_scenario(raw: dict[str, Any]) -> dict[str, Any]:
+    """Validate the form's raw dict (paths as typed) and return the canonical dict to save."""
+    from qmodel.scenario import parse_scenario
+
+    return parse_scenario(raw).model_dump(mode="json", exclude_none=True)
+
+
+def write_scenario(raw: dict[str, Any], path: str | Path) -> Path:
+    p = Path(path).expanduser()
+    suffix = p.suffix.lower()
+    if suffix not in SCENARIO_SUFFIXES:
+        raise InputError("file name", str(p), "scenario files end in .yaml, .yml, .toml or .json")
+    data = dump_scenario(raw)
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    elif suffix == ".toml":
+        text = to_toml(data)
+    else:
+        text = json.dumps(data, indent=2) + "\n"
+    _write(p, text)
+    return p
+
+
+def _write(p: Path, text: str) -> None:
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise DataError(str(p), f"cannot write ({err.strerror})") from None
+
+
+def write_json(payload: Any, path: str | Path) -> Path:
+    from qmodel.cli.output import to_plain
+
+    p = Path(path).expanduser()
+    _write(p, json.dumps(to_plain(payload), indent=2) + "\n")
+    return p
+
+
+def write_csv(header: list[str], rows: Iterable[list[Any]], path: str | Path) -> Path:
+    p = Path(path).expanduser()
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow(["" if v is None else (f"{v:.10g}" if isinstance(v, float) else v) for v in r])
+    _write(p, buf.getvalue())
+    return p

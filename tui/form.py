@@ -1,0 +1,368 @@
+"""The scenario form as data: which fields exist, when they show, and how they map to a Scenario.
+
+No Textual here, so the mapping is unit-tested on its own and reused by the app, the command
+palette and the planner hand-off. A form is a flat ``dict[str, str]`` keyed by the dotted path of
+each field in the scenario file (``deployment.pool.tp``); values are the strings the user typed,
+handed to pydantic as they are so its unit parsing ("500 ms", "6 req/s") and its messages apply.
+
+Fields that do not belong to the chosen topology or kind are hidden and left out of the scenario;
+keys the form does not show (``dispatch``, ``pp``, fine roofline factors, ...) are carried over
+from the loaded file as long as the section keeps its kind, so a load/save round trip keeps them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from qmodel.errors import CatalogError, QmodelError
+from qmodel.scenario import Scenario
+from qmodel.units import format_bandwidth, format_duration
+
+__all__ = ["FieldSpec", "FIELDS", "FIELD_BY_KEY", "SECTIONS", "DEFAULT_RAW", "FormBuild", "build", "values_from_raw",
+           "visible", "raw_from_values", "field_for_error"]
+
+
+Values = dict[str, str]
+
+
+def _is(key: str, *allowed: str) -> Callable[[Values], bool]:
+    return lambda v: v.get(key, "") in allowed
+
+
+_TOPO = "deployment.topology"
+_single = _is(_TOPO, "colocated", "chunked")
+_disagg = _is(_TOPO, "disaggregated")
+_ARR = "workload.arrivals.kind"
+_LEN = "workload.lengths.kind"
+_PERF = "perf.kind"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One form field: its scenario path, label, widget kind and when it is shown."""
+
+    key: str
+    label: str
+    section: str
+    kind: str = "text"  # text | select | catalog
+    options: tuple[str, ...] = ()  # select choices
+    catalog: str = ""  # models | gpus | links | workloads
+    optional: bool = False  # blank -> key left out (the schema default applies)
+    when: Callable[[Values], bool] = field(default=lambda v: True, compare=False)
+    help: str = ""
+    fmt: str = ""  # how to show a loaded number: duration | bandwidth | ""
+
+
+FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("name", "Name", "Scenario"),
+    FieldSpec("model", "Model", "Scenario", "catalog", catalog="models"),
+    FieldSpec(_TOPO, "Topology", "Deployment", "select", ("colocated", "chunked", "disaggregated")),
+    # colocated / chunked
+    FieldSpec("deployment.pool.gpu", "GPU", "Deployment", "catalog", catalog="gpus", when=_single),
+    FieldSpec("deployment.pool.tp", "TP", "Deployment", when=_single, help="tensor-parallel GPUs per instance"),
+    FieldSpec("deployment.pool.instances", "Instances", "Deployment", when=_single),
+    FieldSpec("deployment.pool.max_batch", "Max batch", "Deployment", when=_single, help="concurrent sequences"),
+    FieldSpec("deployment.pool.kv_memory_fraction", "KV mem frac", "Deployment", when=_single),
+    FieldSpec("deployment.max_batch_tokens", "Prefill tok", "Deployment", when=_is(_TOPO, "colocated"),
+              help="tokens per prefill iteration"),
+    FieldSpec("deployment.chunk_tokens", "Chunk tok", "Deployment", when=_is(_TOPO, "chunked"),
+              help="tokens per mixed iteration"),
+    # disaggregated
+    FieldSpec("deployment.prefill.gpu", "Prefill GPU", "Deployment", "catalog", catalog="gpus", when=_disagg),
+    FieldSpec("deployment.prefill.tp", "Prefill TP", "Deployment", when=_disagg),
+    FieldSpec("deployment.prefill.instances", "Prefill inst", "Deployment", when=_disagg),
+    FieldSpec("deployment.prefill.max_batch_tokens", "Prefill tok", "Deployment", when=_disagg),
+    FieldSpec("deployment.decode.gpu", "Decode GPU", "Deployment", "catalog", catalog="gpus", when=_disagg),
+    FieldSpec("deployment.decode.tp", "Decode TP", "Deployment", when=_disagg),
+    FieldSpec("deployment.decode.instances", "Decode inst", "Deployment", when=_disagg),
+    FieldSpec("deployment.decode.max_batch", "Max batch", "Deployment", when=_disagg),
+    FieldSpec("deployment.decode.kv_memory_fraction", "KV mem frac", "Deployment", when=_disagg),
+    FieldSpec("deployment.link", "Link", "Deployment", "catalog", catalog="links", when=_disagg),
+    FieldSpec("deployment.link_bandwidth_bytes_per_s", "Link BW", "Deployment", optional=True, when=_disagg,
+              help="blank: the catalog link's bandwidth", fmt="bandwidth"),
+    FieldSpec("deployment.link_sharing", "Link share", "Deployment", "select", ("fcfs", "fair", "dedicated"),
+              when=_disagg),
+    FieldSpec("deployment.transfer_mode", "Transfer", "Deployment", "select", ("layerwise", "serialized"),
+              when=_disagg),
+    FieldSpec("deployment.first_token_from", "1st token", "Deployment", "select", ("prefill", "decode"),
+              when=_disagg),
+    # workload
+    FieldSpec(_ARR, "Arrivals", "Workload", "select", ("poisson", "gamma", "trace")),
+    FieldSpec("workload.arrivals.rate_per_s", "Rate", "Workload", optional=True,
+              help="req/s (trace: blank keeps the trace's own rate)"),
+    FieldSpec("workload.arrivals.cv", "Arrival CV", "Workload", when=_is(_ARR, "gamma")),
+    FieldSpec("workload.arrivals.path", "Trace file", "Workload", when=_is(_ARR, "trace"),
+              help="e.g. data:azure_llm_2023/AzureLLMInferenceTrace_conv.csv"),
+    FieldSpec("workload.arrivals.format", "Trace fmt", "Workload", "select",
+              ("auto", "azure", "mooncake", "splitwise", "vidur", "distserve", "qmodel"), when=_is(_ARR, "trace")),
+    FieldSpec(_LEN, "Lengths", "Workload", "select", ("preset", "fixed", "lognormal", "empirical")),
+    FieldSpec("workload.lengths.name", "Preset", "Workload", "catalog", catalog="workloads", when=_is(_LEN, "preset")),
+    FieldSpec("workload.lengths.prompt_tokens", "Prompt tok", "Workload", when=_is(_LEN, "fixed")),
+    FieldSpec("workload.lengths.output_tokens", "Output tok", "Workload", when=_is(_LEN, "fixed")),
+    FieldSpec("workload.lengths.prompt_median_tokens", "Prompt med.", "Workload", when=_is(_LEN, "lognormal")),
+    FieldSpec("workload.lengths.prompt_sigma", "Prompt sigma", "Workload", when=_is(_LEN, "lognormal")),
+    FieldSpec("workload.lengths.output_median_tokens", "Output med.", "Workload", when=_is(_LEN, "lognormal")),
+    FieldSpec("workload.lengths.output_sigma", "Output sigma", "Workload", when=_is(_LEN, "lognormal")),
+    FieldSpec("workload.lengths.path", "Lengths file", "Workload", when=_is(_LEN, "empirical")),
+    FieldSpec("workload.lengths.format", "Lengths fmt", "Workload", "select",
+              ("auto", "azure", "mooncake", "splitwise", "vidur", "distserve", "qmodel", "sharegpt"),
+              when=_is(_LEN, "empirical")),
+    FieldSpec("workload.prefix_hit_ratio", "Prefix hits", "Workload", help="fraction of prompt tokens cached"),
+    # SLO
+    FieldSpec("slo.ttft_s", "TTFT target", "SLO", fmt="duration"),
+    FieldSpec("slo.tpot_s", "TPOT target", "SLO", fmt="duration"),
+    FieldSpec("slo.percentile", "Percentile", "SLO"),
+    FieldSpec("slo.attainment_goal", "Goal", "SLO", help="attainment needed for goodput"),
+    # service-time model
+    FieldSpec(_PERF, "Perf model", "Service times", "select", ("roofline", "table", "fixed")),
+    FieldSpec("perf.mfu", "MFU", "Service times", when=_is(_PERF, "roofline")),
+    FieldSpec("perf.mbu", "MBU", "Service times", when=_is(_PERF, "roofline")),
+    FieldSpec("perf.path", "Table file", "Service times", when=_is(_PERF, "table")),
+    FieldSpec("perf.format", "Table fmt", "Service times", "select", ("auto", "splitwise", "distserve", "qmodel"),
+              when=_is(_PERF, "table")),
+    FieldSpec("perf.prefill_s", "Prefill s", "Service times", when=_is(_PERF, "fixed"), fmt="duration"),
+    FieldSpec("perf.decode_step_s", "Decode step", "Service times", when=_is(_PERF, "fixed"), fmt="duration"),
+)
+
+FIELD_BY_KEY: dict[str, FieldSpec] = {f.key: f for f in FIELDS}
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(f.section for f in FIELDS))
+
+#: The scenario the app opens with when no file is given: one the roofline model can solve anywhere.
+DEFAULT_RAW: dict[str, Any] = {
+    "name": "untitled",
+    "model": "llama-3.1-8b",
+    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 4.0},
+                 "lengths": {"kind": "preset", "name": "sharegpt"}},
+    "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90.0, "attainment_goal": 0.9},
+    "deployment": {"topology": "colocated",
+                   "pool": {"gpu": "h100-sxm", "tp": 1, "instances": 2, "max_batch": 256},
+                   "max_batch_tokens": 8192},
+    "perf": {"kind": "roofline"},
+}
+
+# Values for fields the loaded scenario does not set (a colocated file has no decode pool, ...).
+_FALLBACK: Values = {
+    "deployment.pool.tp": "1", "deployment.pool.instances": "1", "deployment.pool.max_batch": "256",
+    "deployment.pool.kv_memory_fraction": "0.9", "deployment.max_batch_tokens": "8192",
+    "deployment.chunk_tokens": "512",
+    "deployment.prefill.tp": "1", "deployment.prefill.instances": "1", "deployment.prefill.max_batch_tokens": "8192",
+    "deployment.decode.tp": "1", "deployment.decode.instances": "1", "deployment.decode.max_batch": "256",
+    "deployment.decode.kv_memory_fraction": "0.9", "deployment.link": "ib-ndr-400",
+    "deployment.link_sharing": "fcfs", "deployment.transfer_mode": "layerwise",
+    "deployment.first_token_from": "prefill",
+    "workload.arrivals.cv": "2", "workload.arrivals.format": "auto",
+    "workload.lengths.name": "sharegpt", "workload.lengths.prompt_tokens": "512",
+    "workload.lengths.output_tokens": "128", "workload.lengths.prompt_median_tokens": "1000",
+    "workload.lengths.prompt_sigma": "1", "workload.lengths.output_median_tokens": "200",
+    "workload.lengths.output_sigma": "0.8", "workload.lengths.format": "auto", "workload.prefix_hit_ratio": "0",
+    "slo.percentile": "90", "slo.attainment_goal": "0.9",
+    "perf.mfu": "0.55", "perf.mbu": "0.75", "perf.format": "auto", "perf.prefill_s": "100 ms",
+    "perf.decode_step_s": "20 ms",
+}
+
+
+def visible(spec: FieldSpec, values: Values) -> bool:
+    return bool(spec.when(values))
+
+
+def _get(d: dict[str, Any], path: str) -> Any:
+    node: Any = d
+    for p in path.split("."):
+        if not isinstance(node, dict) or p not in node:
+            return None
+        node = node[p]
+    return node
+
+
+def _set(d: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = d
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def _delete(d: dict[str, Any], path: str) -> None:
+    parts = path.split(".")
+    node = d
+    for p in parts[:-1]:
+        node = node.get(p)
+        if not isinstance(node, dict):
+            return
+    node.pop(parts[-1], None)
+
+
+def _show(spec: FieldSpec, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        if spec.fmt == "duration":
+            return format_duration(float(value))
+        if spec.fmt == "bandwidth":
+            return format_bandwidth(float(value), bits=True)
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return f"{value:.6g}"
+    return str(value)
+
+
+def values_from_raw(raw: dict[str, Any]) -> Values:
+    """Form values for a raw scenario dict (as read from a file, paths unresolved)."""
+    values: Values = dict(_FALLBACK)
+    dep = raw.get("deployment") or {}
+    # Seed the pools of the other topology from this one, so switching topology keeps the hardware.
+    if "pool" in dep and isinstance(dep["pool"], dict):
+        for role in ("prefill", "decode"):
+            for k in ("gpu", "tp"):
+                if k in dep["pool"]:
+                    values[f"deployment.{role}.{k}"] = _show(FIELD_BY_KEY[f"deployment.{role}.{k}"], dep["pool"][k])
+    elif "decode" in dep and isinstance(dep["decode"], dict):
+        for k in ("gpu", "tp"):
+            if k in dep["decode"]:
+                values[f"deployment.pool.{k}"] = _show(FIELD_BY_KEY[f"deployment.pool.{k}"], dep["decode"][k])
+        n = sum(int(dep.get(r, {}).get("instances", 1)) for r in ("prefill", "decode") if isinstance(dep.get(r), dict))
+        values["deployment.pool.instances"] = str(n)
+    for spec in FIELDS:
+        v = _get(raw, spec.key)
+        if v is not None:
+            values[spec.key] = _show(spec, v)
+        elif spec.key not in values:
+            values[spec.key] = ""
+    values.setdefault(_TOPO, "colocated")
+    for key, default in ((_TOPO, "colocated"), (_ARR, "poisson"), (_LEN, "preset"), (_PERF, "roofline")):
+        if not values.get(key):
+            values[key] = default
+    return values
+
+
+# Sections whose "kind" picks the shape of the sub-dict: switching kind starts that sub-dict afresh.
+_KINDED = (("workload.arrivals", "kind"), ("workload.lengths", "kind"), ("perf", "kind"), ("deployment", "topology"))
+
+
+def raw_from_values(values: Values, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The raw scenario dict the form describes, keeping ``base``'s keys the form does not show."""
+    raw = copy.deepcopy(base) if base else {}
+    for section, tag in _KINDED:
+        chosen = values.get(f"{section}.{tag}", "")
+        current = _get(raw, section)
+        if not isinstance(current, dict) or current.get(tag) != chosen:
+            _set(raw, section, {tag: chosen})
+    dep = raw["deployment"]
+    if values.get(_TOPO) == "disaggregated":
+        dep.pop("pool", None)
+    else:
+        dep.pop("prefill", None)
+        dep.pop("decode", None)
+    for spec in FIELDS:
+        if not visible(spec, values):
+            continue
+        text = values.get(spec.key, "").strip()
+        if text == "" and spec.optional:
+            _delete(raw, spec.key)
+        else:
+            _set(raw, spec.key, text)
+    if values.get(_ARR) == "trace" and not values.get("workload.arrivals.rate_per_s", "").strip():
+        _delete(raw, "workload.arrivals.rate_per_s")
+    return raw
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+# Discriminator tags pydantic puts into error locations; they are not field names.
+_TAGS = {"poisson", "gamma", "trace", "fixed", "lognormal", "empirical", "preset", "colocated", "chunked",
+         "disaggregated", "roofline", "table"}
+
+
+@dataclass
+class FormBuild:
+    """The outcome of reading the form: a scenario, or the inline error of each bad field."""
+
+    scenario: Scenario | None
+    raw: dict[str, Any]
+    errors: dict[str, str]
+
+
+def field_for_error(path: str, values: Values) -> str | None:
+    """The visible form field an error path belongs to (longest shared dotted prefix)."""
+    path = path.strip()
+    best, best_len = None, 0
+    for spec in FIELDS:
+        if not visible(spec, values):
+            continue
+        if path == spec.key:
+            return spec.key
+        common = 0
+        for a, b in zip(spec.key.split("."), path.split(".")):
+            if a != b:
+                break
+            common += 1
+        if common > best_len:
+            best, best_len = spec.key, common
+    return best
+
+
+def _catalog_errors(values: Values) -> dict[str, str]:
+    from qmodel.registry import load_catalog
+
+    cat = load_catalog()
+    names = cat.names()
+    kinds = {"models": "model", "gpus": "gpu", "links": "link", "workloads": "workload"}
+    out: dict[str, str] = {}
+    for spec in FIELDS:
+        if spec.kind != "catalog" or not visible(spec, values):
+            continue
+        name = values.get(spec.key, "").strip()
+        if name.lower() in (n.lower() for n in names[spec.catalog]):
+            continue
+        err = CatalogError(kinds[spec.catalog], name, names[spec.catalog])
+        out[spec.key] = err.allowed
+    return out
+
+
+def build(values: Values, base: dict[str, Any] | None = None, folder: Path | None = None) -> FormBuild:
+    """Validate the form. Every bad field gets pydantic's message (or the catalog's suggestion).
+
+    ``folder`` is where relative trace/table paths are looked up (the loaded file's folder);
+    ``data:`` paths resolve under the data folder. The form keeps the paths as typed.
+    """
+    from qmodel.scenario import _resolve_paths  # the loader's own path rules, so the TUI agrees with the CLI
+
+    raw = raw_from_values(values, base)
+    errors: dict[str, str] = _catalog_errors(values)
+    resolved = json.loads(json.dumps(raw))
+    _resolve_paths(resolved, folder or Path.cwd())
+    try:
+        sc = Scenario.model_validate(resolved)
+    except ValidationError as err:
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _TAGS))
+            key = field_for_error(loc, values) or "name"
+            msg = e["msg"].removeprefix("Value error, ")
+            if e["type"] == "extra_forbidden":
+                msg = f"unknown field {loc!r} (check the spelling)"
+            errors.setdefault(key, msg)
+        return FormBuild(None, raw, errors)
+    if errors:
+        return FormBuild(None, raw, errors)
+    return FormBuild(sc, raw, {})
+
+
+def error_field(err: QmodelError, values: Values) -> str | None:
+    """The form field a solver error points at (InputError.field is a dotted path or a catalog kind)."""
+    path = getattr(err, "field", None)
+    if not isinstance(path, str) or not path:
+        return None
+    kind_to_field = {"model": "model", "link": "deployment.link", "workload": "workload.lengths.name"}
+    if path in kind_to_field:
+        return kind_to_field[path]
+    if "." not in path and path not in FIELD_BY_KEY:
+        return None
+    return field_for_error(path, values)

@@ -1,0 +1,257 @@
+"""Rich renderables and flat rows for an :class:`~qmodel.tui.compute.Analysis` (no Textual).
+
+The results panel, the side-by-side comparison and the CSV/JSON exports all read the same
+numbers through :func:`metric_rows`, so what is exported is what is shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from qmodel.units import format_bandwidth, format_duration
+
+from .compute import Analysis, ReplayCheck
+
+__all__ = ["render_results", "render_compare", "metric_rows", "export_payload", "render_replay", "pct", "short_binding"]
+
+
+def pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:.1f}%"
+
+
+def _rate(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g} req/s"
+
+
+def _usd(x: float | None) -> str:
+    return "—" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.1f}")
+
+
+def short_binding(text: str) -> str:
+    """The first clause of the binding sentence ('TTFT binds: p90 1.2 s vs target 1 s')."""
+    return text.split(" (", 1)[0].split(";", 1)[0]
+
+
+def _layout(a: Analysis) -> str:
+    dep = a.scenario.deployment
+    if dep.topology == "disaggregated":
+        p, d = dep.prefill, dep.decode
+        if (p.gpu, p.tp) == (d.gpu, d.tp):
+            return f"{p.instances}P+{d.instances}D {d.gpu} TP{d.tp}"
+        return f"{p.instances}P {p.gpu} TP{p.tp} + {d.instances}D {d.gpu} TP{d.tp}"
+    return f"{dep.pool.instances}x {dep.pool.gpu} TP{dep.pool.tp}"
+
+
+#: How each exported metric is labelled on screen.
+LABELS = {
+    "topology": "topology", "layout": "layout", "gpus": "GPUs", "rate_per_s": "rate",
+    "ttft_p50_s": "TTFT p50", "ttft_p90_s": "TTFT p90", "ttft_p99_s": "TTFT p99",
+    "tpot_p50_s": "TPOT p50", "tpot_p90_s": "TPOT p90", "tpot_p99_s": "TPOT p99",
+    "attainment": "attainment", "goodput_rps": "goodput", "goodput_per_gpu": "goodput/GPU",
+    "usd_per_million_output_tokens": "$/M out tok", "cost_per_hour_usd": "$/hour",
+    "max_stable_rate_per_s": "max stable", "binding": "binding",
+}
+
+
+def metric_rows(a: Analysis) -> list[tuple[str, Any, str]]:
+    """(metric, raw value in SI units or None, shown text) for the comparison and the exports."""
+    r, g = a.result, a.goodput
+    rows: list[tuple[str, Any, str]] = [
+        ("topology", a.scenario.deployment.topology, a.scenario.deployment.topology),
+        ("layout", _layout(a), _layout(a)),
+        ("gpus", a.scenario.deployment.gpus, str(a.scenario.deployment.gpus)),
+        ("rate_per_s", a.scenario.rate_per_s, _rate(r.rate_per_s if r else a.scenario.rate_per_s)),
+    ]
+    for dist in ("ttft", "tpot"):
+        for q in ("p50", "p90", "p99"):
+            v = getattr(getattr(r, dist), q) if r else None
+            rows.append((f"{dist}_{q}_s", v, "—" if v is None else format_duration(v)))
+    rows += [
+        ("attainment", r.attainment if r else None, pct(r.attainment) if r else "—"),
+        ("goodput_rps", g.goodput_rps if g else None, _rate(g.goodput_rps) if g else "…"),
+        ("goodput_per_gpu", g.goodput_per_gpu if g else None, _rate(g.goodput_per_gpu) if g else "…"),
+        ("usd_per_million_output_tokens", a.usd_per_mtok, _usd(a.usd_per_mtok) if g else "…"),
+        ("cost_per_hour_usd", g.cost_per_hour_usd if g else None, _usd(g.cost_per_hour_usd) if g else "…"),
+        ("max_stable_rate_per_s", a.max_stable[0] if a.max_stable else None,
+         _rate(a.max_stable[0]) if a.max_stable else "—"),
+        ("binding", r.binding if r else (a.unstable.message if a.unstable else a.error),
+         short_binding(r.binding) if r else ("unstable" if a.unstable else "error")),
+    ]
+    return rows
+
+
+def _kv(table: Table, key: str, value: RenderableType, style: str = "") -> None:
+    table.add_row(Text(key, style="bold"), value if not isinstance(value, str) else Text(value, style=style))
+
+
+def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
+    """The results panel: latencies, attainment, goodput, cost, stations, binding, link, validity."""
+    if a is None:
+        return Text("Solving…", style="dim")
+    if a.error:
+        return Group(Text("Cannot solve this scenario", style="bold red"), Text(a.error, style="red"))
+    parts: list[RenderableType] = []
+    sc = a.scenario
+    parts.append(Text.assemble((sc.name, "bold"), f"  {sc.deployment.topology}, {sc.deployment.gpus} GPUs, ",
+                               _rate(sc.rate_per_s)))
+    if a.unstable:
+        u = a.unstable
+        parts.append(Text.assemble(("UNSTABLE ", "bold white on red"),
+                                   (f"{u.station} saturates at {u.rate_per_s:.4g} req/s; ", "red"),
+                                   (f"largest stable rate {u.max_stable_rate_per_s:.4g} req/s", "bold red")))
+    r = a.result
+    if r is not None:
+        lat = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+        lat.add_column("", style="bold")
+        for c in ("mean", "p50", "p90", "p99"):
+            lat.add_column(c, justify="right")
+        key = f"p{sc.slo.percentile:g}"
+        for name, d, target in (("TTFT", r.ttft, sc.slo.ttft_s), ("TPOT", r.tpot, sc.slo.tpot_s)):
+            cells = []
+            for k in ("mean", "p50", "p90", "p99"):
+                v = getattr(d, k)
+                # The percentile the SLO is judged at is coloured by whether it meets the target.
+                style = ("green" if v <= target else "bold red") if k == key else ""
+                cells.append(Text(format_duration(v), style=style))
+            lat.add_row(name, *cells)
+        parts.append(lat)
+        goal = sc.slo.attainment_goal
+        ok = r.attainment >= goal
+        lo, hi = r.attainment_bounds
+        parts.append(Text.assemble(("Attainment ", "bold"), (pct(r.attainment), "bold green" if ok else "bold red"),
+                                   f" [{pct(lo)}–{pct(hi)}] goal {pct(goal)}",
+                                   f"\n  TTFT≤{format_duration(sc.slo.ttft_s)} {pct(r.ttft_attainment)}",
+                                   f"  TPOT≤{format_duration(sc.slo.tpot_s)} {pct(r.tpot_attainment)}"))
+    kv = Table.grid(padding=(0, 1))
+    kv.add_column(no_wrap=True)
+    kv.add_column()
+    g = a.goodput
+    if g is not None:
+        _kv(kv, "Goodput", f"{_rate(g.goodput_rps)}  ({g.goodput_per_gpu:.3g}/GPU)", "bold")
+        _kv(kv, "Cost", f"{_usd(a.usd_per_mtok)}/M out tok  {_usd(g.cost_per_hour_usd)}/h")
+    else:
+        _kv(kv, "Goodput", "computing…" if "goodput" not in a.stage_errors else a.stage_errors["goodput"], "dim")
+    if a.max_stable:
+        _kv(kv, "Max stable", f"{_rate(a.max_stable[0])} ({a.max_stable[1]})")
+    if r is not None:
+        _kv(kv, "Binding", r.binding)
+        if g is not None and g.goodput_rps > 0:
+            _kv(kv, "At goodput", g.binding)
+        if r.link is not None:
+            lk = r.link
+            _kv(kv, "KV link", Text.assemble(
+                f"needs {format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)} of "
+                f"{format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} ",
+                ("ok" if lk.sufficient else "INSUFFICIENT", "green" if lk.sufficient else "bold red"),
+                f"; exposed {format_duration(lk.mean_exposed_s)}"))
+        _kv(kv, "Validity", r.validity, "green" if r.validity.startswith("good") else "yellow")
+    parts.append(kv)
+    if r is not None:
+        st = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, title_justify="left")
+        st.add_column("station", style="bold", no_wrap=True)
+        st.add_column("util", justify="right")
+        st.add_column("max req/s", justify="right")
+        st.add_column("p99 wait", justify="right")
+        for s in r.stations:
+            u = s.utilization
+            st.add_row(s.name, Text(f"{u:.2f}", style="red" if u >= 0.9 else "yellow" if u >= 0.8 else "green"),
+                       f"{s.max_stable_rate_per_s:.3g}", format_duration(s.p99_wait_s))
+        parts.append(st)
+        for w in r.warnings:
+            parts.append(Text(w, style="yellow"))
+    if a.sensitivities is not None:
+        se = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+        se.add_column("sensitivity", style="bold", no_wrap=True)
+        se.add_column("d ln goodput / d ln x", justify="right")
+        for s in a.sensitivities:
+            se.add_row(s.input, f"{s.elasticity:+.2f}" if not s.note.startswith("not evaluated") else "n/a")
+        parts.append(se)
+    for name, msg in a.stage_errors.items():
+        parts.append(Text(f"{name}: {msg}", style="yellow"))
+    if stage:
+        parts.append(Text(stage, style="dim italic"))
+    return Group(*parts)
+
+
+def render_compare(entries: Sequence[tuple[str, Analysis]]) -> RenderableType:
+    """Pinned scenarios side by side; the best goodput, per-GPU goodput and cost are highlighted."""
+    if not entries:
+        return Text("Nothing pinned yet: press F2 to pin the current scenario.", style="dim")
+    t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+    t.add_column("", style="bold", no_wrap=True)
+    for label, _ in entries:
+        t.add_column(label.split(" ", 1)[0], justify="right", overflow="fold")
+    t.add_row("name", *[Text(a.scenario.name, style="italic") for _, a in entries])
+    rows = [metric_rows(a) for _, a in entries]
+    best_of = {"goodput_rps": max, "goodput_per_gpu": max, "usd_per_million_output_tokens": min, "attainment": max}
+    for i, (metric, _, _) in enumerate(rows[0]):
+        vals = [rw[i][1] for rw in rows]
+        pick = best_of.get(metric)
+        finite = [v for v in vals if isinstance(v, (int, float))]
+        best = pick(finite) if pick and len(finite) > 1 else None
+        cells = [Text(rw[i][2], style="bold green" if best is not None and rw[i][1] == best else "") for rw in rows]
+        t.add_row(LABELS.get(metric, metric), *cells)
+    return t
+
+
+def render_replay(check: ReplayCheck) -> RenderableType:
+    """Analytic vs replay table; positive differences mean the analytic answer is conservative."""
+    t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+    t.add_column("metric", style="bold", no_wrap=True)
+    t.add_column("analytic", justify="right")
+    t.add_column("replay", justify="right")
+    t.add_column("diff", justify="right")
+    for metric, a, r, d in check.rows + check.stations:
+        if "attainment" in metric:
+            av, rv, dv = pct(a), pct(r), f"{d * 100:+.1f} pt"
+        elif metric.endswith("utilization"):
+            av, rv, dv = f"{a:.3f}", f"{r:.3f}", f"{d * 100:+.1f}%"
+        else:
+            av, rv, dv = format_duration(a), format_duration(r), f"{d * 100:+.1f}%"
+        style = "green" if abs(d) <= 0.1 else "yellow" if abs(d) <= 0.3 else "red"
+        t.add_row(metric, av, rv, Text(dv, style=style))
+    head = Text(f"{check.requests} requests at {check.rate_per_s:.4g} req/s, seed {check.seed}: "
+                "diff = (analytic - replay) / replay; attainment in points", style="dim")
+    return Group(head, t)
+
+
+def export_payload(current: Analysis | None, pinned: Sequence[tuple[str, Analysis]],
+                   replay: ReplayCheck | None = None) -> dict[str, Any]:
+    """JSON export: the scenario, the full Result and Goodput, curves, heatmap, pinned summaries."""
+
+    def one(a: Analysis) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "scenario": a.scenario.model_dump(mode="json", exclude_none=True),
+            "inputs_sha256": a.sha256,
+            "result": a.result.model_dump(mode="json") if a.result else None,
+            "error": a.error,
+            "unstable": None if a.unstable is None else {
+                "station": a.unstable.station, "rate_per_s": a.unstable.rate_per_s,
+                "max_stable_rate_per_s": a.unstable.max_stable_rate_per_s},
+            "goodput": a.goodput.model_dump(mode="json") if a.goodput else None,
+            "usd_per_million_output_tokens": a.usd_per_mtok,
+            "sensitivities": [s.model_dump(mode="json") for s in a.sensitivities] if a.sensitivities else None,
+        }
+        if a.curves:
+            d["attainment_curves"] = [{"topology": c.topology, "layout": c.layout, "goodput_rps": c.goodput_rps,
+                                       "knee_rps": c.knee_rps, "max_stable_rate_per_s": c.max_stable_rate_per_s,
+                                       "rates_per_s": list(c.rates), "attainment": list(c.attainment),
+                                       "note": c.note} for c in a.curves]
+        if a.heatmap:
+            h = a.heatmap
+            d["pd_heatmap"] = {"gpu": h.gpu, "tp": h.tp, "prefill_instances": list(h.prefill),
+                               "decode_instances": list(h.decode),
+                               "goodput_rps": [list(row) for row in h.goodput]}
+        return d
+
+    out: dict[str, Any] = {"current": one(current) if current else None,
+                           "pinned": [{"label": k, **one(a)} for k, a in pinned]}
+    if replay is not None:
+        out["replay_check"] = {"rate_per_s": replay.rate_per_s, "requests": replay.requests, "seed": replay.seed,
+                               "metrics": [{"metric": m, "analytic": a, "replay": r, "difference": d}
+                                           for m, a, r, d in replay.rows + replay.stations]}
+    return out
