@@ -24,7 +24,7 @@ from collections import deque
 
 import numpy as np
 
-from ._core import Meter, Requests, Sim, step_cumsum
+from ._core import Meter, Requests, Sim, step_cumsum_fn
 
 __all__ = ["SingleInstance", "SinglePoolStation"]
 
@@ -72,6 +72,7 @@ class SinglePoolStation(ABC):
         self.busy_m = Meter(*window)
         self.kv_m = Meter(*window)
         self.seq_steps = 0
+        self._steps = step_cumsum_fn(self.model)
         self.entry, self.start_t, self.exit = req.station(self.name)
         self.notes: list[str] = []
 
@@ -197,7 +198,7 @@ class SinglePoolStation(ABC):
         d = self.inst[i]
         n = len(d.running)
         k = d.running[0][0] - d.K
-        d.cum = step_cumsum(self.model, n, d.S, k)
+        d.cum = self._steps(n, d.S, k)
         d.t0 = t
         d.kend = k
         d.version += 1

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum"]
+__all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum", "step_cumsum_fn"]
 
 
 class Sim:
@@ -117,6 +117,19 @@ def step_cumsum(model, n: int, S: int, k: int) -> np.ndarray:
     if st.ndim == 0:  # a model whose step time ignores the context
         st = np.full(k, float(st))
     return np.cumsum(st)
+
+
+def step_cumsum_fn(model):
+    """``(n, S, k) -> cumulative step times`` for ``model``, bound once per station (hot path)."""
+    if isinstance(model, StepCache):
+        cache = model
+        cumsum = np.cumsum
+
+        def cached(n: int, S: int, k: int) -> np.ndarray:
+            return cumsum(cache.decode_steps(n, S, k))
+
+        return cached
+    return lambda n, S, k: step_cumsum(model, n, S, k)
 
 
 class StepCache:

@@ -34,7 +34,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from ._core import Meter, Requests, Sim, step_cumsum
+from ._core import Meter, Requests, Sim, step_cumsum_fn
 
 __all__ = ["DecodeInstance", "DecodeStation"]
 
@@ -85,6 +85,7 @@ class DecodeStation:
         self.busy_m = Meter(*window)
         self.kv_m = Meter(*window)     # reserved KV tokens, all instances
         self.seq_steps = 0             # sum over steps of the batch size
+        self._steps = step_cumsum_fn(model)
         self.entry, self.start_t, self.exit = req.station(self.name)
 
     # ---- reservation -------------------------------------------------------------------
@@ -166,7 +167,7 @@ class DecodeStation:
             req.t_last[r] = t
             self.exit[r] = t
             self.in_sys.add(t, -1)
-            need = self.need(r)
+            need = req.prompt[r] + req.output[r]
             d.kv_used -= need
             self.kv_m.add(t, -need)
             d.slots -= 1
@@ -190,7 +191,7 @@ class DecodeStation:
         n = len(running)
         if n:
             k = running[0][0] - K
-            d.cum = step_cumsum(self.model, n, d.S, k)
+            d.cum = self._steps(n, d.S, k)
             d.t0 = t
             d.kend = k
             d.version += 1
