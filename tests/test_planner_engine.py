@@ -72,3 +72,28 @@ def test_evaluator_pickles_without_caches(scenario):
     blob = pickle.dumps(ev)
     back = pickle.loads(blob)
     assert back.key == ev.key and back._pools == {} and len(blob) < 20000
+
+
+def test_knee_matches_compare_knee_rate(scenario):
+    """Same definition as qmodel.compare.knee_rate (binding percentile at twice its idle level); both
+    are located to 1%, so they agree to 2%."""
+    from qmodel.compare import knee_rate
+
+    ev = EngineEvaluator(scenario)
+    p = Family("colocated", "h100-sxm", 4).plan(2)
+    lam = ev.capacity(p)[0]
+    ref = knee_rate(ev.solver(p), lam)
+    assert ev.knee(p, lam) == pytest.approx(ref, rel=2e-2)
+
+
+def test_station_limits_are_additive_over_instances(scenario):
+    """limits() scales one instance's station limits by the instance count; stations built with the
+    count itself must give the same numbers (to 1e-9: the same formula evaluated two ways)."""
+    ev = EngineEvaluator(scenario)
+    fams = [Family("colocated", "h100-sxm", 4), Family("chunked", "a100-80gb-sxm", 4, chunk_tokens=512),
+            Family("disaggregated", "h100-sxm", 2, "a100-80gb-sxm", 4, "roce-4x200", "serialized")]
+    for fam in fams:
+        for n in (2, 3, 7):
+            p = fam.plan(n, n if fam.topology == "disaggregated" else 0)
+            for (c1, s1), (c2, s2) in zip(ev.limits(p), ev.exact_limits(p)):
+                assert s1 == s2 and c1 == pytest.approx(c2, rel=1e-9)

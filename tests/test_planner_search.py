@@ -171,11 +171,30 @@ def test_search_solves_far_fewer_than_candidates(scenario):
     assert res.stats.solves < 0.05 * res.stats.candidates
 
 
-def test_bisect_goodput_on_a_step():
+def test_goodput_search_step_and_edges():
+    """A step attainment (no slope to exploit): the safeguarded search still brackets the step to
+    rel_tol of the stability limit; the result is never above the true goodput."""
     g, n = bisect_goodput(lambda r: 1.0 if r <= 3.0 else 0.0, 0.9, 0.01, 10.0, 1e-3)
-    assert 3.0 - 10.0 * 1e-3 <= g <= 3.0
+    assert 3.0 * (1 - 1e-3) <= g <= 3.0 and n <= 40
     assert bisect_goodput(lambda r: 0.0, 0.9, 0.01, 10.0, 1e-3)[0] == 0.0
-    assert bisect_goodput(lambda r: 1.0, 0.9, 0.01, 10.0, 1e-3)[0] == pytest.approx(10.0, rel=1e-5)
+    assert bisect_goodput(lambda r: 1.0, 0.9, 0.01, 10.0, 1e-3)[0] == pytest.approx(10.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("shape", ["mm1", "gauss"])
+def test_goodput_search_is_exact_and_fast_on_smooth_curves(shape):
+    """M/M/1 sojourn attainment A(r) = 1 - exp(-(mu - r) x) has goodput mu + ln(1 - goal)/x exactly;
+    the Illinois search must land within rel_tol (1e-3) below it in at most 8 solves (bisection from
+    the same bracket needs ~12)."""
+    mu, x, goal = 10.0, 1.0, 0.9
+    if shape == "mm1":
+        att = lambda r: 1.0 - math.exp(-(mu - r) * x)  # noqa: E731
+        exact = mu + math.log(1 - goal) / x
+    else:
+        att = lambda r: math.exp(-((r / 4.0) ** 2))  # noqa: E731
+        exact = 4.0 * math.sqrt(-math.log(goal))
+    g, n = bisect_goodput(att, goal, 1e-3, mu, 1e-3)
+    assert exact * (1 - 1e-3) <= g <= exact
+    assert n <= 8
 
 
 def test_pareto_flags():

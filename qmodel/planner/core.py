@@ -342,8 +342,8 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple
         pick = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))[: ctx.top_k]
         args = [(ev, f.plan, (f.goodput or 0.0) * (1 - 2e-2), False, f.capacity, ctx.rate, with_knee) for f in pick]
     else:
-        # the K cheapest, with a margin so that the goodput tie-break among equal costs has room
-        pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: 2 * ctx.top_k]
+        # the K cheapest; among equal costs the larger stability limit first (goodput then orders them)
+        pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: ctx.top_k]
         args = [(ev, f.plan, ctx.rate, True, f.capacity, ctx.rate, with_knee) for f in pick]
     outs = run_tasks(ex, _detail, args)
     solves = sum(o[3] for o in outs)

@@ -114,30 +114,57 @@ def warm(ev: Evaluator) -> Evaluator:
 
 # ---- bisections ----------------------------------------------------------------------------------
 
+def root_bracket(f: Callable[[float], float], lo: float, f_lo: float, hi: float, f_hi: float,
+                 rel_tol: float) -> tuple[float, int]:
+    """Largest evaluated x with f(x) >= 0, for f non-increasing with f(lo) >= 0 > f(hi); (x, calls).
+
+    Brent's method (scipy.optimize.brentq: inverse quadratic interpolation, secant and bisection,
+    always bracketing) on [lo, hi] with the end values given, so the ends cost no call; it stops
+    when the bracket is within ``rel_tol`` of the root, and the best feasible point it evaluated is
+    then within that of the root (never above it). A smooth f takes 4-7 calls for 1e-3 where bisection takes ~10-13.
+    """
+    from scipy.optimize import brentq
+
+    if f_lo == 0.0:
+        f_lo = 1e-15  # brentq returns an end whose value is exactly 0; lo is known feasible
+    best = [lo]
+    calls = [0]
+
+    def g(x: float) -> float:
+        if x == lo:
+            return f_lo
+        if x == hi:
+            return f_hi
+        calls[0] += 1
+        v = f(x)
+        if v >= 0 and x > best[0]:
+            best[0] = x
+        return v
+
+    brentq(g, lo, hi, xtol=1e-9 * hi, rtol=0.5 * rel_tol, maxiter=200)
+    return best[0], calls[0]
+
+
 def bisect_goodput(att: Callable[[float], float], goal: float, lo: float, hi: float, rel_tol: float,
-                   lo_known_ok: bool = False) -> tuple[float, int]:
+                   lo_known_ok: bool = False, a_lo: float | None = None) -> tuple[float, int]:
     """(largest rate in [lo, hi) meeting the goal, solves used); 0 if even ``lo`` misses it.
 
-    ``hi`` is a stability limit (never feasible itself); the bracket shrinks until it is ``rel_tol``
-    of ``hi``. Attainment is non-increasing in the rate (see :mod:`qmodel.goodput`).
+    ``hi`` is a stability limit: attainment tends to 0 there (waits diverge), so f(hi) = -goal is
+    taken without a solve; f(r) = A(r) - goal is non-increasing (:mod:`qmodel.goodput`) and its
+    root is found by :func:`root_bracket`. ``lo_known_ok`` only documents that ``lo`` is feasible;
+    its attainment is still evaluated (one solve) because the interpolation needs its value.
     """
     n = 0
-    hi = hi * (1.0 - 1e-6)
-    if not lo_known_ok:
+    if a_lo is None:
         n += 1
-        if att(lo) < goal:
-            return 0.0, n
-    n += 1
-    if att(hi) >= goal:
-        return hi, n
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        n += 1
-        if att(mid) >= goal:
-            lo = mid
-        else:
-            hi = mid
-    return lo, n
+        a_lo = att(lo)
+    if a_lo < goal:
+        return 0.0, n
+    hi = hi * (1.0 - 1e-9)
+    if lo >= hi:
+        return lo, n
+    x, m = root_bracket(lambda r: att(r) - goal, lo, a_lo - goal, hi, -goal, rel_tol)
+    return x, n + m
 
 
 def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
