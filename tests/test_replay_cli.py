@@ -82,3 +82,20 @@ def test_replay_json_identical_across_processes_and_hash_seeds(repo_root):
         env = {**os.environ, "PYTHONHASHSEED": hs}
         outs.append(subprocess.run(cmd, env=env, capture_output=True, check=True, timeout=120).stdout)
     assert outs[0] == outs[1] and len(outs[0]) > 100
+
+
+def test_replay_requests_csv(capsys, repo_root, tmp_path):
+    import csv
+
+    out = tmp_path / "req.csv"
+    rc, _, _ = _run(capsys, "replay", str(repo_root / "examples" / "opt13b-disagg-a100.yaml"), "--requests", "50",
+                    "--requests-csv", str(out))
+    assert rc == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 50
+    r = rows[10]
+    assert float(r["ttft_s"]) == float(r["first_token_s"]) - float(r["arrival_s"])
+    assert float(r["prefill_exit_s"]) <= float(r["kv_transfer_exit_s"]) <= float(r["last_token_s"])
+    rc, _, err = _run(capsys, "replay", str(repo_root / "examples" / "opt13b-disagg-a100.yaml"), "--requests", "5",
+                      "--requests-csv", str(tmp_path / "no" / "such" / "dir.csv"))
+    assert rc == 2 and "cannot write" in err

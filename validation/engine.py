@@ -38,7 +38,7 @@ from qmodel.validation.stations._core import Requests, Sim, StepCache
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["ReplayPlan", "build_plan", "replay", "replay_plan", "simulate", "load_replay_trace", "kv_capacity_tokens"]
+__all__ = ["ReplayPlan", "build_plan", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace", "kv_capacity_tokens"]
 
 ENGINE = "qmodel-replay/1"
 
@@ -183,7 +183,18 @@ def load_replay_trace(scn: Scenario, n_requests: int = 20000, seed: int = 0) -> 
 
 def replay(scenario: Scenario, trace: Trace | None = None, *, n_requests: int = 20000, seed: int = 0,
            warmup_fraction: float = 0.1, service_models: dict[str, ServiceTimeModel] | None = None) -> ReplayResult:
-    """Replay ``scenario`` over ``trace`` (default: the scenario's own trace or a synthetic one)."""
+    """Replay ``scenario`` over ``trace`` (default: the scenario's own trace or a synthetic one).
+
+    This is the function the validation harness, ``qmodel solve --check`` and the planner call.
+    """
+    return replay_requests(scenario, trace, n_requests=n_requests, seed=seed, warmup_fraction=warmup_fraction,
+                           service_models=service_models)[0]
+
+
+def replay_requests(scenario: Scenario, trace: Trace | None = None, *, n_requests: int = 20000, seed: int = 0,
+                    warmup_fraction: float = 0.1, service_models: dict[str, ServiceTimeModel] | None = None,
+                    ) -> tuple[ReplayResult, Requests]:
+    """:func:`replay` plus the per-request columns (see :func:`request_table`)."""
     if n_requests < 1:
         raise InputError("n_requests", n_requests, "a positive number of requests")
     if not 0.0 <= warmup_fraction < 1.0:
@@ -191,7 +202,27 @@ def replay(scenario: Scenario, trace: Trace | None = None, *, n_requests: int = 
     plan = build_plan(scenario, service_models)
     if trace is None:
         trace = load_replay_trace(scenario, n_requests, seed)
-    return replay_plan(plan, trace, seed=seed, warmup_fraction=warmup_fraction)
+    return simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction)
+
+
+def request_table(req: Requests) -> dict[str, np.ndarray]:
+    """Per-request columns (seconds from the first arrival; NaN where a stage did not happen):
+    arrival, prompt/output/cached tokens, first and last token, TTFT, TPOT (NaN for one output
+    token), and for each station its entry, service start and exit."""
+    arrival = np.asarray(req.arrival)
+    out = np.asarray(req.output)
+    first, last = np.asarray(req.t_first), np.asarray(req.t_last)
+    cols: dict[str, np.ndarray] = {
+        "arrival_s": arrival, "prompt_tokens": np.asarray(req.prompt), "output_tokens": out,
+        "cached_tokens": np.asarray(req.cached), "dropped": np.asarray(req.dropped, dtype=np.int64),
+        "first_token_s": first, "last_token_s": last, "ttft_s": first - arrival,
+        "tpot_s": np.where(out > 1, (last - first) / np.maximum(out - 1, 1), np.nan),
+    }
+    for name, (entry, start, exit_) in req.marks.items():
+        cols[f"{name}_entry_s"] = np.asarray(entry)
+        cols[f"{name}_start_s"] = np.asarray(start)
+        cols[f"{name}_exit_s"] = np.asarray(exit_)
+    return cols
 
 
 def replay_plan(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: float = 0.1) -> ReplayResult:

@@ -24,11 +24,13 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace and random dispatch (default 0)")
     p.add_argument("--warmup", type=float, default=0.1, help="fraction of the trace's time span left out of statistics (default 0.1)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--requests-csv", metavar="FILE", help="also write one CSV row per request (times, tokens, "
+                                                          "per-station entry/start/exit)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from qmodel.validation.engine import replay
+    from qmodel.validation.engine import replay_requests
 
     if args.requests < 1:
         raise InputError("--requests", args.requests, "a positive number of requests")
@@ -47,12 +49,34 @@ def run(args: argparse.Namespace) -> int:
             trace = Trace(trace.arrival_s[:n], trace.prompt_tokens[:n], trace.output_tokens[:n], trace.source,
                           trace.format, trace.sha256, None if trace.hash_ids is None else trace.hash_ids[:n],
                           trace.block_tokens, {**trace.meta, "head": n})
-    res = replay(sc, trace, n_requests=args.requests, seed=args.seed, warmup_fraction=args.warmup)
+    res, req = replay_requests(sc, trace, n_requests=args.requests, seed=args.seed, warmup_fraction=args.warmup)
+    if args.requests_csv:
+        _write_csv(args.requests_csv, req)
     if args.json:
         print_json(res)
         return 0
     _print_text(res)
     return 0
+
+
+def _write_csv(path: str, req) -> None:
+    import csv
+    import math
+
+    from qmodel.errors import DataError
+    from qmodel.validation.engine import request_table
+
+    cols = request_table(req)
+    names = list(cols)
+    try:
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(names)
+            for row in zip(*(cols[k].tolist() for k in names)):
+                w.writerow(["" if isinstance(v, float) and math.isnan(v) else repr(v) if isinstance(v, float) else v
+                            for v in row])
+    except OSError as err:
+        raise DataError(path, f"cannot write ({err.strerror})") from None
 
 
 def _ms(x: float) -> str:
