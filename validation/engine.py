@@ -330,7 +330,7 @@ def _run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, 
 
 
 def _run_single(plan: ReplayPlan, req: Requests, sim: Sim, rng: np.random.Generator, window: tuple[float, float],
-                cls) -> list:
+                cls: type[ColocatedStation] | type[ChunkedStation]) -> list:
     st = cls(sim, req, plan, rng, window)
 
     def admit(r: int) -> None:

@@ -24,7 +24,12 @@ from collections import deque
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from ._core import Meter, Requests, Sim, step_cumsum_fn
+
+if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
+    from qmodel.validation.engine import ReplayPlan
 
 __all__ = ["SingleInstance", "SinglePoolStation"]
 
@@ -57,7 +62,8 @@ class SinglePoolStation(ABC):
 
     name = "single"
 
-    def __init__(self, sim: Sim, req: Requests, plan, rng: np.random.Generator, window: tuple[float, float]) -> None:
+    def __init__(self, sim: Sim, req: Requests, plan: ReplayPlan, rng: np.random.Generator,
+                 window: tuple[float, float]) -> None:
         self.sim, self.req = sim, req
         self.model = plan.decode_model
         self.c = plan.decode_instances

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from qmodel.perf.base import ServiceTimeModel
+
 __all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum", "step_cumsum_fn"]
 
 
@@ -101,7 +103,7 @@ class Requests:
         return self.marks[name]
 
 
-def step_cumsum(model, n: int, S: int, k: int) -> np.ndarray:
+def step_cumsum(model: ServiceTimeModel, n: int, S: int, k: int) -> np.ndarray:
     """Cumulative times of k decode steps of n sequences whose contexts total S before the first
     step and grow by n per step: cumsum of ``decode_step_time_s(n, S + n*j)``, j = 0..k-1.
 
@@ -119,7 +121,7 @@ def step_cumsum(model, n: int, S: int, k: int) -> np.ndarray:
     return np.cumsum(st)
 
 
-def step_cumsum_fn(model):
+def step_cumsum_fn(model: ServiceTimeModel | StepCache) -> Callable[[int, int, int], np.ndarray]:
     """``(n, S, k) -> cumulative step times`` for ``model``, bound once per station (hot path)."""
     if isinstance(model, StepCache):
         cache = model
@@ -145,7 +147,7 @@ class StepCache:
     changes speed, never results. Memory is bounded: tables are dropped wholesale when full.
     """
 
-    def __init__(self, model, block: int = 2048, max_blocks: int = 4096, max_prefill: int = 1 << 20) -> None:
+    def __init__(self, model: ServiceTimeModel, block: int = 2048, max_blocks: int = 4096, max_prefill: int = 1 << 20) -> None:
         self.model = model
         self.block = block
         self.max_blocks = max_blocks

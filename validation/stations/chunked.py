@@ -23,7 +23,15 @@ Mixed iterations are one event each (prefill progress changes every iteration).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+
 from ._batching import SinglePoolStation
+from ._core import Requests, Sim
+
+if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
+    from qmodel.validation.engine import ReplayPlan
 
 __all__ = ["ChunkedStation"]
 
@@ -33,7 +41,8 @@ class ChunkedStation(SinglePoolStation):
 
     name = "chunked"
 
-    def __init__(self, sim, req, plan, rng, window) -> None:
+    def __init__(self, sim: Sim, req: Requests, plan: ReplayPlan, rng: np.random.Generator,
+                 window: tuple[float, float]) -> None:
         super().__init__(sim, req, plan, rng, window)
         self.budget = int(plan.chunk_tokens)
 
@@ -76,7 +85,7 @@ class ChunkedStation(SinglePoolStation):
         self.sim.at(t + dur, self._mixed_done, (i, chunks))
         return True
 
-    def _mixed_done(self, arg) -> None:
+    def _mixed_done(self, arg: tuple[int, list[tuple[list[int], int]]]) -> None:
         i, chunks = arg
         d = self.inst[i]
         t = self.sim.now

@@ -15,7 +15,15 @@ until the next sequence finishes or an admissible arrival ends the run at the ne
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+
 from ._batching import SinglePoolStation
+from ._core import Requests, Sim
+
+if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
+    from qmodel.validation.engine import ReplayPlan
 
 __all__ = ["ColocatedStation"]
 
@@ -25,7 +33,8 @@ class ColocatedStation(SinglePoolStation):
 
     name = "colocated"
 
-    def __init__(self, sim, req, plan, rng, window) -> None:
+    def __init__(self, sim: Sim, req: Requests, plan: ReplayPlan, rng: np.random.Generator,
+                 window: tuple[float, float]) -> None:
         super().__init__(sim, req, plan, rng, window)
         self.budget = int(plan.max_batch_tokens)
 
