@@ -423,3 +423,18 @@ def test_link_queue_matches_mg1_formulas(sharing):
     means = np.asarray(means)
     se = means.std(ddof=1) / math.sqrt(len(means))
     assert abs(means.mean() - exact) <= 3 * se + 1e-6, (means.mean(), exact, se)
+
+
+def test_fcfs_layerwise_holds_the_path_until_the_last_layer():
+    """Two requests in one batch (T = 4 s over 10 layers), X/C = 1 s and 3 s: the first transfer
+    starts with layer 0 (t_s + 0.4) and ends at max(0.4 + 1, T + 0.1) = 4.1 after the batch start;
+    the second then sends everything (all layers computed): 4.1 + 3 = 7.1. Latency 0.05 after."""
+    tr = make_trace([0.0, 0.0, 0.0], [1000, 1000, 3000], [1, 2, 2])
+    _, req = simulate(kv_plan("fcfs", "layerwise"), tr, warmup_fraction=0.0)
+    _, pstart, pend = req.marks["prefill"]
+    entry, start, exit_ = req.marks["kv_transfer"]
+    t_s = pstart[1]
+    assert pend[1] - t_s == pytest.approx(4.0)
+    assert entry[1] == entry[2] == pytest.approx(t_s + 0.4)
+    assert exit_[1] - t_s == pytest.approx(4.1 + 0.05, rel=1e-12)
+    assert exit_[2] - t_s == pytest.approx(7.1 + 0.05, rel=1e-12)

@@ -391,8 +391,8 @@ def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
                 "starts only once a decode instance has reserved the request's KV",
                 f"decode: continuous batching, joins at step boundaries, {plan.decode_dispatch} reservation; "
                 f"first token from {plan.first_token_from}"]
-        if plan.transfer_mode == "layerwise" and plan.link_sharing != "dedicated":
-            out.append("layerwise under contention: bytes are served once the first layer is ready and the end is "
+        if plan.transfer_mode == "layerwise" and plan.link_sharing == "fair":
+            out.append("layerwise with fair sharing: bytes are served once the first layer is ready and the end is "
                        "clamped to the last layer plus its chunk (exact when link- or compute-bound throughout)")
     elif plan.topology == "colocated":
         out.append(f"colocated: prefill-priority iterations of <= {plan.max_batch_tokens} tokens, decode runs otherwise")

@@ -14,13 +14,17 @@ path of the prefill instance that computed it (bandwidth ``C``, base latency ``d
   bytes started at virtual time V0 completes when V reaches V0 + X; every arrival or departure
   reschedules the path's next completion).
 
-Layer-wise overlap: the last layer's bytes ``X/l`` can only leave after the prefill batch ends, so
-a transfer completes at ``max(link completion, t_s + T + X/(l*C)) + d``. With ``dedicated`` this is
-exactly the recursion f_j = max(f_{j-1}, ready_j) + X/(lC) over layers (so exposed time =
-max(X/(Cl), X/C - T(1-1/l)), design §2.8). Under ``fcfs``/``fair`` the link serves a transfer's
-bytes as if they were all available once its first layer is (bytes not yet computed never hold
-the link idle), then clamps the end as above: exact when either the link or the compute is the
-bottleneck throughout, a slight underestimate of link contention in between.
+Layer-wise overlap: layer j's bytes ``X/l`` can leave once layer j is computed, at
+``ready_j = t_s + (j+1) T/l``. A transfer started at ``s >= ready_0`` with the whole link then ends
+at f = max_j(ready_j + (l-j) X/(lC)) v (s + X/C) = max(s + X/C, t_s + T + X/(lC)) (the recursion
+f_j = max(f_{j-1}, ready_j) + X/(lC) over layers; its maximum is at an end because ready_j is
+linear in j). So exposed time with ``dedicated`` is max(X/(Cl), X/C - T(1-1/l)) (design §2.8), and
+``fcfs`` holds the path until f, exactly (one transfer at a time, idle while it waits for layers).
+Under ``fair`` the link serves a transfer's bytes as if they were all available once its first
+layer is (bytes not yet computed never hold the link idle) and the end is clamped to
+``t_s + T + X/(lC)``: exact when either the link or the compute is the bottleneck throughout,
+a slight underestimate of link contention in between (documented approximation). The base
+latency ``d`` is added after the last byte and does not hold the path.
 """
 
 from __future__ import annotations
@@ -137,7 +141,12 @@ class KVTransferStation:
             if not self.fbusy[p]:
                 self.busy_m.add(t, 1)
             self.fbusy[p] = True
-            self.sim.at(t + self.bytes[r] / self.C, self._fcfs_done, (p, r))
+            # The path is held until the last byte leaves: with layer-wise transfer that is
+            # max(start + X/C, batch end + X/(l C)) (the per-layer recursion, exactly).
+            end = t + self.bytes[r] / self.C
+            if self.floor[r] > end:
+                end = self.floor[r]
+            self.sim.at(end, self._fcfs_done, (p, r))
         elif self.fbusy[p]:
             self.fbusy[p] = False
             self.busy_m.add(t, -1)
