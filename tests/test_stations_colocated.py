@@ -36,11 +36,11 @@ def _check_against_des(lam: float, horizon: float) -> None:
         return model / des - 1.0
 
     tp = np.quantile(run.tpot, [0.5, 0.9, 0.99])
-    # Bands: the design's measured errors for this model (§2.9: mean ±5%, p90 −2…−11%, p99 −9…−28%),
-    # widened by the DES noise of these run lengths (~1% mean, ~2% p90, ~4% p99).
+    # Bands: the errors measured at 60000 s (module doc of colocated.py: mean −5…0%, p90 −5…0%,
+    # p99 −14…−3%), widened by the DES noise of these run lengths (~1% mean, ~2% p90, ~4% p99).
     assert abs(rel(s.tpot.mean_s, run.tpot.mean())) <= 0.06
-    assert -0.13 <= rel(s.tpot.quantile(0.9), tp[1]) <= 0.06
-    assert -0.32 <= rel(s.tpot.quantile(0.99), tp[2]) <= 0.06
+    assert -0.08 <= rel(s.tpot.quantile(0.9), tp[1]) <= 0.05
+    assert -0.22 <= rel(s.tpot.quantile(0.99), tp[2]) <= 0.05
     tt = np.quantile(run.ttft, [0.5, 0.9, 0.99])
     # TTFT (priority M/G/1 wait + own + co-batched prompts): measured within 5% (mean, p90) and
     # 10% (p99) at rho_p <= 0.36; bands add the DES noise.
@@ -50,6 +50,8 @@ def _check_against_des(lam: float, horizon: float) -> None:
     # prefill time fraction and decode occupancy (§2.9: rho_p 0.12/0.24/0.36, E[N] 2.3/5.6/10.4)
     assert s.extra["rho_p"] == pytest.approx(run.prefill_fraction, rel=0.05)
     assert s.extra["mean_n_decode"] == pytest.approx(run.mean_running, rel=0.08)
+    # mean prompts per prefill iteration: fixed point vs DES measured −1…−4% (1.06 vs 1.11 at lam = 3)
+    assert s.extra["mean_prefill_batch"] == pytest.approx(run.batch_sizes.mean(), rel=0.05)
 
 
 def test_against_des_low_load():
@@ -62,24 +64,26 @@ def test_against_des_table(lam):
     _check_against_des(lam, 60000.0)
 
 
-def test_design_table_model_values():
-    # The design's own evaluation of this model (§2.9 table, model columns): mean/p90/p99 TPOT ms.
-    # Our quadrature reproduces them within 2% (their values came from sampling the same model).
-    table = {1.0: (12.13, 13.86, 23.4), 2.0: (14.75, 17.74, 34.1), 3.0: (18.57, 22.83, 46.4)}
+def test_design_table_mean_tpot():
+    # The design's evaluation of the same mean model (§2.9 table, model column): mean TPOT ms.
+    # The mean does not depend on how stalls cluster, so it must agree within the 2% the batching
+    # correction (mean prompts per iteration 1.02-1.11 here) can move it.
     st_ = _station()
-    for lam, (m, p90, p99) in table.items():
-        s = st_.solve(lam)
-        assert s.tpot.mean_s * 1e3 == pytest.approx(m, rel=0.02)
-        assert s.tpot.quantile(0.9) * 1e3 == pytest.approx(p90, rel=0.02)
-        assert s.tpot.quantile(0.99) * 1e3 == pytest.approx(p99, rel=0.02)
+    for lam, m in {1.0: 12.13, 2.0: 14.75, 3.0: 18.57}.items():
+        assert st_.solve(lam).tpot.mean_s * 1e3 == pytest.approx(m, rel=0.02)
 
 
 def test_stability_limit_and_error():
     st_ = _station()
     P, L = _lengths(np.random.default_rng(7), 4096)
+    lam_max = st_.max_stable_rate_per_s()
+    # between the unbatched (k = 1) and the full token-budget bounds, at the model's own limit
+    t1 = 0.020 + 1e-4 * P.mean()
     b = max(1, int(8192 // P.mean()))
-    cp = (0.020 + 1e-4 * b * P.mean()) / b  # full-budget batch time per prompt
-    assert st_.max_stable_rate_per_s() == pytest.approx(1.0 / (cp + L.mean() * 1e-4), rel=1e-9)
+    assert 1.0 / (t1 + L.mean() * 1e-4) <= lam_max <= 1.0 / ((0.020 + 1e-4 * b * P.mean()) / b + L.mean() * 1e-4)
+    rho_p, k = st_.prefill_share(lam_max)
+    assert lam_max * L.mean() * 1e-4 + rho_p == pytest.approx(1.0, abs=1e-9)
+    assert k >= 1.0
     with pytest.raises(UnstableError) as ei:
         st_.solve(st_.max_stable_rate_per_s() * 1.01)
     assert ei.value.station == "colocated"
@@ -120,3 +124,24 @@ def test_outputs_finite_and_monotone():
         if prev is not None:
             assert s.tpot.mean_s > prev.tpot.mean_s and s.delay.mean_s > prev.delay.mean_s
         prev = s
+
+
+def test_batching_when_fixed_cost_dominates():
+    # Prefill 20 ms fixed + 0.1 ms/token with short prompts: the fixed part dominates, decode runs at
+    # x ~ 0.33 with a context term. The DES (3000 s, ~30k requests) gives rho_p 0.272 and TPOT mean
+    # 20.8 ms; the model lands within 5% (measured +3.5% and +1.4%).
+    svc = LinearService(0.010, 0.0001, 1e-7, alpha=0.02, gamma=1e-4)
+    P = np.full(100, 100.0)
+    P[:10] = 0.0  # fully cached prompts are allowed (prefill of nothing still costs the fixed part)
+    L = np.full(100, 200.0)
+    st_ = ColocatedStation(svc, P, L)
+    lam = 0.5 * st_.max_stable_rate_per_s()
+    s = st_.solve(lam)
+
+    def lengths(rng, k):
+        i = rng.integers(0, 100, k)
+        return P[i], L[i]
+
+    run = simulate_colocated(lam, lengths, svc, 3000.0, seed=1)
+    assert s.extra["rho_p"] == pytest.approx(run.prefill_fraction, rel=0.05)
+    assert s.tpot.mean_s == pytest.approx(run.tpot.mean(), rel=0.05)

@@ -44,7 +44,7 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.colocated import _L_GROUPS, _grid_pmf, _pk_wait, n_nodes, stall_tpot
+from qmodel.stations.colocated import _L_GROUPS, _busy_period_stalls, _grid_pmf, _pk_wait, n_nodes, stall_tpot
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 
 __all__ = ["ChunkedStation"]
@@ -68,9 +68,10 @@ class ChunkedStation:
     def __post_init__(self) -> None:
         p = np.asarray(self.prompt_tokens, dtype=float).ravel()
         L = np.asarray(self.output_tokens, dtype=float).ravel()
-        if p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 1):
+        if (p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 0) or not p.mean() > 0
+                or not (np.all(np.isfinite(p)) and np.all(np.isfinite(L)))):
             raise InputError("lengths", f"{p.size} prompts / {L.size} outputs",
-                             "a non-empty joint sample, prompts >= 1 and outputs >= 1 tokens")
+                             "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
         if self.instances < 1:
             raise InputError("chunked.instances", self.instances, "an integer >= 1")
         if self.chunk_tokens < 2:
@@ -301,27 +302,3 @@ def _dist_nodes(d: GridDist, k: int) -> tuple[list[float], list[float]]:
             wts.append(w)
     scale = d.mean_s / max(sum(a * b for a, b in zip(nodes, wts)), 1e-300) if nodes else 1.0
     return [v * scale for v in nodes], [w / sum(wts) for w in wts]
-
-
-_BP_POINTS = 1024
-
-
-def _busy_period_stalls(work: np.ndarray, stall: np.ndarray, rho: float) -> np.ndarray:
-    """Stall added by one whole prompt-backlog busy period (deterministic quantile sample).
-
-    Prompt backlogs form M/G/1 busy periods B that start at rate lam (1 - rho), with
-    E[B] = E[S]/(1 - rho) and E[B^2] = E[S^2]/(1 - rho)^3 (Takacs). B is represented by the gamma law
-    with those two moments at the mid-point quantiles of 1024 strata, and its stall is B E[X]/E[S].
-    Clustering the stalls this way keeps their mean (lam D E[X]) and carries the busy-period
-    correlation that independent per-prompt stalls miss.
-    """
-    from scipy.special import gammaincinv  # local: keeps `import qmodel` light
-
-    es, es2 = float(work.mean()), float(np.mean(work * work))
-    eb, eb2 = es / (1.0 - rho), es2 / (1.0 - rho) ** 3
-    var = max(eb2 - eb * eb, 1e-30)
-    shape, scale = eb * eb / var, var / eb
-    q = (np.arange(_BP_POINTS) + 0.5) / _BP_POINTS
-    b = gammaincinv(shape, q) * scale
-    b *= eb / float(b.mean())  # exact mean after stratification
-    return b * (float(stall.mean()) / es)

@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 
 from qmodel.dist import GridDist
-from qmodel.errors import InputError, UnstableError
+from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 
@@ -80,7 +80,7 @@ class GPSChain:
     new rate costs one cumulative sum over the states that carry mass.
     """
 
-    step_time: "callable"  # n (float array) -> seconds
+    step_time: Callable[[np.ndarray], np.ndarray]  # n (float array) -> seconds
     cap: int | None = None
     slope_inf: float = 0.0  # lim g(n)/n, the uncapped stability slope
     _g: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
@@ -120,9 +120,13 @@ class GPSChain:
             logw = k * log_rate + self._cum[: m + 1]
             top = float(logw.max())
             at_cap = self.cap is not None and m == self.cap
-            if at_cap or logw[-1] < top - _LOG_TAIL or m >= _MAX_STATES:
+            if at_cap or logw[-1] < top - _LOG_TAIL:
                 break
-            m = min(2 * m, self.cap) if self.cap is not None else 2 * m
+            if m >= _MAX_STATES:
+                # the occupancy law still carries mass past 4M states: too close to rho = 1 to report
+                raise NumericalError(f"decode chain needs more than {_MAX_STATES} states at token rate "
+                                     f"{token_rate:.6g}/s (load within ~1e-5 of 1); lower the rate")
+            m = min(2 * m, self.cap) if self.cap is not None else min(2 * m, _MAX_STATES)
         w = np.exp(logw - top)
         if self.cap is not None and m == self.cap:
             rc = self.rho_cap(token_rate)
