@@ -158,10 +158,65 @@ def _bound(ctx: _Ctx, fam: Family) -> float:
     return lb
 
 
+def _sig3(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
 def _kth(values: list[float], k: int, reverse: bool) -> float | None:
     if len(values) < k:
         return None
     return sorted(values, reverse=reverse)[k - 1]
+
+
+def _group_key(fam: Family) -> tuple:
+    """Families whose costliest station is the same object: one task, so it is solved once.
+
+    A disaggregated family's prefill station (the embedded-chain solve, by far the dearest) depends
+    only on the prefill pool, so every decode pool and link behind it shares that station's solution
+    at each rate; a single-pool family shares nothing with another.
+    """
+    if fam.topology == "disaggregated":
+        return ("prefill", fam.prefill_gpu, fam.prefill_tp)
+    return (fam.topology, fam.decode_gpu, fam.decode_tp, fam.chunk_tokens)
+
+
+def min_cost_group(ev: Evaluator, fams: list[tuple[float, Family]], space: SearchSpace, rate: float,
+                   weight: dict[str, float], budget: Budget, price: dict, tdp: dict, cost_cap: float,
+                   k: int) -> list[FamilyOutcome]:
+    """:func:`min_cost_family` over a group in order of cost bound, tightening the cap as plans are found."""
+    outs: list[FamilyOutcome] = []
+    costs: list[float] = []
+    for bound, fam in fams:
+        local = _kth(costs, k, reverse=False)
+        cap = cost_cap if local is None else min(cost_cap, local)
+        if bound > cap:
+            o = FamilyOutcome(fam)
+            o.pruned["cost bound (cannot enter the top K)"] += space.grid_size(fam)
+            outs.append(o)
+            continue
+        o = min_cost_family(ev, fam, space, rate, weight, budget, price, tdp, cap)
+        costs.extend(f.cost for f in o.found)
+        outs.append(o)
+    return outs
+
+
+def max_goodput_group(ev: Evaluator, fams: list[tuple[float, Family]], space: SearchSpace, budget: Budget,
+                      price: dict, tdp: dict, threshold: float, k: int) -> list[FamilyOutcome]:
+    """:func:`max_goodput_family` over a group in order of estimated capacity, raising the threshold as it goes."""
+    outs: list[FamilyOutcome] = []
+    goods: list[float] = []
+    for bound, fam in fams:
+        local = _kth(goods, k, reverse=True)
+        thr = threshold if local is None else max(threshold, local)
+        if bound <= thr:
+            o = FamilyOutcome(fam)
+            o.pruned["stability limit below the K-th best goodput"] += space.grid_size(fam)
+            outs.append(o)
+            continue
+        o = max_goodput_family(ev, fam, space, budget, price, tdp, thr, k)
+        goods.extend(f.goodput or 0.0 for f in o.found)
+        outs.append(o)
+    return outs
 
 
 def _search(ctx: _Ctx, families: list[Family], executor: Executor, wave: int, prog: Progress,
@@ -169,52 +224,62 @@ def _search(ctx: _Ctx, families: list[Family], executor: Executor, wave: int, pr
     found: list[Found] = []
     solves = 0
     minimize = ctx.objective != "max-goodput"
-    keyed = sorted(((_bound(ctx, f), i, f) for i, f in enumerate(families)), key=lambda t: (t[0] if minimize else -t[0], t[1]))
+    # In one process stations are shared anyway, and family-by-family order tightens the bound
+    # fastest; across processes, grouping by the costly station avoids solving it in every worker.
+    grouped = not isinstance(executor, SerialExecutor)
+    groups: dict[tuple, list[tuple[float, Family]]] = {}
+    for i, f in enumerate(families):
+        groups.setdefault(_group_key(f) if grouped else (i,), []).append((_bound(ctx, f), f))
+    order = []
+    for key, items in groups.items():
+        items.sort(key=lambda t: (t[0] if minimize else -t[0], t[1].label))
+        order.append((items[0][0], key, items))
+    order.sort(key=lambda t: (t[0] if minimize else -t[0], str(t[1])))
     done = 0
     pos = 0
-    while pos < len(keyed):
+    total = len(families)
+    while pos < len(order):
         if minimize:
             cap = _kth([f.cost for f in found], ctx.top_k, reverse=False)
             cap = math.inf if cap is None else cap
         else:
             thr = _kth([f.goodput or 0.0 for f in found], ctx.top_k, reverse=True)
             thr = 0.0 if thr is None else thr
-        batch: list[Family] = []
-        while pos < len(keyed) and len(batch) < wave:
-            b, _, fam = keyed[pos]
+        batch = []
+        while pos < len(order) and len(batch) < wave:
+            best, _, items = order[pos]
             pos += 1
-            if minimize and b > cap:
-                pruned["cost bound (cannot enter the top K)"] += ctx.space.grid_size(fam)
-                done += 1
+            if (minimize and best > cap) or (not minimize and best <= thr):
+                reason = "cost bound (cannot enter the top K)" if minimize else "stability limit below the K-th best goodput"
+                pruned[reason] += sum(ctx.space.grid_size(f) for _, f in items)
+                done += len(items)
                 continue
-            if not minimize and b <= thr:
-                pruned["stability limit below the K-th best goodput"] += ctx.space.grid_size(fam)
-                done += 1
-                continue
-            batch.append(fam)
+            batch.append(items)
         if not batch:
-            prog.update(done, len(keyed), "configurations")
+            prog.update(done, total, "configurations")
             continue
         if minimize:
-            args = [(ctx.ev, f, ctx.space, ctx.rate, ctx.weight, ctx.budget, ctx.price, ctx.tdp, cap) for f in batch]
-            outs: list[FamilyOutcome] = run_tasks(executor, min_cost_family, args)
+            args = [(ctx.ev, items, ctx.space, ctx.rate, ctx.weight, ctx.budget, ctx.price, ctx.tdp, cap, ctx.top_k)
+                    for items in batch]
+            results = run_tasks(executor, min_cost_group, args)
         else:
-            args = [(ctx.ev, f, ctx.space, ctx.budget, ctx.price, ctx.tdp, thr, ctx.top_k) for f in batch]
-            outs = run_tasks(executor, max_goodput_family, args)
-        for o in outs:
-            found.extend(o.found)
-            pruned.update(o.pruned)
-            solves += o.solves
-        done += len(batch)
-        prog.update(done, len(keyed), "configurations")
+            args = [(ctx.ev, items, ctx.space, ctx.budget, ctx.price, ctx.tdp, thr, ctx.top_k) for items in batch]
+            results = run_tasks(executor, max_goodput_group, args)
+        for outs in results:
+            for o in outs:
+                found.extend(o.found)
+                pruned.update(o.pruned)
+                solves += o.solves
+        done += sum(len(items) for items in batch)
+        prog.update(done, total, "configurations")
     return found, solves
 
 
-def _detail(ev: Evaluator, p: PlanSpec, lo: float, lo_ok: bool, hi: float, metrics_rate: float | None,
+def _detail(ev: Evaluator, p: PlanSpec, lo: float, a_lo: float | None, hi: float, metrics_rate: float | None,
             with_knee: bool) -> tuple[float, PlanMetrics, float, int]:
     """(goodput, metrics, knee, solves) for one ranked plan (a top-level function: runs on workers)."""
     ev = warm(ev)
-    g, n = bisect_goodput(lambda r: ev.attainment(p, r), ev.goal, lo, hi, FINAL_REL_TOL, lo_known_ok=lo_ok)
+    g, n = bisect_goodput(lambda r: ev.attainment(p, r), ev.goal, lo, hi, FINAL_REL_TOL, a_lo=a_lo)
     rate = metrics_rate if metrics_rate is not None and metrics_rate < hi else g
     m = ev.metrics(p, rate)
     knee = ev.knee(p, hi) if with_knee else math.nan
@@ -307,8 +372,11 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     wave = 1 if isinstance(ex, SerialExecutor) else max(4, 2 * int(nworkers))
     prog = Progress(progress)
     try:
+        t1 = time.perf_counter()
         found, solves = _search(ctx, keep, ex, wave, prog, pruned)
+        t2 = time.perf_counter()
         rows, extra_solves = _rank(ctx, found, ex, knee)
+        t3 = time.perf_counter()
     finally:
         prog.close()
         if owned:
@@ -318,7 +386,8 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
         scenario=scenario.name, model=scenario.model, objective=objective, target_rate_per_s=rate,
         budget=budget.as_dict(), attainment_goal=scenario.slo.attainment_goal, plans=rows,
         stats=SearchStats(candidates=candidates, families=len(families), pruned=dict(pruned), solves=solves,
-                          feasible=len(found), seconds=time.perf_counter() - t0, executor=ex_name),
+                          feasible=len(found), seconds=time.perf_counter() - t0, search_seconds=t2 - t1,
+                          rank_seconds=t3 - t2, executor=ex_name),
         notes=notes + ([] if rows else ["no plan in the search space meets the SLO" +
                                         (f" at {rate:.4g} req/s" if rate else "")]),
     )
@@ -340,21 +409,22 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple
     ev = ctx.ev
     if ctx.objective == "max-goodput":
         pick = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))[: ctx.top_k]
-        args = [(ev, f.plan, (f.goodput or 0.0) * (1 - 2e-2), False, f.capacity, ctx.rate, with_knee) for f in pick]
+        args = [(ev, f.plan, (f.goodput or 0.0) * (1 - 2e-2), None, f.capacity, ctx.rate, with_knee) for f in pick]
     else:
         # the K cheapest; among equal costs the larger stability limit first (goodput then orders them)
         pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: ctx.top_k]
-        args = [(ev, f.plan, ctx.rate, True, f.capacity, ctx.rate, with_knee) for f in pick]
+        args = [(ev, f.plan, ctx.rate, f.attainment, f.capacity, ctx.rate, with_knee) for f in pick]
     outs = run_tasks(ex, _detail, args)
     solves = sum(o[3] for o in outs)
     mean_out = ev.mean_output_tokens()
     rows = []
     for f, (g, m, knee, _) in zip(pick, outs):
         rows.append((f, g, m, knee))
+    # goodputs within the search tolerance are ties: rank them at 3 significant digits, then by GPUs
     if ctx.objective == "max-goodput":
-        rows.sort(key=lambda t: (-t[1], t[0].plan.gpus, t[0].plan.label))
+        rows.sort(key=lambda t: (-_sig3(t[1]), t[0].plan.gpus, t[0].plan.label))
     else:
-        rows.sort(key=lambda t: (t[0].cost, -t[1], t[0].plan.label))
+        rows.sort(key=lambda t: (t[0].cost, -_sig3(t[1]), t[0].plan.label))
     rows = rows[: ctx.top_k]
     flags = pareto_flags((g / f.plan.gpus, m.ttft_p90_s, m.tpot_p90_s) for f, g, m, _ in rows)
     out: list[PlanRow] = []

@@ -91,7 +91,9 @@ class SearchStats(_Out):
     pruned: dict[str, int] = Field(description="candidates not kept for ranking, by reason (candidates = sum of these + feasible)")
     solves: int = Field(description="attainment evaluations (one queueing solve each)")
     feasible: int = Field(description="feasible plans kept for ranking (instance-minimal ones for min objectives)")
-    seconds: float
+    seconds: float = Field(description="wall time of the whole plan() call")
+    search_seconds: float = Field(default=0.0, description="enumeration, bounds and boundary walk")
+    rank_seconds: float = Field(default=0.0, description="goodput, latencies and knee of the ranked plans")
     executor: str
 
 

@@ -87,6 +87,7 @@ class Found:
     capacity: float
     station: str
     goodput: float | None = None  # known for max-goodput, computed later for the min objectives
+    attainment: float | None = None  # at the target rate (min objectives), from the search's own solve
 
 
 @dataclass
@@ -209,12 +210,16 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
     def cost(p: PlanSpec) -> float:
         return sum(weight[pool.gpu] * pool.gpus for _, pool in p.pools())
 
+    seen: dict[PlanSpec, float] = {}
+
     def ok(p: PlanSpec) -> bool:
         cap, _ = ev.capacity(p)
         if cap <= rate:
             return False
-        out.solves += 1
-        return ev.attainment(p, rate) >= goal
+        if p not in seen:
+            out.solves += 1
+            seen[p] = ev.attainment(p, rate)
+        return seen[p] >= goal
 
     if fam.topology != "disaggregated":
         n_max = _row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
@@ -243,7 +248,7 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
         out.pruned["dominated (fewer instances already meet the SLO)"] += n_max - best
         if cost(p) <= cost_cap:
             c, st = ev.capacity(p)
-            out.found.append(Found(p, cost(p), c, st))
+            out.found.append(Found(p, cost(p), c, st, attainment=seen.get(p)))
         else:
             out.pruned["cost bound (cannot enter the top K)"] += 1
         return out
@@ -301,7 +306,7 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
         p = fam.plan(best, npf)
         if cost(p) <= cost_cap:
             c, st = ev.capacity(p)
-            out.found.append(Found(p, cost(p), c, st))
+            out.found.append(Found(p, cost(p), c, st, attainment=seen.get(p)))
         else:
             out.pruned["cost bound (cannot enter the top K)"] += 1
         prev = best
