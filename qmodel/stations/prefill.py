@@ -63,7 +63,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.fcfs import MDc, MGc, ServiceSample, klb_factor
 
-__all__ = ["BatchServiceLaw", "BulkQueue", "PrefillStation", "batch_cap", "instance_wait_scale"]
+__all__ = ["BatchServiceLaw", "BulkQueue", "PrefillStation", "batch_cap", "instance_wait_scale", "DEFAULT_MAX_BATCH_SIZE"]
 
 Dispatch = Literal["random", "round_robin", "least_loaded"]
 
@@ -83,14 +83,20 @@ def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
     return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
 
 
+#: Request cap used when only a token budget is given: vLLM's long-standing max_num_seqs default.
+#: Without it a huge budget over short prompts would ask for batches of thousands of requests.
+DEFAULT_MAX_BATCH_SIZE = 256
+
+
 def batch_cap(max_batch_tokens: float | None, mean_prompt_tokens: float, max_batch_size: int | None = None) -> int:
-    """Request cap b standing in for a token budget: max(1, ⌊B/E[P]⌋), capped by max_batch_size."""
-    b = 1 << 30 if max_batch_tokens is None else max(1, int(math.floor(max_batch_tokens / mean_prompt_tokens + 1e-9)))
-    if max_batch_size is not None:
-        b = min(b, int(max_batch_size))
+    """Request cap b standing in for a token budget: max(1, ⌊B/E[P]⌋), capped by max_batch_size
+    (default :data:`DEFAULT_MAX_BATCH_SIZE`)."""
     if max_batch_tokens is None and max_batch_size is None:
         raise InputError("max_batch_tokens", None, "give a token budget or a max_batch_size")
-    return max(1, b)
+    if max_batch_size is not None and (int(max_batch_size) != max_batch_size or max_batch_size < 1):
+        raise InputError("max_batch_size", max_batch_size, "must be an integer >= 1")
+    b = 1 << 30 if max_batch_tokens is None else max(1, int(math.floor(max_batch_tokens / mean_prompt_tokens + 1e-9)))
+    return max(1, min(b, int(max_batch_size) if max_batch_size is not None else DEFAULT_MAX_BATCH_SIZE))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,8 +265,10 @@ class BulkQueue:
         b, lam = self.b, self.lam
         v, w = self.law.values_s[-1], self.law.weights[-1]
 
-        def g(z: float) -> float:  # log A_b(z) − b log z, A_b(z) = E[e^{λS_b(z−1)}]
-            return float(np.log(np.dot(w, np.exp(np.minimum(lam * v * (z - 1.0), 700.0))))) - b * math.log(z)
+        def g(z: float) -> float:  # log A_b(z) − b log z, A_b(z) = E[e^{λS_b(z−1)}] (log-sum-exp)
+            e = lam * v * (z - 1.0)
+            top = float(e.max())
+            return top + math.log(float(np.dot(w, np.exp(e - top)))) - b * math.log(z)
 
         lo, hi = 1.0, 2.0
         while g(hi) < 0:
@@ -522,11 +530,14 @@ class BulkQueue:
         else:
             qm = _poisson_matrix(lam * t, b)  # (size, b): P(N = i | W = t), i < b
             cq = np.cumsum(qm, axis=1)
-            for m in range(b):
-                for kk in range(m + 1, b):
-                    h[:, kk - 1] += g[:, m] * qm[:, kk - m - 1]
-                tail = 1.0 - (cq[:, b - m - 2] if b - m - 2 >= 0 else 0.0)
-                h[:, b - 1] += g[:, m] * np.clip(tail, 0.0, 1.0)
+            # k_own − 1 = m + i < b − 1: a convolution over the count axis, row by row (FFT)
+            lb = 1 << int(math.ceil(math.log2(2 * b)))
+            conv = np.fft.irfft(np.fft.rfft(g, lb, axis=1) * np.fft.rfft(qm, lb, axis=1), lb, axis=1)
+            h[:, : b - 1] += np.clip(conv[:, : b - 1], 0.0, None)
+            # k_own = b: at least b − 1 − m arrivals during the wait (always for m = b − 1)
+            tail = np.ones((size, b))
+            tail[:, : b - 1] = np.clip(1.0 - cq[:, b - 2 :: -1], 0.0, 1.0)
+            h[:, b - 1] += np.sum(g * tail, axis=1)
         out_size = 1 << int(math.ceil(math.log2(size + n_s)))
         acc = np.zeros(out_size // 2 + 1, dtype=complex)
         own = np.zeros(n_s)
