@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from qmodel.dist import convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
@@ -269,3 +272,15 @@ def test_bad_input() -> None:
     assert batch_cap(8192, 1000.0) == 8
     assert batch_cap(500, 1000.0) == 1
     assert batch_cap(8192, 1000.0, max_batch_size=4) == 4
+
+
+@settings(max_examples=20, deadline=None)
+@given(b=st.integers(1, 6), alpha=st.floats(0.01, 0.5), gamma=st.floats(0.01, 0.5),
+       l1=st.floats(0.05, 0.9), l2=st.floats(0.05, 0.9))
+def test_wait_grows_with_load(b: int, alpha: float, gamma: float, l1: float, l2: float) -> None:
+    # Lindley coupling: FCFS waits are stochastically increasing in the arrival rate, so the mean is.
+    law = BatchServiceLaw.deterministic_times([alpha + gamma * k for k in range(1, b + 1)])
+    lim = b / law.mean_s[-1]
+    lo, hi = sorted((l1, l2))
+    w_lo, w_hi = BulkQueue(lo * lim, law).mean_wait_s, BulkQueue(hi * lim, law).mean_wait_s
+    assert 0.0 <= w_lo <= w_hi + 1e-12
