@@ -116,9 +116,11 @@ def test_mooncake_hash_ids_lru_hits_per_instance():
 # ---- KV transfer -------------------------------------------------------------------------------
 
 def kv_plan(sharing: str, mode: str = "serialized", **kw) -> ReplayPlan:
-    return disagg(prefill_model=LinearModel(alpha=0.0, gamma=0.001), max_batch_tokens=10**6,
-                  kv_bytes_per_token=1000.0, path_bandwidth_bytes_per_s=1e6, link_latency_s=0.05,
-                  link_sharing=sharing, transfer_mode=mode, layers=10, **kw)
+    base = dict(prefill_model=LinearModel(alpha=0.0, gamma=0.001), max_batch_tokens=10**6,
+                kv_bytes_per_token=1000.0, path_bandwidth_bytes_per_s=1e6, link_latency_s=0.05,
+                link_sharing=sharing, transfer_mode=mode, layers=10)
+    base.update(kw)
+    return disagg(**base)
 
 
 def test_dedicated_serialized_delay_is_exact():
@@ -425,16 +427,21 @@ def test_link_queue_matches_mg1_formulas(sharing):
     assert abs(means.mean() - exact) <= 3 * se + 1e-6, (means.mean(), exact, se)
 
 
-def test_fcfs_layerwise_holds_the_path_until_the_last_layer():
-    """Two requests in one batch (T = 4 s over 10 layers), X/C = 1 s and 3 s: the first transfer
-    starts with layer 0 (t_s + 0.4) and ends at max(0.4 + 1, T + 0.1) = 4.1 after the batch start;
-    the second then sends everything (all layers computed): 4.1 + 3 = 7.1. Latency 0.05 after."""
-    tr = make_trace([0.0, 0.0, 0.0], [1000, 1000, 3000], [1, 2, 2])
-    _, req = simulate(kv_plan("fcfs", "layerwise"), tr, warmup_fraction=0.0)
+def test_fcfs_layerwise_batch_chunks_interleave_and_hold_the_path():
+    """Two requests in one batch (T = 4 s over 10 layers), X/C = 1 s and 3 s: one group, G = 0.4 s
+    per layer; it starts with layer 0 at t_s + 0.4 and its last layer leaves by
+    F = max(0.4 + 10 G, T + G) = 4.4; request ends F - G + X_r/(lC): 4.1 and 4.4 (+ 0.05 latency).
+    A request of the next batch (prefill 4 s from t_s + 4) queues behind the held path."""
+    tr = make_trace([0.0, 0.0, 0.0, 0.0], [1000, 1000, 3000, 4000], [1, 2, 2, 2])
+    _, req = simulate(kv_plan("fcfs", "layerwise", max_batch_tokens=4000), tr, warmup_fraction=0.0)
     _, pstart, pend = req.marks["prefill"]
     entry, start, exit_ = req.marks["kv_transfer"]
     t_s = pstart[1]
     assert pend[1] - t_s == pytest.approx(4.0)
     assert entry[1] == entry[2] == pytest.approx(t_s + 0.4)
     assert exit_[1] - t_s == pytest.approx(4.1 + 0.05, rel=1e-12)
-    assert exit_[2] - t_s == pytest.approx(7.1 + 0.05, rel=1e-12)
+    assert exit_[2] - t_s == pytest.approx(4.4 + 0.05, rel=1e-12)
+    # request 3: batch t_s + 4 .. t_s + 8, group of one, X/C = 4 s, G = 0.4; starts at its first layer
+    # t_s + 4.4 (the path is free from t_s + 4.4): F = max(4.4 + 4, 8 + 0.4) = 8.4
+    assert pstart[3] - t_s == pytest.approx(4.0)
+    assert exit_[3] - t_s == pytest.approx(8.4 + 0.05, rel=1e-12)

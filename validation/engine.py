@@ -280,38 +280,35 @@ def _run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, 
     from_prefill = plan.first_token_from == "prefill"
     decode = DecodeStation(sim, req, plan.decode_model, plan.decode_instances, plan.decode_kv_capacity_tokens,
                            plan.decode_max_batch, plan.decode_dispatch, rng, not from_prefill, window)
+    layerwise = plan.transfer_mode == "layerwise"
+    layers = max(1, plan.layers) if layerwise else 1
     kv = KVTransferStation(sim, req, plan.prefill_instances, plan.path_bandwidth_bytes_per_s, plan.link_latency_s,
-                           plan.link_sharing, decode, decode.ready, window)
+                           plan.link_sharing, layers, decode, decode.ready, window)
     decode.on_release = kv.retry
-    C = plan.path_bandwidth_bytes_per_s
-    layers = max(1, plan.layers)
     bpt = plan.kv_bytes_per_token
     output = req.output
     prompt = req.prompt
-    layerwise = plan.transfer_mode == "layerwise"
 
     def needs_decode(r: int) -> bool:
         return not (from_prefill and output[r] == 1)
 
     def batch_start(i: int, batch: list[int], t_s: float, dur: float) -> None:
-        if not layerwise:
-            return
-        t_first_layer = t_s + dur / layers
-        for r in batch:
-            if needs_decode(r):
-                x = bpt * prompt[r]
-                sim.at(t_first_layer, kv.enter, (r, i, x, t_s + dur + x / (layers * C)))
+        items = [(r, bpt * prompt[r]) for r in batch if needs_decode(r)]
+        if items:
+            sim.at(t_s + dur / layers, kv.enter_batch, (i, t_s + dur, items))
 
     def batch_done(i: int, batch: list[int]) -> None:
         t = sim.now
+        items = []
         for r in batch:
             if from_prefill:
                 req.t_first[r] = t
                 if output[r] == 1:
                     req.t_last[r] = t
                     continue
-            if not layerwise:
-                kv.enter((r, i, bpt * prompt[r], t))
+            items.append((r, bpt * prompt[r]))
+        if items and not layerwise:
+            kv.enter_batch((i, t, items))
 
     cache = PrefixCache(plan.prefill_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
                         plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
@@ -379,6 +376,9 @@ def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.nda
                          **{k: _f(v) for k, v in (st.extra() if hasattr(st, "extra") else {}).items()})
 
 
+FCFS_NOTE = " (the layer chunks of a batch interleave; batches FCFS, each holding the path to its last chunk)"
+
+
 def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
     """The modelling choices behind the numbers, printed with every result."""
     out = ["KV memory: each request reserves prompt + output tokens and a batch slot (worst case, no preemption)",
@@ -387,7 +387,8 @@ def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
         out += [f"prefill: per-instance FCFS queues, {plan.prefill_dispatch} dispatch, batches of <= "
                 f"{plan.max_batch_tokens} new tokens (an oversized request runs alone)",
                 f"KV transfer: {plan.link_sharing} sharing of one path per prefill instance at "
-                f"{plan.path_bandwidth_bytes_per_s:.6g} B/s + {plan.link_latency_s:.3g} s, {plan.transfer_mode}; "
+                f"{plan.path_bandwidth_bytes_per_s:.6g} B/s + {plan.link_latency_s:.3g} s, {plan.transfer_mode}"
+                f"{FCFS_NOTE if plan.link_sharing == 'fcfs' else ''}; "
                 "starts only once a decode instance has reserved the request's KV",
                 f"decode: continuous batching, joins at step boundaries, {plan.decode_dispatch} reservation; "
                 f"first token from {plan.first_token_from}"]
