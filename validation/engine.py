@@ -369,7 +369,8 @@ def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.nda
     L = st.in_sys.mean()
     little = abs(L - lam * W) / L if L > 0 else 0.0
     wd = _dist(wait)
-    return ReplayStation(name=st.name, utilization=_f(st.busy_m.mean() / servers),
+    util = st.utilization(servers) if hasattr(st, "utilization") else st.busy_m.mean() / servers
+    return ReplayStation(name=st.name, utilization=_f(util),
                          mean_in_system=_f(L), mean_wait_s=wd.mean, p90_wait_s=wd.p90, p99_wait_s=wd.p99,
                          mean_sojourn_s=_f(soj.mean() if len(soj) else 0.0), throughput_rps=_f(lam),
                          little_rel_error=_f(little), servers=servers, notes=list(getattr(st, "notes", [])),

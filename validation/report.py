@@ -41,7 +41,8 @@ class ReplayStation(_Out):
     name: str
     utilization: float = Field(description="busy server-time / (window x servers); for continuous-batching "
                                "decode this is the fraction of time with any sequence running, not a capacity load; "
-                               "for a dedicated link, mean concurrent transfers per path")
+                               "for a link, the transmitting fraction (bytes / (bandwidth x window x paths); with a dedicated "
+                               "link, the mean number of concurrent transfers per path)")
     mean_in_system: float = Field(description="time-average number of requests in the station")
     mean_wait_s: float = Field(description="mean time from entering the station to starting service")
     p90_wait_s: float

@@ -112,9 +112,24 @@ class KVTransferStation:
     def _reserve(self, r: int) -> bool:
         if self.decode.reserve(r) < 0:
             return False
-        self.start_t[r] = self.sim.now
-        self.bytes_sent += self.bytes[r]
+        t = self.sim.now
+        self.start_t[r] = t
+        if self.in_sys.w0 <= t <= self.in_sys.w1:
+            self.bytes_sent += self.bytes[r]
         return True
+
+    def utilization(self, servers: int) -> float:
+        """Transmitting fraction: bytes started in the window / (C x window x paths). Under ``fcfs``
+        a layer-wise group also *holds* the path while it waits for layers (see :meth:`notes`)."""
+        span = self.in_sys.w1 - self.in_sys.w0
+        return self.bytes_sent / (self.C * span * servers) if span > 0 else 0.0
+
+    @property
+    def notes(self) -> list[str]:
+        if self.sharing == "fcfs" and self.layers > 1:
+            return [f"path held (transmitting or waiting for layers) {self.busy_m.mean() / len(self.fbusy):.3f} "
+                    "of the time"]
+        return []
 
     def _floor(self, r: int) -> float:
         """Earliest end of r's last byte: its last layer's chunk after the batch ends."""
