@@ -97,3 +97,22 @@ def test_station_limits_are_additive_over_instances(scenario):
             p = fam.plan(n, n if fam.topology == "disaggregated" else 0)
             for (c1, s1), (c2, s2) in zip(ev.limits(p), ev.exact_limits(p)):
                 assert s1 == s2 and c1 == pytest.approx(c2, rel=1e-9)
+
+
+def test_plan_end_to_end_with_replay_check(repo_root):
+    """The real engine and the bundled replay: ranked plans meet the target, --check replays them at
+    the target rate with the same requests and reports rank agreement and p90 gaps."""
+    from qmodel.planner import plan
+
+    sc = load_scenario(repo_root / "examples" / "llama3-8b-colocated-h100.yaml")
+    res = plan(sc, "min-gpus", target_rate_per_s=10.0, gpus=["h100-sxm"], tps=[1], max_instances=6,
+               links=["ib-ndr-400"], top_k=3, check=2, check_requests=2000, executor="serial", knee=False)
+    assert res.plans and res.plans[0].gpus == min(p.gpus for p in res.plans)
+    for p in res.plans:
+        assert p.goodput_rps >= 10.0 and p.attainment >= sc.slo.attainment_goal
+        assert p.validity and p.binding
+    chk = res.check
+    assert chk is not None and chk.k == 2 and chk.rate_per_s == 10.0
+    assert all(0.0 <= r.replay_attainment <= 1.0 and r.replay_ttft_p90_s > 0 for r in chk.rows)
+    assert chk.kendall_tau is None or -1.0 <= chk.kendall_tau <= 1.0
+    assert res.serving_config and "--tensor-parallel-size 1" in res.serving_config["vllm"][0]["command"]

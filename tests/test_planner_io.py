@@ -168,3 +168,18 @@ def test_spec_roundtrip_and_kendall(scenario):
     assert tau == pytest.approx(1 / 3)
     assert kendall([1.0], [2.0]) == (None, None)
     assert kendall([1, 1, 1], [1, 2, 3]) == (None, None)
+
+
+def test_gpu_memory_utilization_reproduces_kv_capacity(scenario):
+    """vLLM's budget util x M = W + (R - context) + KV must give back qmodel's KV bytes: invert it
+    (to the 0.01 the flag is printed with, i.e. 1% of the GPU's memory)."""
+    from qmodel.perf.memory import memory_budget
+    from qmodel.planner.export import CUDA_CONTEXT_BYTES, gpu_memory_utilization
+    from qmodel.registry import load_catalog
+
+    cat = load_catalog()
+    for gpu, tp in (("h100-sxm", 2), ("h100-sxm", 8), ("a100-80gb-sxm", 4)):
+        util = gpu_memory_utilization(scenario, gpu, tp, 0.9)
+        b = memory_budget(cat.model(scenario.model), cat.gpu(gpu), tp, 1, 0.9)
+        kv = util * b.gpu_memory_bytes - b.weights_per_gpu_bytes - (b.reserve_bytes - CUDA_CONTEXT_BYTES)
+        assert kv == pytest.approx(b.kv_bytes_per_gpu, abs=0.005 * b.gpu_memory_bytes)

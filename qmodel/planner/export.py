@@ -18,7 +18,7 @@ from typing import Any
 from qmodel.planner.result import PlanRow
 from qmodel.scenario import DisaggregatedDeployment, Scenario
 
-__all__ = ["serving_config", "connector_for"]
+__all__ = ["serving_config", "connector_for", "gpu_memory_utilization"]
 
 _RDMA_KINDS = {"infiniband", "roce", "nvlink"}
 
@@ -48,6 +48,37 @@ def _kept(scenario: Scenario) -> dict[str, Any]:
             "prefill_tokens": getattr(dep, "max_batch_tokens", 8192)}
 
 
+CUDA_CONTEXT_BYTES = 2**30  # outside vLLM's --gpu-memory-utilization budget (CUDA context, NCCL)
+
+
+def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> float | None:
+    """vLLM's --gpu-memory-utilization that gives the KV capacity qmodel assumed.
+
+    qmodel gives KV ``kv_fraction`` of what is left after weights W and the reserve R
+    (:mod:`qmodel.perf.memory`); vLLM budgets weights, activations and KV inside util x M and
+    leaves the CUDA context outside, so util = (W + R - context + KV) / M.
+    """
+    from qmodel.perf.memory import memory_budget, weight_dtype_for
+    from qmodel.registry import load_catalog
+
+    from qmodel.errors import QmodelError
+
+    cat = load_catalog()
+    model, spec = cat.model(scenario.model), cat.gpu(gpu)
+    try:
+        b = memory_budget(model, spec, tp, 1, kv_fraction,
+                          dtype=weight_dtype_for(model, getattr(scenario.perf, "compute_dtype", None)))
+    except QmodelError:  # the model does not fit: leave the flag to vLLM's default
+        return None
+    util = (b.weights_per_gpu_bytes + b.reserve_bytes - CUDA_CONTEXT_BYTES + b.kv_bytes_per_gpu) / b.gpu_memory_bytes
+    return round(min(0.98, max(0.05, util)), 2)
+
+
+def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list[str]:
+    util = gpu_memory_utilization(scenario, gpu, tp, kv_fraction)
+    return [] if util is None else ["--gpu-memory-utilization", f"{util:.2f}"]
+
+
 def _cmd(model: str, tp: int, port: int, extra: list[str]) -> str:
     return " ".join(["vllm", "serve", shlex.quote(model), "--tensor-parallel-size", str(tp), "--port", str(port)] + extra)
 
@@ -56,7 +87,6 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
     """{'vllm': [{role, instances, gpus_per_instance, command}], 'dynamo': {...}, 'notes': [...]} for ``row``."""
     model = _model_id(scenario)
     k = _kept(scenario)
-    mem = f"{min(0.95, 0.05 + 0.9 * k['mem']):.2f}"
     out: dict[str, Any] = {"model": model, "vllm": [], "dynamo": {}, "notes": []}
     if row.topology == "disaggregated":
         assert row.prefill is not None
@@ -74,9 +104,9 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
              "command": _cmd(model, row.prefill.tp, 8100, ["--max-num-batched-tokens", str(k["prefill_tokens"]),
                                                            "--kv-transfer-config", ktc("kv_producer")])},
             {"role": "decode", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp, "gpu": row.decode.gpu,
-             "command": _cmd(model, row.decode.tp, 8200, ["--max-num-seqs", str(k["max_num_seqs"]),
-                                                          "--gpu-memory-utilization", mem,
-                                                          "--kv-transfer-config", ktc("kv_consumer")])},
+             "command": _cmd(model, row.decode.tp, 8200, ["--max-num-seqs", str(k["max_num_seqs"])]
+                             + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+                             + ["--kv-transfer-config", ktc("kv_consumer")])},
         ]
         out["dynamo"] = {
             "Frontend": {"replicas": 1},
@@ -89,7 +119,7 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
         out["notes"].append(f"KV moves over {row.link} ({row.transfer_mode}); run a P/D proxy or router in front "
                             "(e.g. vLLM's disaggregated proxy example, or Dynamo's frontend)")
     else:
-        flags = ["--max-num-seqs", str(k["max_num_seqs"]), "--gpu-memory-utilization", mem]
+        flags = ["--max-num-seqs", str(k["max_num_seqs"])] + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
         if row.topology == "chunked":
             flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
         else:
