@@ -445,3 +445,11 @@ def test_fcfs_layerwise_batch_chunks_interleave_and_hold_the_path():
     # t_s + 4.4 (the path is free from t_s + 4.4): F = max(4.4 + 4, 8 + 0.4) = 8.4
     assert pstart[3] - t_s == pytest.approx(4.0)
     assert exit_[3] - t_s == pytest.approx(8.4 + 0.05, rel=1e-12)
+
+
+@pytest.mark.parametrize("topology", ["colocated", "chunked"])
+def test_single_pool_prefix_lru_from_hash_ids(topology):
+    """Mooncake hash_ids on one colocated/chunked instance: the second request shares block 1."""
+    tr = make_trace([0.0, 10.0], [1024, 1024], 2, hash_ids=((1, 2), (1, 3)))
+    _, req = simulate(single_plan(topology, prefix_cache_blocks=8), tr, warmup_fraction=0.0)
+    assert req.cached == [0, 512]

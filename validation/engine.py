@@ -119,6 +119,12 @@ def _decode_part(scn: Scenario, pool: DecodePool, model: ServiceTimeModel, prefi
                                                             pool.kv_memory_fraction, prefix)}
 
 
+def _cache_blocks(part: dict, override: int | None) -> int:
+    """Mooncake prefix-block LRU of a colocated/chunked instance: its KV capacity in 512-token blocks
+    (an upper bound: in vLLM cached blocks are the evictable part of the same memory)."""
+    return override if override is not None else int(part["decode_kv_capacity_tokens"]) // 512
+
+
 def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None = None,
                prefix_cache_blocks: int | None = None) -> ReplayPlan:
     """Resolve a scenario into a :class:`ReplayPlan` (catalog look-ups, service models, capacity).
@@ -157,12 +163,14 @@ def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None
             prefix_cache_blocks=prefix_cache_blocks, **_decode_part(scn, dep.decode, dm, "deployment.decode"), **base)
     if isinstance(dep, ColocatedDeployment):
         dm = sm.get("decode") or _service_model(scn, dep.pool.gpu, dep.pool.tp, dep.pool.pp, "deployment.pool")
-        return ReplayPlan(topology="colocated", max_batch_tokens=dep.max_batch_tokens,
-                          **_decode_part(scn, dep.pool, dm, "deployment.pool"), **base)
+        part = _decode_part(scn, dep.pool, dm, "deployment.pool")
+        return ReplayPlan(topology="colocated", max_batch_tokens=dep.max_batch_tokens, **part, **base,
+                          prefix_cache_blocks=_cache_blocks(part, prefix_cache_blocks))
     if isinstance(dep, ChunkedDeployment):
         dm = sm.get("decode") or _service_model(scn, dep.pool.gpu, dep.pool.tp, dep.pool.pp, "deployment.pool")
-        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **_decode_part(scn, dep.pool, dm, "deployment.pool"),
-                          **base)
+        part = _decode_part(scn, dep.pool, dm, "deployment.pool")
+        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **part, **base,
+                          prefix_cache_blocks=_cache_blocks(part, prefix_cache_blocks))
     raise InputError("deployment.topology", getattr(dep, "topology", None),
                      "one of colocated, chunked, disaggregated")  # pragma: no cover
 
@@ -264,9 +272,9 @@ def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: 
     if plan.topology == "disaggregated":
         stations = _run_disaggregated(run_plan, trace, req, sim, rng, window)
     elif plan.topology == "colocated":
-        stations = _run_single(run_plan, req, sim, rng, window, ColocatedStation)
+        stations = _run_single(run_plan, trace, req, sim, rng, window, ColocatedStation)
     else:
-        stations = _run_single(run_plan, req, sim, rng, window, ChunkedStation)
+        stations = _run_single(run_plan, trace, req, sim, rng, window, ChunkedStation)
     return _summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req
 
 
@@ -334,9 +342,11 @@ def _run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, 
     return [(prefill, plan.prefill_instances), (kv, plan.prefill_instances), (decode, plan.decode_instances)]
 
 
-def _run_single(plan: ReplayPlan, req: Requests, sim: Sim, rng: np.random.Generator, window: tuple[float, float],
-                cls: type[ColocatedStation] | type[ChunkedStation]) -> list:
-    st = cls(sim, req, plan, rng, window)
+def _run_single(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.random.Generator,
+                window: tuple[float, float], cls: type[ColocatedStation] | type[ChunkedStation]) -> list:
+    cache = PrefixCache(plan.decode_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
+                        plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
+    st = cls(sim, req, plan, rng, window, cache)
 
     def admit(r: int) -> None:
         if not st.fits_ever(r):
@@ -409,8 +419,8 @@ def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
     else:
         out.append(f"chunked: {plan.chunk_tokens}-token iterations = prefill_time_s(chunk + decode tokens, chunk "
                    "attention terms) + context part of decode_step_time_s")
-    if plan.topology == "disaggregated" and trace.hash_ids is not None and plan.prefix_cache_blocks > 0:
-        out.append(f"prefix cache: per-prefill-instance LRU of {plan.prefix_cache_blocks} blocks of "
+    if trace.hash_ids is not None and plan.prefix_cache_blocks > 0:
+        out.append(f"prefix cache: per-instance LRU of {plan.prefix_cache_blocks} blocks of "
                    f"{trace.block_tokens} tokens keyed by the trace's hash_ids (longest cached leading run)")
     elif plan.prefix_hit_ratio > 0:
         out.append(f"prefix cache: floor({plan.prefix_hit_ratio} x prompt) tokens skipped per request")

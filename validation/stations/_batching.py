@@ -27,6 +27,7 @@ import numpy as np
 from typing import TYPE_CHECKING
 
 from ._core import Meter, Requests, Sim, step_cumsum_fn
+from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
     from qmodel.validation.engine import ReplayPlan
@@ -63,14 +64,14 @@ class SinglePoolStation(ABC):
     name = "single"
 
     def __init__(self, sim: Sim, req: Requests, plan: ReplayPlan, rng: np.random.Generator,
-                 window: tuple[float, float]) -> None:
+                 window: tuple[float, float], cache: PrefixCache | None = None) -> None:
         self.sim, self.req = sim, req
         self.model = plan.decode_model
         self.c = plan.decode_instances
         self.cap = int(plan.decode_kv_capacity_tokens)
         self.max_batch = int(plan.decode_max_batch)
         self.dispatch = plan.decode_dispatch
-        self.hit_ratio = float(plan.prefix_hit_ratio)
+        self.cache = cache or PrefixCache(self.c, float(plan.prefix_hit_ratio))
         self.rng = rng
         self.inst = [SingleInstance() for _ in range(self.c)]
         self.rr = 0
@@ -89,10 +90,11 @@ class SinglePoolStation(ABC):
     def fits_ever(self, r: int) -> bool:
         return self.need(r) <= self.cap
 
-    def new_tokens(self, r: int) -> tuple[int, int]:
-        """(tokens to compute, cached tokens) for r's prompt under the workload's prefix hit ratio."""
+    def new_tokens(self, i: int, r: int) -> tuple[int, int]:
+        """(tokens to compute, cached tokens) for r's prompt on instance i: the workload's prefix hit
+        ratio, or the instance's LRU of Mooncake prefix blocks (:class:`~.prefill.PrefixCache`)."""
         p = self.req.prompt[r]
-        c = min(int(self.hit_ratio * p), p - 1)
+        c = self.cache.lookup(i, r, p)
         return p - c, c
 
     def _choose(self, r: int) -> int:

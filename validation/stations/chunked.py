@@ -29,6 +29,7 @@ import numpy as np
 
 from ._batching import SinglePoolStation
 from ._core import Requests, Sim
+from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
     from qmodel.validation.engine import ReplayPlan
@@ -42,8 +43,8 @@ class ChunkedStation(SinglePoolStation):
     name = "chunked"
 
     def __init__(self, sim: Sim, req: Requests, plan: ReplayPlan, rng: np.random.Generator,
-                 window: tuple[float, float]) -> None:
-        super().__init__(sim, req, plan, rng, window)
+                 window: tuple[float, float], cache: PrefixCache | None = None) -> None:
+        super().__init__(sim, req, plan, rng, window, cache)
         self.budget = int(plan.chunk_tokens)
 
     def _choose_work(self, i: int, t: float) -> bool:
@@ -66,7 +67,7 @@ class ChunkedStation(SinglePoolStation):
         while room > 0 and w and self._admissible(d, w[0]):
             r = w.popleft()
             self._reserve(d, r)
-            n_new, cached = self.new_tokens(r)
+            n_new, cached = self.new_tokens(i, r)
             self.req.cached[r] = cached
             item = [r, cached]
             d.prefilling.append(item)
@@ -99,5 +100,6 @@ class ChunkedStation(SinglePoolStation):
         if finished:
             d.prefilling = [it for it in d.prefilling if it[1] < self.req.prompt[it[0]]]
             for item in finished:
+                self.cache.insert(i, item[0])  # its blocks are cached once fully computed
                 self._join(d, item[0], t)
         self._boundary(i, 0, t)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ._batching import SinglePoolStation
 from ._core import Requests, Sim
+from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
     from qmodel.validation.engine import ReplayPlan
@@ -34,8 +35,8 @@ class ColocatedStation(SinglePoolStation):
     name = "colocated"
 
     def __init__(self, sim: Sim, req: Requests, plan: ReplayPlan, rng: np.random.Generator,
-                 window: tuple[float, float]) -> None:
-        super().__init__(sim, req, plan, rng, window)
+                 window: tuple[float, float], cache: PrefixCache | None = None) -> None:
+        super().__init__(sim, req, plan, rng, window, cache)
         self.budget = int(plan.max_batch_tokens)
 
     def _choose_work(self, i: int, t: float) -> bool:
@@ -49,7 +50,7 @@ class ColocatedStation(SinglePoolStation):
             r = w[0]
             if not self._admissible(d, r):
                 break
-            n, c = self.new_tokens(r)
+            n, c = self.new_tokens(i, r)
             if batch and s1 + n > self.budget:
                 break
             w.popleft()
@@ -58,6 +59,8 @@ class ColocatedStation(SinglePoolStation):
             batch.append(r)
             s1 += n
             s2 += n * n + 2 * n * c
+        for r in batch:  # blocks computed in this iteration are shared from the next one on
+            self.cache.insert(i, r)
         dur = float(self.model.prefill_time_s(float(s1), float(s2), float(len(batch))))
         d.mode = "prefill"
         d.iterations += 1
