@@ -284,3 +284,13 @@ def test_wait_grows_with_load(b: int, alpha: float, gamma: float, l1: float, l2:
     lo, hi = sorted((l1, l2))
     w_lo, w_hi = BulkQueue(lo * lim, law).mean_wait_s, BulkQueue(hi * lim, law).mean_wait_s
     assert 0.0 <= w_lo <= w_hi + 1e-12
+
+
+@pytest.mark.parametrize("load", [0.3, 0.8, 0.95])
+def test_geometric_tail_boundary_matches_dense_chain(load: float) -> None:
+    # The solve uses the exact geometric tail as its boundary on a short state space; the plain
+    # truncated chain (tail < 1e-13, overflow lumped) must agree to round-off-level accuracy.
+    for law in (BatchServiceLaw.deterministic_times([0.2 + 0.25 * k for k in range(1, 5)]),
+                BatchServiceLaw.exponential(2.0, 3)):
+        q = BulkQueue(load * law.b / law.mean_s[-1], law)
+        np.testing.assert_allclose(q.pi, q._pi_dense(q._size), atol=1e-13)
