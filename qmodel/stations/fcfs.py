@@ -307,7 +307,7 @@ class MMc(_ExpTail):
 
 
 def MM1(lam: float, mu: float) -> MMc:
-    """M/M/1 (sojourn T ~ Exp(μ − λ): see :meth:`MMc.sojourn_quantile_mm1`)."""
+    """M/M/1 (sojourn T ~ Exp(μ − λ): see :func:`mm1_sojourn_quantile`)."""
     return MMc(lam, mu, 1)
 
 

@@ -4,7 +4,8 @@ Model (design/queueing-methods.md §2.4). Each of the ``instances`` engines keep
 When an engine frees up and at least ``a`` (= 1 for prefill) requests wait, it takes min(Q, b) of
 them; a batch of k takes S_k seconds (random: the prompts in it are a random draw from the mix).
 
-**Embedded chain at batch completions** (exact up to a truncation whose tail is < 1e-13). With
+**Embedded chain at batch completions** (exact: solved on a short state space whose boundary is
+the chain's exact geometric tail z0^{−j}, z0 the dominant root of z^b = A_b(z)). With
 j = number waiting just after a completion, the next batch has k_j = max(a, min(j, b)) requests
 (after an idle time (a − j)/λ when j < a) and leaves r_j = max(j − b, 0) waiting:
 
@@ -26,7 +27,7 @@ wait, capped at b: k_own = min(b, (q mod b) + 1 + Poisson(λW)). So the prefill 
 W + S_{k_own}, is computed jointly, never as if W and S_own were independent. For deterministic
 S_k the CDF of W has the closed form used by :meth:`BulkQueue.wait_cdf` (exact: the integrals of
 Poisson CDFs over u are E[min(Poisson(λU), K+1)]/λ); for random S_k it is computed on a time grid
-(Hankel product for the (residual, q) law, FFT powers for the full batches).
+(an FFT cross-correlation gives the (residual, q) law, FFT powers of S_b the full batches).
 
 **Token budget.** A budget of B tokens is mapped to a request cap b = max(1, ⌊B/E[P]⌋) (design:
 −1…−8% on E[W] against a token-budget DES, growing with load; measured here −3% at 50% load and
