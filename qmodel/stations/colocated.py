@@ -26,7 +26,7 @@ Model, per instance at rate lam (random split over ``instances``):
   carries the busy-period correlation; the design's per-prompt Poisson stalls (§2.9) gave p99 −28%
   at rho_p = 0.36, the clustered form −14% (tests/test_stations_colocated.py).
   Evaluated deterministically: compound-Poisson pmf by FFT per (L group, N node) on a per-group
-  grid, 16 log-spaced L groups, 5 quantile nodes of N;
+  grid, 10 log-spaced L groups, 5 quantile nodes of N;
 * TTFT = W + T_1(P) + co-batched prompts. W: prefill is the high class of a non-preemptive
   priority M/G/1 over decode steps, E[W] = R/(1 - rho_p) with R = rho_p E[T^2]/(2E[T]) +
   P(decode running) E[t_d]/2; its law is the Pollaczek–Khinchine compound geometric of prefill
@@ -57,7 +57,7 @@ from qmodel.stations.decode import GPSChain, mean_context_tokens
 __all__ = ["ColocatedStation", "compound_poisson_pmf", "stall_tpot", "n_nodes"]
 
 _N_NODES = 5
-_L_GROUPS = 16
+_L_GROUPS = 10
 
 
 def compound_poisson_pmf(jump_pmf: np.ndarray, mu: np.ndarray, size: int,
@@ -380,7 +380,7 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             mu_l = np.array([lam * rate[j] * lm1 * node_td[j] / (1 - node_rho[j]) for j in idx])
             small = min(v for v in (eo, el) if v > 0)
             xmax = max(xo, xl)
-            dxs = max(dx * lm1, small / 256.0, xmax / 4096.0)
+            dxs = max(dx * lm1, small / 64.0, xmax / 1024.0)
             comps = []
             for x, mu in ((node_jumps[j0], mu_o), (life[j0], mu_l)):
                 comps.append((_split_pmf(x, dxs), mu))
