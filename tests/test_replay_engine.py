@@ -293,6 +293,7 @@ def test_byte_identical_json_and_conservation(topology):
         assert s.little_rel_error < 0.02, (s.name, s.little_rel_error)
         assert 0.0 <= s.utilization <= 1.0 + 1e-9
     assert 0.0 <= a.attainment <= min(a.ttft_attainment, a.tpot_attainment)
+    assert 0.0 < a.precision.ttft_mean_se_s < a.ttft.mean and 0.0 < a.precision.tpot_mean_se_s < a.tpot.mean
 
 
 def test_oversized_requests_are_dropped_and_reported():

@@ -39,7 +39,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.result import DistSummary
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment,
                              Scenario, TraceArrivals, scenario_sha256)
-from qmodel.validation.report import Conservation, ReplayHeader, ReplayResult, ReplayStation
+from qmodel.validation.report import Conservation, Precision, ReplayHeader, ReplayResult, ReplayStation
 from qmodel.validation.stations import (ChunkedStation, ColocatedStation, DecodeStation, KVTransferStation,
                                         PrefillStation)
 from qmodel.validation.stations._core import Requests, Sim, StepCache
@@ -398,6 +398,15 @@ def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.nda
 FCFS_NOTE = " (the layer chunks of a batch interleave; batches FCFS, each holding the path to its last chunk)"
 
 
+def _batch_se(x: np.ndarray, batches: int = 20) -> float:
+    """Standard error of the mean of x by batch means (0 when there are too few values)."""
+    m = len(x) // batches
+    if m < 2:
+        return 0.0
+    means = x[: m * batches].reshape(batches, m).mean(axis=1)
+    return _f(means.std(ddof=1) / math.sqrt(batches))
+
+
 def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
     """The modelling choices behind the numbers, printed with every result."""
     out = ["KV memory: each request reserves prompt + output tokens and a batch slot (worst case, no preemption)",
@@ -474,6 +483,8 @@ def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations
         throughput_rps=_f(fin_in.sum() / span) if span > 0 else 0.0,
         output_tokens_per_s=_f(out[fin_in].sum() / span) if span > 0 else 0.0,
         stations=reports,
+        precision=Precision(batches=20, ttft_mean_se_s=_batch_se(ttft), tpot_mean_se_s=_batch_se(tpot),
+                            attainment_se=_batch_se((ok_ttft & ok_tpot).astype(float))),
         conservation=Conservation(arrived=req.n, completed=int(done.sum()), dropped=int(dropped.sum()),
                                   unfinished=unfinished, measured=nm, little_max_rel_error=_f(little)),
         gpus=plan.gpus, horizon_s=_f(np.nanmax(t_last) if done.any() else 0.0), events=sim.events,

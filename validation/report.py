@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from qmodel.result import DistSummary
 
-__all__ = ["ReplayHeader", "ReplayStation", "Conservation", "ReplayResult"]
+__all__ = ["ReplayHeader", "ReplayStation", "Conservation", "Precision", "ReplayResult"]
 
 
 class _Out(BaseModel):
@@ -66,6 +66,17 @@ class Conservation(_Out):
     little_max_rel_error: float
 
 
+class Precision(_Out):
+    """Standard errors of the replay's own estimates, by batch means over 20 consecutive groups of
+    measured requests (arrival order): what a difference from the analytical answer must exceed
+    to mean anything. Batch means understate the SE when correlations outlast a batch (high load)."""
+
+    batches: int
+    ttft_mean_se_s: float
+    tpot_mean_se_s: float
+    attainment_se: float
+
+
 class ReplayResult(_Out):
     header: ReplayHeader
     scenario: str
@@ -81,6 +92,7 @@ class ReplayResult(_Out):
     output_tokens_per_s: float
     stations: list[ReplayStation]
     conservation: Conservation
+    precision: Precision
     gpus: int
     horizon_s: float
     events: int

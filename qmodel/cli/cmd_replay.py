@@ -80,6 +80,8 @@ def _write_csv(path: str, req) -> None:
 
 
 def _ms(x: float) -> str:
+    if x < 0.01:
+        return f"{x * 1e3:.3g} ms"
     return f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s"
 
 
@@ -93,6 +95,9 @@ def _print_text(res) -> None:
                  for name, d in (("TTFT", res.ttft), ("TPOT", res.tpot), ("end-to-end", res.e2e))])
     w(f"\nSLO attainment {res.attainment * 100:.2f}% (TTFT {res.ttft_attainment * 100:.2f}%, "
       f"TPOT {res.tpot_attainment * 100:.2f}%), measured on {c.measured} requests\n")
+    pr = res.precision
+    w(f"replay precision (batch means): TTFT mean +-{_ms(pr.ttft_mean_se_s)}, TPOT mean +-{_ms(pr.tpot_mean_se_s)}, "
+      f"attainment +-{pr.attainment_se * 100:.2f} points (1 SE)\n")
     w(f"throughput {res.throughput_rps:.4g} req/s, {res.output_tokens_per_s:.4g} output tokens/s\n\n")
     print_table(["station", "utilization", "mean in station", "mean wait", "p99 wait", "Little err"],
                 [[s.name, f"{s.utilization:.3f}", f"{s.mean_in_system:.3g}", _ms(s.mean_wait_s), _ms(s.p99_wait_s),
