@@ -693,6 +693,29 @@ class PrefillStation:
             return self.ca2 / c + 1.0 - 1.0 / c  # Bernoulli splitting
         return self.ca2 / c  # cyclic splitting: sum of c inter-arrival times
 
+    def own_batch_time_per_prompt(self, own_batch_pmf: np.ndarray, seed: int = 7) -> np.ndarray:
+        """Each sampled request's own batch time, aligned with ``prompt_tokens``.
+
+        Request i's batch holds its own prompt and k − 1 others drawn from the mix, with k from the
+        customer-weighted ``own_batch_pmf`` (under a request cap the batch size does not depend on
+        the request's own prompt, so this is the model's joint law of (prompt, T_p)). The KV
+        station's layer-wise overlap needs exactly this pairing (seeded: reproducible).
+        """
+        p = np.asarray(self.prompt_tokens, dtype=float).ravel()
+        c = np.zeros_like(p) if self.cached_tokens is None else np.asarray(self.cached_tokens, dtype=float).ravel()
+        pk = np.asarray(own_batch_pmf, dtype=float)
+        pk = pk / pk.sum()
+        rng = np.random.default_rng(seed)
+        k = rng.choice(np.arange(1, pk.size + 1), size=p.size, p=pk)
+        sum_n = p.copy()
+        sum_sq = p * p + 2 * p * c
+        for extra in range(1, int(k.max())):
+            live = k > extra
+            pick = rng.integers(0, p.size, size=int(live.sum()))
+            sum_n[live] += p[pick]
+            sum_sq[live] += p[pick] ** 2 + 2 * p[pick] * c[pick]
+        return np.asarray(self.service.prefill_time_s(sum_n, sum_sq, k.astype(float)), dtype=float)
+
     def queue(self, rate_per_s: float) -> BulkQueue:
         """One engine's chain at the pool rate ``rate_per_s`` (exact for random dispatch)."""
         self._check(rate_per_s)
@@ -752,6 +775,7 @@ class PrefillStation:
                 "batch_cap": self.b,
                 "own_batch_time": own,
                 "own_batch_pmf": q.own_batch_pmf,
+                "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(q.own_batch_pmf),
                 "mean_wait_s": q.mean_wait_s * scale,
                 "per_instance_rate_per_s": q.lam,
                 "instance_arrival_scv": ca2_i,
@@ -805,6 +829,7 @@ class PrefillStation:
                 "batch_cap": 1,
                 "own_batch_time": own,
                 "own_batch_pmf": np.array([1.0]),
+                "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(np.array([1.0])),
                 "mean_wait_s": model.mean_s * scale,
                 "per_instance_rate_per_s": rate_per_s / c,
                 "instance_arrival_scv": self.ca2,
