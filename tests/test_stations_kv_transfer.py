@@ -166,3 +166,11 @@ def test_batch_pmf_from_prefill() -> None:
     pk = KVTransferStation.batch_pmf_from_prefill(own)
     ek = float(pk @ [1, 2, 3])
     np.testing.assert_allclose(pk * np.arange(1, 4) / ek, own, rtol=1e-12)
+
+
+def test_prefill_time_override_per_rate() -> None:
+    x = np.array([1.0 * GB, 2.0 * GB])
+    st = KVTransferStation(x, 10 * GB, sharing="dedicated", mode="layerwise", layers=80, prefill_time_s=0.0, dx=1e-6)
+    assert st.solve(1.0).delay.mean_s == pytest.approx(0.15, abs=1e-12)  # nothing hidden
+    got = st.solve(1.0, prefill_time_s=np.array([0.05, 0.05])).delay.mean_s
+    assert got == pytest.approx(np.mean([0.050625, 0.2 - 0.049375]), abs=1e-12)

@@ -202,7 +202,14 @@ class KVTransferStation:
         return layerwise_exposed_s(self.x, bandwidth, self.layers, self.tp)
 
     # ---- solve --------------------------------------------------------------------------
-    def solve(self, rate_per_s: float) -> StationSolution:
+    def solve(self, rate_per_s: float, prefill_time_s: np.ndarray | None = None) -> StationSolution:
+        """Solve at ``rate_per_s``. ``prefill_time_s`` (optional) replaces the own-prefill-time sample
+        for this rate, e.g. the prefill solution's ``extra["own_batch_time_per_prompt_s"]`` (aligned
+        with the bytes sample), since a request's own batch time grows with load."""
+        if prefill_time_s is not None:
+            import dataclasses
+
+            return dataclasses.replace(self, prefill_time_s=prefill_time_s).solve(rate_per_s)
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "must be a finite number > 0")
         lim = self.max_stable_rate_per_s()
