@@ -265,6 +265,11 @@ class ColocatedStation:
             "TTFT: non-preemptive priority M/G/1 wait for prefill + own prompt + prompts co-batched while waiting "
             "(approximate)",
         ]
+        if self.n_max is not None:
+            lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT does not add the wait for a "
+                             "free slot (admission by KV), so it is optimistic near the cap")
+        if self.instances > 1:
+            lam_notes.append(f"{self.instances} instances: random split (lam/{self.instances} each)")
         return StationSolution(
             name=self.name,
             utilization=float(load),

@@ -263,6 +263,11 @@ class DecodeStation:
         tp_val = np.empty(m + 1)
         tp_val[:-1] = g[1:]
         tp_val[-1] = g[m] if capped else self.chain.g(m + 1)[m + 1]
+        if self.pooled:
+            # least_loaded: the arrival joins an instance holding floor(n/c) others (balanced split)
+            c = self.instances
+            k = np.minimum(np.floor(np.arange(m + 1) / c) + 1.0, (cap // c) if capped else np.inf)
+            tp_val = np.asarray(self.service.decode_step_time_s(k, k * self.mean_context), dtype=float)
         tp_w = pi.copy()
         tp_w[-1] += tail
         mean_tpot = float(np.dot(tp_val, tp_w))
