@@ -703,7 +703,8 @@ class PrefillStation:
         """
         p = np.asarray(self.prompt_tokens, dtype=float).ravel()
         c = np.zeros_like(p) if self.cached_tokens is None else np.asarray(self.cached_tokens, dtype=float).ravel()
-        pk = np.asarray(own_batch_pmf, dtype=float)
+        # round-off leaves entries of order -1e-17 in the pmf; Generator.choice refuses any negative
+        pk = np.clip(np.asarray(own_batch_pmf, dtype=float), 0.0, None)
         pk = pk / pk.sum()
         rng = np.random.default_rng(seed)
         k = rng.choice(np.arange(1, pk.size + 1), size=p.size, p=pk)
