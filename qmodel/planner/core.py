@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from qmodel.errors import InputError
 from qmodel.planner.evaluate import EngineEvaluator, Evaluator, PlanMetrics, scenario_for
 from qmodel.planner.result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
-from qmodel.planner.search import (FINAL_REL_TOL, Budget, Found, FamilyOutcome, SerialExecutor, bisect_goodput,
+from qmodel.planner.search import (FINAL_REL_TOL, Budget, Found, FamilyOutcome, SerialExecutor, goodput_bracket,
                                    cost_of, max_goodput_family, min_cost_family, pareto_flags, power_of, run_tasks,
                                    warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
@@ -64,19 +64,23 @@ class Progress:
 def make_executor(kind: str | Executor | None, workers: int | None, n_tasks: int) -> tuple[Executor, str, bool]:
     """(executor, description, whether we own it and must shut it down).
 
-    ``None``/"auto": a local process pool when there are enough families to share out, else serial
-    (a pool's start-up costs more than a handful of families). "serial", "process", or an Executor
+    ``None``/"auto": a local process pool when there are more than two workers and enough families
+    to share out, else serial (a pool's start-up costs more than a handful of families). "serial", "process", or an Executor
     (e.g. ``distributed.Client.get_executor()``) are taken as given.
     """
     if isinstance(kind, Executor):
         return kind, type(kind).__name__, False
     ncpu = os.cpu_count() or 1
     w = max(1, workers or ncpu)
-    if kind == "serial" or (kind in (None, "auto") and (w == 1 or n_tasks < 8)):
+    # auto: on two cores or fewer the stations' BLAS already uses them, and worker processes only
+    # add start-up and cold caches (measured: benchmarks/bench_planner.py)
+    if kind == "serial" or (kind in (None, "auto") and (w <= 2 or n_tasks < 8)):
         return SerialExecutor(), "serial", True
     if kind in (None, "auto", "process"):
         from concurrent.futures import ProcessPoolExecutor
 
+        # fork (the platform default on Linux): workers inherit the warm pools and stations and
+        # need no __main__ guard in the caller's script
         return ProcessPoolExecutor(max_workers=w), f"process pool ({w} workers)", True
     raise InputError("executor", kind, "'auto', 'serial', 'process' or a concurrent.futures.Executor")
 
@@ -275,15 +279,20 @@ def _search(ctx: _Ctx, families: list[Family], executor: Executor, wave: int, pr
     return found, solves
 
 
-def _detail(ev: Evaluator, p: PlanSpec, lo: float, a_lo: float | None, hi: float, metrics_rate: float | None,
-            with_knee: bool) -> tuple[float, PlanMetrics, float, int]:
-    """(goodput, metrics, knee, solves) for one ranked plan (a top-level function: runs on workers)."""
+def _detail(ev: Evaluator, p: PlanSpec, lo: float, a_lo: float | None, hi: float, a_hi: float | None,
+            metrics_rate: float | None, with_knee: bool, lam_max: float) -> tuple[float, PlanMetrics, float, int]:
+    """(goodput, metrics, knee, solves) for one ranked plan (a top-level function: runs on workers).
+
+    The goodput is refined to FINAL_REL_TOL from the bracket the search left ([target, stability
+    limit] for the min objectives, the search's own bracket for max-goodput).
+    """
     ev = warm(ev)
-    g, n = bisect_goodput(lambda r: ev.attainment(p, r), ev.goal, lo, hi, FINAL_REL_TOL, a_lo=a_lo)
-    rate = metrics_rate if metrics_rate is not None and metrics_rate < hi else g
+    br = goodput_bracket(lambda r: ev.attainment(p, r), ev.goal, lo, hi, FINAL_REL_TOL, a_lo=a_lo, a_hi=a_hi)
+    g = br.lo
+    rate = metrics_rate if metrics_rate is not None and metrics_rate < lam_max else g
     m = ev.metrics(p, rate)
-    knee = ev.knee(p, hi) if with_knee else math.nan
-    return g, m, knee, n + 1
+    knee = ev.knee(p, lam_max) if with_knee else math.nan
+    return g, m, knee, br.solves + 1
 
 
 def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, target_rate_per_s: float | None = None,
@@ -409,11 +418,12 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple
     ev = ctx.ev
     if ctx.objective == "max-goodput":
         pick = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))[: ctx.top_k]
-        args = [(ev, f.plan, (f.goodput or 0.0) * (1 - 2e-2), None, f.capacity, ctx.rate, with_knee) for f in pick]
+        args = [(ev, f.plan, f.bracket.lo, f.bracket.a_lo, f.bracket.hi, f.bracket.a_hi, ctx.rate, with_knee,
+                 f.capacity) for f in pick if f.bracket is not None]
     else:
         # the K cheapest; among equal costs the larger stability limit first (goodput then orders them)
         pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: ctx.top_k]
-        args = [(ev, f.plan, ctx.rate, f.attainment, f.capacity, ctx.rate, with_knee) for f in pick]
+        args = [(ev, f.plan, ctx.rate, f.attainment, f.capacity, None, ctx.rate, with_knee, f.capacity) for f in pick]
     outs = run_tasks(ex, _detail, args)
     solves = sum(o[3] for o in outs)
     mean_out = ev.mean_output_tokens()

@@ -451,7 +451,7 @@ class EngineEvaluator(Evaluator):
                     return lo
         if f_hi >= 0:
             return hi
-        x, _ = root_bracket(lambda r: target - level(r), lo, target / 2.0, hi, f_hi, 1e-2)
+        x, *_ = root_bracket(lambda r: target - level(r), lo, target / 2.0, hi, f_hi, 1e-2)
         return float(x)
 
     def mean_output_tokens(self) -> float:
