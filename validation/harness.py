@@ -1,0 +1,299 @@
+"""The validation harness: every scenario of a suite through the analytical engine and the replay.
+
+Per case (config x arrivals x utilization, see :mod:`qmodel.validation.suites`):
+
+* analytic: ``Solver(scenario).solve(u * max_stable_rate)``;
+* replay: :func:`qmodel.validation.engine.replay` at the same rate with one run per seed, each
+  ``suite.n_requests(u)`` long (∝ 1/(1-u)², queueing-methods §5.6) with the first 10% cut as
+  warm-up. The replay value is the mean over seeds; its noise is the standard error of that mean
+  relative to it, |r0 - r1| / (r0 + r1) for two seeds (sample std / sqrt(k) / mean in general).
+
+Relative error is (analytic - replay) / replay (positive: the model is conservative). Attainment
+is compared as analytic - replay (a difference of probabilities).
+
+Goodput per (config, arrivals): the analytical goodput (:func:`qmodel.goodput.goodput_search`)
+against a replay goodput found by bisection on the rate with replays -- common random numbers
+(one seed at every rate, so the measured attainment curve is close to monotone), stopping when
+the bracket is ``GOODPUT_REL_TOL`` (2%) of the rate; the replay goodput is the bracket's midpoint.
+
+The summary gives, per metric, the median and 90th percentile of |relative error| over cases,
+overall, per topology and per utilization band; for goodput also the fraction of comparisons
+within 5%.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from qmodel.errors import QmodelError
+from qmodel.validation.suites import Case, Config, Suite
+
+__all__ = ["LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "run_case", "run_goodput",
+           "replay_goodput", "summarize", "run_suite", "round_sig"]
+
+LATENCY_METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"]
+SUMMARY_METRICS = LATENCY_METRICS + ["attainment", "goodput"]
+BANDS = (("u<=0.5", 0.0, 0.5), ("0.5<u<=0.8", 0.5, 0.8), ("u>0.8", 0.8, 1.0))
+GOODPUT_REL_TOL = 0.02
+GOODPUT_WITHIN = 0.05
+
+
+def band_of(u: float) -> str:
+    for name, lo, hi in BANDS:
+        if lo < u <= hi or (lo == 0.0 and u <= hi):
+            return name
+    return BANDS[-1][0]
+
+
+def round_sig(x: Any, digits: int = 4) -> Any:
+    """Round every float in a nested structure to ``digits`` significant digits (snapshots, JSON)."""
+    if isinstance(x, dict):
+        return {k: round_sig(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [round_sig(v, digits) for v in x]
+    if isinstance(x, (float, np.floating)):
+        v = float(x)
+        if v == 0.0 or not math.isfinite(v):
+            return v
+        return float(f"{v:.{digits}g}")
+    return x
+
+
+def _metrics(res) -> dict[str, float]:
+    """The compared fields of a Result or ReplayResult (same names by design)."""
+    out = {f"ttft_{k}": float(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")}
+    out.update({f"tpot_{k}": float(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")})
+    out.update(attainment=float(res.attainment), ttft_attainment=float(res.ttft_attainment),
+               tpot_attainment=float(res.tpot_attainment))
+    return out
+
+
+def _rel(a: float, r: float) -> float:
+    if r == 0.0:
+        return 0.0 if a == 0.0 else 1.0
+    return (a - r) / r
+
+
+def _mean_and_noise(values: list[float]) -> tuple[float, float]:
+    """Mean over seeds and its relative standard error (0 with one seed: unknown, not zero noise)."""
+    m = float(np.mean(values))
+    if len(values) < 2 or m == 0.0:
+        return m, 0.0
+    se = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return m, se / abs(m)
+
+
+def run_case(case: Case, suite: Suite) -> dict[str, Any]:
+    """One scenario through both engines; errors become a record with ``error`` set, never a crash."""
+    from qmodel.engine import Solver
+    from qmodel.validation.engine import replay
+
+    sc0 = case.config.scenario(case.arrivals, 1.0, suite.empirical)
+    rec: dict[str, Any] = {"name": case.name, "config": case.config.name, "topology": case.config.topology,
+                           "model": case.config.model, "gpus": case.config.gpus, "arrivals": case.arrivals,
+                           "lengths": sc0.workload.lengths.model_dump(mode="json"),
+                           "utilization": case.utilization, "band": band_of(case.utilization)}
+    solver = Solver(sc0)
+    lam, station = solver.max_stable_rate()
+    rate = case.utilization * lam
+    rec.update(rate_per_s=rate, max_stable_rate_per_s=lam, limiting_station=station)
+    try:
+        rec["analytic"] = _metrics(solver.solve(rate))
+    except QmodelError as err:  # the record says why; the summary counts it as missing
+        rec["analytic"] = None
+        rec["error"] = f"analytic: {type(err).__name__}: {err}"
+    n = suite.n_requests(case.utilization)
+    runs = [replay(sc0.with_rate(rate), n_requests=n, seed=s) for s in suite.seeds]
+    per_seed = [_metrics(r) for r in runs]
+    rep: dict[str, float] = {}
+    noise: dict[str, float] = {}
+    for k in per_seed[0]:
+        rep[k], noise[k] = _mean_and_noise([p[k] for p in per_seed])
+    rec["replay"] = rep
+    rec["replay_noise"] = noise
+    rec["replay_requests"] = n
+    rec["replay_seeds"] = list(suite.seeds)
+    rec["replay_station_utilization"] = {s.name: float(np.mean([[t.utilization for t in r.stations if t.name == s.name][0]
+                                                                for r in runs])) for s in runs[0].stations}
+    rec["replay_warnings"] = sorted({w for r in runs for w in r.warnings})
+    if rec["analytic"] is not None:
+        a = rec["analytic"]
+        err = {k: _rel(a[k], rep[k]) for k in LATENCY_METRICS + ["ttft_mean", "tpot_mean"]}
+        for k in ("attainment", "ttft_attainment", "tpot_attainment"):
+            err[k] = a[k] - rep[k]
+        rec["error_rel"] = err
+    return rec
+
+
+def replay_goodput(attainment: Callable[[float], float], guess: float, goal: float, lam_max: float,
+                   rel_tol: float = GOODPUT_REL_TOL, max_steps: int = 24) -> tuple[float, float, float, int]:
+    """(goodput, lower, upper, replays) by bracketing from ``guess`` then bisection.
+
+    The bracket grows from ``guess`` by a factor 1.25 that squares at every step (1.25, 1.56,
+    2.44, ...: a good guess costs one extra replay, a bad one a logarithmic number) until
+    attainment crosses ``goal``; the upper end never needs
+    to exceed 1.5 x ``lam_max`` (past the analytical limit a replay of finite length may still
+    meet the goal; beyond 1.5x we report the cap rather than chase a transient).
+    """
+    calls = 0
+
+    def f(r: float) -> float:
+        nonlocal calls
+        calls += 1
+        return attainment(r)
+
+    guess = guess if guess > 0 else 0.1 * lam_max
+    cap = 1.5 * lam_max
+    step = 1.25
+    if f(guess) >= goal:
+        lo, hi = guess, None
+        while hi is None and calls < max_steps:
+            r = min(lo * step, cap)
+            step *= step
+            if f(r) >= goal:
+                lo = r
+                if r >= cap:
+                    return cap, cap, cap, calls
+            else:
+                hi = r
+    else:
+        lo, hi = None, guess
+        while lo is None and calls < max_steps:
+            floor = 1e-3 * lam_max  # below this the SLO is infeasible even when idle
+            r = max(hi / step, floor)
+            step *= step
+            if f(r) >= goal:
+                lo = r
+            elif r <= floor:
+                return 0.0, 0.0, r, calls
+            else:
+                hi = r
+    if lo is None or hi is None:
+        raise QmodelError(f"replay goodput: no bracket after {calls} replays")
+    while hi - lo > rel_tol * hi and calls < max_steps:
+        mid = 0.5 * (lo + hi)
+        if f(mid) >= goal:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi), lo, hi, calls
+
+
+def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
+    """Analytic vs replay goodput for one (config, arrivals)."""
+    from qmodel.engine import Solver
+    from qmodel.goodput import goodput_search
+    from qmodel.validation.engine import replay
+
+    sc0 = config.scenario(arrivals, 1.0, suite.empirical)
+    solver = Solver(sc0)
+    lam, _ = solver.max_stable_rate()
+    goal = sc0.slo.attainment_goal
+    rec: dict[str, Any] = {"name": f"{config.name}/{arrivals}", "config": config.name, "topology": config.topology,
+                           "arrivals": arrivals, "max_stable_rate_per_s": lam, "goal": goal}
+    try:
+        g_a, _ = goodput_search(solver.attainment, lam, goal)
+        rec["analytic"] = {"goodput": g_a}
+    except QmodelError as err:
+        g_a = math.nan
+        rec["analytic"] = None
+        rec["error"] = f"analytic: {type(err).__name__}: {err}"
+    seed = suite.seeds[0]
+
+    def att(r: float) -> float:
+        u = min(r / lam, 0.95)
+        n = max(suite.goodput_requests, int(min(suite.base_requests / (1 - u) ** 2, suite.max_requests)))
+        return replay(sc0.with_rate(r), n_requests=n, seed=seed).attainment
+
+    try:
+        g_r, lo, hi, calls = replay_goodput(att, g_a if math.isfinite(g_a) else 0.5 * lam, goal, lam)
+    except QmodelError as err:
+        rec["replay"] = None
+        rec["error"] = "; ".join(filter(None, [rec.get("error"), f"replay: {err}"]))
+        return rec
+    rec["replay"] = {"goodput": g_r, "bracket": [lo, hi], "replays": calls, "seed": seed}
+    if rec["analytic"] is not None:
+        rec["error_rel"] = {"goodput": _rel(g_a, g_r)}
+    return rec
+
+
+# ---- summary ------------------------------------------------------------------------------------
+
+def _stats(errors: list[float]) -> dict[str, float | int]:
+    a = np.abs(np.asarray(errors, dtype=float))
+    if a.size == 0:
+        return {"median_abs_rel_error": 0.0, "p90_abs_rel_error": 0.0, "n": 0}
+    return {"median_abs_rel_error": float(np.median(a)), "p90_abs_rel_error": float(np.quantile(a, 0.9)),
+            "n": int(a.size)}
+
+
+def _table(cases: list[dict], goodputs: list[dict]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for m in SUMMARY_METRICS:
+        src = goodputs if m == "goodput" else cases
+        vals = [c["error_rel"][m] for c in src if c.get("error_rel") and m in c["error_rel"]]
+        out[m] = _stats(vals)
+        if m == "goodput":
+            out[m]["within_5pct_fraction"] = (float(np.mean(np.abs(vals) <= GOODPUT_WITHIN)) if vals else 0.0)
+        if m in LATENCY_METRICS:
+            # how many errors are no larger than the replay's own noise (2 standard errors)
+            inside = [abs(c["error_rel"][m]) <= 2 * c["replay_noise"][m] for c in src if c.get("error_rel")]
+            out[m]["within_replay_noise"] = int(sum(inside))
+    return out
+
+
+def summarize(cases: list[dict], goodputs: list[dict]) -> dict[str, Any]:
+    """Overall summary (METRIC -> stats) plus ``by_topology`` and ``by_band``."""
+    summary: dict[str, Any] = _table(cases, goodputs)
+    tops = sorted({c["topology"] for c in cases} | {g["topology"] for g in goodputs})
+    summary["by_topology"] = {t: _table([c for c in cases if c["topology"] == t],
+                                        [g for g in goodputs if g["topology"] == t]) for t in tops}
+    summary["by_band"] = {b: {k: v for k, v in _table([c for c in cases if c["band"] == b], []).items()
+                              if k != "goodput"} for b, _, _ in BANDS if any(c["band"] == b for c in cases)}
+    summary["failures"] = [c["name"] + ": " + c["error"] for c in list(cases) + list(goodputs) if c.get("error")]
+    return summary
+
+
+def _job(item: tuple[str, Any, Suite]) -> dict[str, Any]:
+    kind, obj, suite = item
+    if kind == "case":
+        return run_case(obj, suite)
+    return run_goodput(obj[0], obj[1], suite)
+
+
+def run_suite(suite: Suite, jobs: int = 1, goodput: bool = True,
+              progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Run every case (and goodput comparison) of ``suite``; ``jobs`` > 1 uses worker processes."""
+    items: list[tuple[str, Any, Suite]] = [("case", c, suite) for c in suite.cases]
+    if goodput:
+        items += [("goodput", g, suite) for g in suite.goodput]
+    results: Iterable[dict]
+    if jobs > 1:
+        ex = ProcessPoolExecutor(max_workers=jobs)
+        results = ex.map(_job, items)
+    else:
+        ex = None
+        results = map(_job, items)
+    cases: list[dict] = []
+    goodputs: list[dict] = []
+    try:
+        for (kind, _, _), rec in zip(items, results):
+            (cases if kind == "case" else goodputs).append(rec)
+            if progress is not None:
+                progress(rec)
+    finally:
+        if ex is not None:
+            ex.shutdown()
+    return {"suite": suite.name,
+            "definition": {"utilization": "rate / Solver(scenario).max_stable_rate() (the smallest station limit)",
+                           "rel_error": "(analytic - replay) / replay; attainment: analytic - replay",
+                           "replay_noise": "standard error of the mean over seeds, relative to the mean",
+                           "replay_requests": f"{suite.base_requests}/(1-u)^2 clipped to [{suite.min_requests}, "
+                                              f"{suite.max_requests}], warm-up 10%" if suite.fixed_requests is None
+                           else f"{suite.fixed_requests} fixed, warm-up 10%",
+                           "goodput": f"replay bisection, one seed at every rate, bracket {GOODPUT_REL_TOL:.0%}"},
+            "summary": summarize(cases, goodputs), "scenarios": cases, "goodput": goodputs}
