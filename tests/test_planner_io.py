@@ -183,3 +183,12 @@ def test_gpu_memory_utilization_reproduces_kv_capacity(scenario):
         b = memory_budget(cat.model(scenario.model), cat.gpu(gpu), tp, 1, 0.9)
         kv = util * b.gpu_memory_bytes - b.weights_per_gpu_bytes - (b.reserve_bytes - CUDA_CONTEXT_BYTES)
         assert kv == pytest.approx(b.kv_bytes_per_gpu, abs=0.005 * b.gpu_memory_bytes)
+
+
+def test_progress_bar_only_when_asked(scenario, capsys):
+    plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
+    assert capsys.readouterr().err == ""
+    plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial",
+         progress=True, **KW)
+    err = capsys.readouterr().err
+    assert "configurations" in err and err.endswith("\n")

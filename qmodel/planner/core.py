@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from qmodel.errors import InputError
-from qmodel.planner.evaluate import EngineEvaluator, Evaluator, PlanMetrics, scenario_for
+from qmodel.planner.evaluate import EngineEvaluator, Evaluator, PlanMetrics
 from qmodel.planner.result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
-from qmodel.planner.search import (FINAL_REL_TOL, Budget, Found, FamilyOutcome, SerialExecutor, goodput_bracket,
-                                   cost_of, max_goodput_family, min_cost_family, pareto_flags, power_of, run_tasks,
-                                   warm)
+from qmodel.planner.search import (FINAL_REL_TOL, Budget, FamilyOutcome, Found, SerialExecutor, cost_of,
+                                   goodput_bracket, max_goodput_family, maximal_points, min_cost_family, pareto_flags,
+                                   power_of, run_tasks, warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
 from qmodel.scenario import DisaggregatedDeployment, Scenario
 
@@ -149,8 +149,9 @@ def _bound(ctx: _Ctx, fam: Family) -> float:
     """
     roles = _roles(fam)
     if ctx.objective == "max-goodput":
-        caps = [ctx.ev.unit_capacity(r, g, tp) * max(1, ctx.space.max_gpus // tp) for r, g, tp in roles]
-        return min(caps)
+        # the largest stability limit among the family's budget-maximal plans: an upper bound on its goodput
+        pts = maximal_points(fam, ctx.space, ctx.budget, ctx.price, ctx.tdp)
+        return max((ctx.ev.capacity(p)[0] for p in pts), default=0.0)
     assert ctx.rate is not None
     lb = 0.0
     for r, g, tp in roles:
