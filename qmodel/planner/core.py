@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from qmodel.errors import InputError
 from qmodel.planner.evaluate import EngineEvaluator, Evaluator, PlanMetrics
 from qmodel.planner.result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
-from qmodel.planner.search import (FINAL_REL_TOL, Budget, FamilyOutcome, Found, SerialExecutor, cost_of,
+from qmodel.planner.search import (FINAL_REL_TOL, SEARCH_REL_TOL, Budget, FamilyOutcome, Found, SerialExecutor, cost_of,
                                    goodput_bracket, max_goodput_family, maximal_points, min_cost_family, pareto_flags,
                                    power_of, run_tasks, warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
@@ -418,7 +418,11 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
 def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple[list[PlanRow], int]:
     ev = ctx.ev
     if ctx.objective == "max-goodput":
-        pick = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))[: ctx.top_k]
+        # the search's goodputs are lower ends of brackets SEARCH_REL_TOL wide: refine every plan that
+        # could still be in the top K (up to 2K of them), then rank on the refined numbers
+        ranked = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))
+        kth = ranked[min(ctx.top_k, len(ranked)) - 1].goodput or 0.0 if ranked else 0.0
+        pick = [f for f in ranked if (f.goodput or 0.0) >= kth * (1 - SEARCH_REL_TOL)][: 2 * ctx.top_k]
         args = [(ev, f.plan, f.bracket.lo, f.bracket.a_lo, f.bracket.hi, f.bracket.a_hi, ctx.rate, with_knee,
                  f.capacity) for f in pick if f.bracket is not None]
     else:
