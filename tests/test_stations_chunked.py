@@ -133,3 +133,14 @@ def test_finite_monotone_and_pool():
     two = ChunkedStation(SVC, P0, L0, chunk_tokens=B, instances=2)
     assert two.max_stable_rate_per_s() == pytest.approx(2 * st_.max_stable_rate_per_s())
     assert two.solve(4.0).tpot.mean_s == pytest.approx(st_.solve(2.0).tpot.mean_s)
+
+
+def test_attainment_monotone_in_rate():
+    # See the colocated twin: rate-independent grids keep the attainments monotone for bisection.
+    st_ = _station()
+    lam = np.linspace(2.0, 2.2, 21)
+    a = [st_.solve(v) for v in lam]
+    tp = [float(s.tpot.cdf(0.02)) for s in a]
+    tt = [float(s.delay.cdf(0.4)) for s in a]
+    assert all(y <= x + 1e-6 for x, y in zip(tp, tp[1:]))
+    assert all(y <= x + 1e-6 for x, y in zip(tt, tt[1:]))

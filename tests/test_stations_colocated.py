@@ -145,3 +145,15 @@ def test_batching_when_fixed_cost_dominates():
     run = simulate_colocated(lam, lengths, svc, 3000.0, seed=1)
     assert s.extra["rho_p"] == pytest.approx(run.prefill_fraction, rel=0.05)
     assert s.tpot.mean_s == pytest.approx(run.tpot.mean(), rel=0.05)
+
+
+def test_attainment_monotone_in_rate():
+    # Goodput bisection requires P(TTFT <= x) and P(TPOT <= y) non-increasing in the rate (to 1e-6):
+    # the grids are rate-independent and the N nodes move continuously, so a fine sweep must not rise.
+    st_ = _station()
+    lam = np.linspace(2.0, 2.2, 21)
+    a = [st_.solve(v) for v in lam]
+    tp = [float(s.tpot.cdf(0.016)) for s in a]
+    tt = [float(s.delay.cdf(0.25)) for s in a]
+    assert all(y <= x + 1e-6 for x, y in zip(tp, tp[1:]))
+    assert all(y <= x + 1e-6 for x, y in zip(tt, tt[1:]))

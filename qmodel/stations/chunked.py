@@ -49,7 +49,8 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.colocated import _L_GROUPS, _busy_period_stalls, _grid_pmf, _pk_wait, n_nodes, stall_tpot
+from qmodel.stations.colocated import (_L_GROUPS, _busy_period_stalls, _grid_pmf, _pk_wait, decode_residual,
+                                       n_nodes, stall_tpot)
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 
 __all__ = ["ChunkedStation"]
@@ -134,6 +135,8 @@ class ChunkedStation:
         edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), _L_GROUPS + 1))
         self.gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
         self._lam_max = self._find_lam_max()
+        w0 = self.p * self.lin_per_token[0] + self._quad[0]  # prompt work with no decodes
+        self._ttft_dx = max(float(w0.mean()) / 200.0, float(w0.max()) / 8192.0)
 
     # ---- per-rate chain -------------------------------------------------------------------
     def _rho_c(self, lam: float) -> np.ndarray:
@@ -209,7 +212,7 @@ class ChunkedStation:
         # ---- TTFT: M/G/1 prompt backlog + decode residual + own chunks -------------------------
         s_own = work(nbar)
         mean_s = float(s_own.mean())
-        dxs = max(mean_s / 200.0, float(s_own.max()) / 8192.0)
+        dxs = self._ttft_dx  # rate-independent grid: attainment then moves monotonically with the rate
         own_pmf = _grid_pmf(s_own, dxs)
         sf = 1.0 - np.cumsum(own_pmf)
         res = np.concatenate([[0.0], sf[:-1]])
@@ -221,11 +224,7 @@ class ChunkedStation:
         gd = self.td[1: m + 1][keep]
         wd = pi[1:][keep]
         wd = wd / max(float(wd.sum()), 1e-300)
-        dres = max(float(gd.max()) / 400.0, 1e-12) / (1.0 - rho_c)
-        xk = np.arange(int(math.ceil(float(gd.max()) / (1.0 - rho_c) / dres)) + 2) * dres
-        cdf_d = wd @ np.clip(xk[None, :] * (1.0 - rho_c) / gd[:, None], 0.0, 1.0)
-        dec = GridDist(dres, np.diff(cdf_d, prepend=0.0), float(np.dot(wd, gd)) / 2.0 / (1.0 - rho_c), exact=False)
-        dec_part = mixture([GridDist.point(0.0, dres), dec], [1.0 - busy_dec, busy_dec])
+        dec_part = decode_residual(gd, wd, 1.0 - rho_c, busy_dec, dxs)
         wait = convolve(pk, dec_part)
         # packed prompts end mid-iteration in the fluid view; the token comes at the iteration's end
         c_bar = self.chunk_tokens - nbar
@@ -267,7 +266,8 @@ class ChunkedStation:
         for g in np.unique(self.gi):
             sel = self.gi == g
             groups.append((float(sel.mean()), 1.0 / float(np.mean(1.0 / lm1[sel])), float(np.mean(so[sel]))))
-        tpot = stall_tpot(lam, groups, np.asarray(node_w), np.asarray(tds), rhos, jumps, caps, owns, life, rates)
+        tpot = stall_tpot(lam, groups, np.asarray(node_w), np.asarray(tds), rhos, jumps, caps, owns, life, rates,
+                          dx0=float(self.td[1]) / 200.0)
 
         notes = (
             "chunked model derived here (design §2.9 sketch), checked against a step-level DES at 0.2-0.8 of "

@@ -54,7 +54,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 
-__all__ = ["ColocatedStation", "compound_poisson_pmf", "stall_tpot", "n_nodes"]
+__all__ = ["ColocatedStation", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
 
 _N_NODES = 5
 _L_GROUPS = 10
@@ -217,7 +217,8 @@ class ColocatedStation:
         work = self.t1 * (rho_p / (lam * self.mean_t1))
         bp = _busy_period_stalls(work, work, rho_p)
         tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [self.t1] * len(td),
-                          node_life_jumps=[bp] * len(td), node_life_rate=[1.0 - rho_p] * len(td))
+                          node_life_jumps=[bp] * len(td), node_life_rate=[1.0 - rho_p] * len(td),
+                          dx0=float(self.chain.g(1)[1]) / 200.0)
         mean_tpot = tpot.mean_s
 
         dxs = max(self.mean_t1 / 200.0, t_hi / 8192.0)
@@ -236,18 +237,13 @@ class ColocatedStation:
         gd = g[1: m + 1][keep]
         wd = pi[1: m + 1][keep]
         wd = wd / max(float(wd.sum()), 1e-300)
-        dres = max(float(gd.max()) / 400.0, 1e-12)
-        xk = np.arange(int(math.ceil(float(gd.max()) / dres)) + 2) * dres
-        cdf_d = wd @ np.clip(xk[None, :] / gd[:, None], 0.0, 1.0)
-        dec_res = GridDist(dres, np.diff(cdf_d, prepend=0.0), float(np.dot(wd, gd)) / 2.0, exact=False)
         # Prefill waits as the high class of a non-preemptive priority M/G/1 (decode steps are the low
         # class): W = R / (1 - rho_p), R = rho_p E[T^2]/(2E[T]) + busy_dec E[t_d]/2. Distribution: the
         # Pollaczek–Khinchine compound geometric of prefill residuals plus the decode residual
         # stretched by 1/(1 - rho_p) (the prefill work that arrives during it).
         pk = _pk_wait(prefill_res, rho_p)
-        dec_stretched = GridDist(dec_res.dx / (1.0 - rho_p), dec_res.pmf, dec_res.mean_s / (1.0 - rho_p), exact=False)
         busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
-        dec_part = mixture([GridDist.point(0.0, dec_stretched.dx), dec_stretched], [1.0 - busy_frac, busy_frac])
+        dec_part = decode_residual(gd, wd, 1.0 - rho_p, busy_frac, dxs)
         wait = convolve(pk, dec_part)
         # prompts arriving while the request waits join its batch (FCFS order puts the earlier ones in
         # W already): compound Poisson with mean count lam E[W], each adding its marginal prefill cost
@@ -313,29 +309,27 @@ def _pk_wait(residual: GridDist, rho: float) -> GridDist:
 
 
 def n_nodes(pi: np.ndarray, k: int = _N_NODES) -> tuple[list[float], np.ndarray]:
-    """Quadrature nodes of N: conditional means within k equal-probability strata (keeps E[N] exact)."""
-    n = np.arange(len(pi))
-    m = len(pi) - 1
-    cut = np.searchsorted(np.cumsum(pi), np.linspace(0, 1, k + 1)[1:-1])
-    nodes, wts = [], []
-    lo = 0
-    for hi in list(cut) + [m + 1]:
-        hi = max(int(hi), lo + 1)
-        w = float(pi[lo:hi].sum())
-        if w > 0:
-            nodes.append(float(np.dot(n[lo:hi], pi[lo:hi]) / w))
-            wts.append(w)
-        lo = hi
-        if lo > m:
-            break
-    return nodes, np.asarray(wts) / np.sum(wts)
+    """Quadrature nodes of N: conditional means within k equal-probability strata (keeps E[N] exact).
+
+    A state straddling a stratum boundary is split between the two strata, so the nodes move
+    continuously with the rate (no jumps when a boundary crosses an integer state).
+    """
+    p = pi / float(pi.sum())
+    hi_c = np.cumsum(p)
+    lo_c = hi_c - p
+    q = np.linspace(0.0, 1.0, k + 1)
+    share = np.clip(np.minimum(hi_c[None, :], q[1:, None]) - np.maximum(lo_c[None, :], q[:-1, None]), 0.0, None)
+    w = share.sum(axis=1)
+    nodes = (share @ np.arange(len(p), dtype=float)) / np.maximum(w, 1e-300)
+    keep = w > 0
+    return [float(v) for v in nodes[keep]], w[keep] / w[keep].sum()
 
 
 def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.ndarray, node_td: np.ndarray,
                node_rho: list[float], node_jumps: list[np.ndarray],
                node_cap: list[float] | None = None, node_own: list[float] | None = None,
                node_life_jumps: list[np.ndarray] | None = None,
-               node_life_rate: list[float] | None = None) -> GridDist:
+               node_life_rate: list[float] | None = None, dx0: float | None = None) -> GridDist:
     """TPOT = t_n + S/(L-1) with S = S_life + S_own, independent compound Poisson sums:
 
     S_own: K_0 ~ Poisson(lam (T_own + own_n)) jumps X (the prompts queued behind the request);
@@ -347,7 +341,9 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
     grid: S enters TPOT divided by L-1, so a step of dx (L-1) on S is a step of dx on TPOT; the grid
     reaches mean + 12 sd of S plus one jump. ``node_cap``: an upper bound on TPOT per node (chunked:
     every iteration emits a token, so TPOT <= the longest iteration); the mean is then taken from the
-    capped grid. ``node_own``: per node, seconds added to the own-prefill window.
+    capped grid. ``node_own``: per node, seconds added to the own-prefill window. ``dx0``: a
+    rate-independent base grid step (the grid is dx0 2^j, j the smallest that fits 60000 points), so
+    that attainment P(TPOT <= y) moves monotonically with the rate instead of with a rescaled grid.
     """
     nn = len(node_td)
     own = [0.0] * nn if node_own is None else list(node_own)
@@ -365,7 +361,7 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             d_life = lm1 * node_td[j] / (1 - node_rho[j])
             s_mean = lam * rate[j] * d_life * m_life[j][0] + lam * (tp + own[j]) * m_own[j][0]
             mean_tpot += gw * node_w[j] * (node_td[j] + s_mean / lm1)
-    dx = mean_tpot / 400.0
+    dx = mean_tpot / 400.0 if dx0 is None else dx0
     rows: list[tuple[float, float, float, float, np.ndarray, float]] = []  # (weight, lm1, t_n, dx_s, pmf, cap)
     caps = [math.inf] * nn if node_cap is None else list(node_cap)
     hi_t = 0.0
@@ -385,7 +381,10 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             mu_l = np.array([lam * rate[j] * lm1 * node_td[j] / (1 - node_rho[j]) for j in idx])
             small = min(v for v in (eo, el) if v > 0)
             xmax = max(xo, xl)
-            dxs = max(dx * lm1, small / 64.0, xmax / 1024.0)
+            need = max(dx * lm1, small / 64.0, xmax / 1024.0)
+            # power-of-two multiples of the own-jump scale keep the S grid fixed between nearby rates
+            base = small / 64.0
+            dxs = base * 2.0 ** math.ceil(math.log2(need / base) - 1e-12)
             comps = []
             for x, mu in ((node_jumps[j0], mu_o), (life[j0], mu_l)):
                 comps.append((_split_pmf(x, dxs), mu))
@@ -397,7 +396,10 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             for j, row in zip(idx, cp):
                 rows.append((gw * node_w[j], lm1, float(node_td[j]), dxs, row, caps[j]))
                 hi_t = max(hi_t, min(float(node_td[j]) + (size - 1) * dxs / lm1, caps[j]))
-    dx = max(dx, hi_t / 60000.0)
+    if dx0 is None:
+        dx = max(dx, hi_t / 60000.0)
+    else:
+        dx = dx0 * 2.0 ** max(0, math.ceil(math.log2(hi_t / (60000.0 * dx0))))
     nt = int(math.ceil(hi_t / dx)) + 2
     pmf = np.zeros(nt)
     capped_mean = 0.0
@@ -448,3 +450,12 @@ def _busy_period_stalls(work: np.ndarray, stall: np.ndarray, rho: float) -> np.n
     b = gammaincinv(shape, q) * scale
     b *= eb / float(b.mean())  # exact mean after stratification
     return b * (float(stall.mean()) / es)
+
+
+def decode_residual(gd: np.ndarray, wd: np.ndarray, slow: float, busy: float, dx: float) -> GridDist:
+    """Residual of a running decode step, stretched by 1/slow, on a fixed grid: with probability
+    ``busy`` uniform on t/slow, t ~ ``gd`` with weights ``wd``; else 0 (exact CDF at the grid points)."""
+    top = float(gd.max()) / slow
+    xk = np.arange(int(math.ceil(top / dx)) + 2) * dx
+    cdf = (1.0 - busy) + busy * (wd @ np.clip(xk[None, :] * slow / gd[:, None], 0.0, 1.0))
+    return GridDist(dx, np.diff(cdf, prepend=0.0), busy * float(np.dot(wd, gd)) / (2.0 * slow), exact=False)
