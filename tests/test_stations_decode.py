@@ -221,3 +221,15 @@ def test_quasi_static_tpot_is_conservative_for_long_outputs():
     des = np.quantile(run.tpot, [0.5, 0.9, 0.99])
     for model, d in zip((q["p50"], q["p90"], q["p99"]), des):
         assert 0.99 * d <= model <= 1.06 * d
+
+
+def test_attainment_monotone_in_rate():
+    # Goodput bisection needs P(TPOT <= y), P(delay <= x) non-increasing in the rate: grids are
+    # rate-independent (power-of-two multiples of a base step), so a fine sweep must never rise.
+    st_ = _station(max_batch=450, first_step_in_ttft=True)
+    lam = np.linspace(38.0, 40.0, 41)
+    sols = [st_.solve(v) for v in lam]
+    tp = [float(s.tpot.cdf(0.05)) for s in sols]
+    dl = [float(s.delay.cdf(0.08)) for s in sols]
+    assert all(y <= x + 1e-9 for x, y in zip(tp, tp[1:]))
+    assert all(y <= x + 1e-9 for x, y in zip(dl, dl[1:]))

@@ -287,7 +287,7 @@ class DecodeStation:
 
         delay, wait = self._admission_dists(g, pi, tail, capped, p_wait, slot_rate, mean_resid + mean_slot,
                                             mean_first)
-        tpot = _discrete_dist(tp_val, tp_w, mean_tpot)
+        tpot = _discrete_dist(tp_val, tp_w, mean_tpot, float(g[1]) / 2000.0)
         notes = ["quasi-static TPOT rule t(N+1) (±~1% vs step DES at E[L]~200; conservative for very long outputs)"]
         exact = True
         if capped:
@@ -354,7 +354,9 @@ class DecodeStation:
         span_wait = hi + (math.log(1e6) / slot_rate if capped and p_wait > 0 else 0.0)
         span = span_wait + (hi if self.first_step_in_ttft else 0.0)
         mean_tot = mean_wait + mean_first
-        dx = max(mean_tot / 400.0 if mean_tot > 0 else hi / 400.0, span / 16000.0, 1e-9)
+        # rate-independent base step (power-of-two coarsening past 16000 points), so P(delay <= x)
+        # moves monotonically with the rate under goodput bisection
+        dx = _pow2_grid(float(g[1]) / 400.0, span, 16000)
         size = int(math.ceil(span / dx)) + 3
 
         def build(shift: np.ndarray | None) -> np.ndarray:
@@ -394,10 +396,15 @@ class DecodeStation:
         return delay, wait
 
 
-def _discrete_dist(vals: np.ndarray, w: np.ndarray, mean: float) -> GridDist:
-    """Distribution of a discrete variable (values in seconds) on a grid fine enough to keep its spread."""
-    lo, hi = float(vals.min()), float(vals.max())
-    dx = max((hi - lo) / 4000.0, hi / 16000.0, 1e-12)
+def _pow2_grid(base: float, span: float, max_points: int) -> float:
+    """base * 2^k with the smallest k >= 0 that covers ``span`` in ``max_points`` steps."""
+    base = max(base, 1e-12)
+    return base * 2.0 ** max(0, math.ceil(math.log2(max(span, base) / (max_points * base))))
+
+
+def _discrete_dist(vals: np.ndarray, w: np.ndarray, mean: float, base_dx: float) -> GridDist:
+    """Distribution of a discrete variable (values in seconds) on a rate-independent grid."""
+    dx = _pow2_grid(base_dx, float(vals.max()), 16000)
     k = np.ceil(vals / dx - 1e-9).astype(np.int64)
     pmf = np.bincount(k, weights=w, minlength=int(k.max()) + 1)
     return GridDist(dx, pmf / pmf.sum(), float(mean), exact=False)
