@@ -192,3 +192,13 @@ def test_progress_bar_only_when_asked(scenario, capsys):
          progress=True, **KW)
     err = capsys.readouterr().err
     assert "configurations" in err and err.endswith("\n")
+
+
+def test_cli_scheduler_runs_on_a_dask_cluster(fake_engine, capsys, repo_root, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.chdir(repo_root)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl:
+        rc, out, _ = _cli(capsys, "--target-rate", "9", "--json", "--top", "2", "--scheduler", cl.scheduler_address)
+    assert rc == 0
+    d = json.loads(out)
+    assert len(d["plans"]) == 2 and "Executor" in d["stats"]["executor"]
