@@ -108,3 +108,19 @@ def test_full_suite_spans_what_the_brief_asks():
     assert full.n_requests(0.8) == pytest.approx(full.base_requests / 0.04, rel=1e-9)
     assert full.n_requests(0.8) < full.max_requests
     assert full.n_requests(0.95) == full.max_requests and full.n_requests(0.0) == full.min_requests
+
+
+def test_markdown_tables_render(quick, repo_root, tmp_path):
+    # benchmarks/run_validation.py turns a suite result into the docs/validation.md tables
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_validation", repo_root / "benchmarks" / "run_validation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    md = mod.validation_markdown(quick, {"when": "now", "commit": "abc", "dirty": False, "seconds": 1.0,
+                                         "lengths": "presets"})
+    assert "| all |" in md and "disagg-llama70b-h100/poisson/u0.8" in md and "nan" not in md.lower()
+    doc = tmp_path / "v.md"
+    doc.write_text("intro\n<!-- t:begin -->\nold\n<!-- t:end -->\ntail\n")
+    mod._replace_block(doc, "t", "new")
+    assert doc.read_text() == "intro\n<!-- t:begin -->\nnew\n<!-- t:end -->\ntail\n"
