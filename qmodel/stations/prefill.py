@@ -338,8 +338,8 @@ class BulkQueue:
         if np.any(head < -1e-12):
             return self._pi_dense(n_out)
         pi = np.empty(n_out + 1)
-        pi[: n + 1] = np.clip(head, 0.0, None)
-        pi[n + 1 :] = head[n] * zinv ** np.arange(1, n_out - n + 1)
+        pi[: n + 1] = np.clip(head, 0.0, None)  # round-off can leave ~-1e-17 where π is ~0
+        pi[n + 1 :] = pi[n] * zinv ** np.arange(1, n_out - n + 1)
         return pi / pi.sum()
 
     def _pi_dense(self, n: int) -> np.ndarray:
