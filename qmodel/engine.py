@@ -166,7 +166,13 @@ class Solver:
         slo = self.scenario.slo
         if self._topology == "disaggregated":
             sp = self._prefill.solve(rate)
-            st = self._transfer.solve(rate)
+            tr = self._transfer
+            if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and self.scenario.deployment.link_sharing == "fcfs":
+                # Prefill releases whole batches onto the link: an M^X/G/1 wait, not M/G/1.
+                tr = dataclasses.replace(tr, batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
+                                         batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
+            # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
+            st = tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"))
             dec = self._decode
             # KV bytes held by transfers in flight (Little), spread over the decode instances, in tokens.
             inflight_bytes = float(st.extra.get("in_flight_bytes_mean", 0.0))

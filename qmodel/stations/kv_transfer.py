@@ -96,14 +96,19 @@ class _CompoundWork(ServiceSample):
             return f1 * m3 + 3.0 * f2 * m2 * m1 + f3 * m1**3
         raise InputError("moment", k, "compound work moments are available for k = 1, 2, 3")
 
+    def _pow(self, m: float, shift: float = 0.0) -> np.ndarray:
+        # m**(k - shift) in log space, capped like the base MGF, so the root finder's far probes
+        # give a huge finite value instead of inf (and inf*0 = NaN for empty batch sizes).
+        return np.exp(np.minimum((self._k - shift) * math.log(max(m, 1e-300)), 700.0))
+
     def expm1_mgf(self, eta: float) -> float:
         m = 1.0 + self._base.expm1_mgf(eta)
-        return float(self._pk @ (m ** self._k)) - 1.0
+        return float(self._pk @ self._pow(m)) - 1.0
 
     def mgf_s(self, eta: float) -> float:
         # d/dη E[e^{ηB}] = Σ p_k k M(η)^{k−1} M'(η)
         m = 1.0 + self._base.expm1_mgf(eta)
-        return float(self._pk @ (self._k * m ** (self._k - 1.0))) * self._base.mgf_s(eta)
+        return float(self._pk @ (self._k * self._pow(m, 1.0))) * self._base.mgf_s(eta)
 
     @property
     def mean_s(self) -> float:
