@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from qmodel.errors import QmodelError, UnstableError
+from qmodel.errors import NumericalError, QmodelError
 from qmodel.planner.space import PlanSpec
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
                              Scenario, scenario_sha256)
@@ -146,27 +146,29 @@ def scenario_for(scenario: Scenario, plan: PlanSpec) -> Scenario:
 
 # ---- the engine-backed evaluator ---------------------------------------------------------------
 
-class _MemoStation:
-    """A station whose ``solve(rate)`` is memoised (stations are pure functions of the rate)."""
+def _memoize_solve(station: Any) -> Any:
+    """Memoise ``station.solve(rate)`` per rate on the instance itself (stations are pure functions
+    of the rate). Calls with further arguments go straight through, and ``dataclasses.replace``
+    (which the engine applies to some stations) builds a fresh instance without the memo."""
+    solve = station.solve
+    memo: OrderedDict[float, Any] = OrderedDict()
 
-    MAX_RATES = 64
-
-    def __init__(self, station: Any) -> None:
-        self._station = station
-        self._memo: OrderedDict[float, Any] = OrderedDict()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._station, name)
-
-    def solve(self, rate_per_s: float):
+    def memo_solve(rate_per_s: float, *args: Any, **kwargs: Any):
+        if args or kwargs:
+            return solve(rate_per_s, *args, **kwargs)
         key = float(rate_per_s)
-        hit = self._memo.get(key)
+        hit = memo.get(key)
         if hit is None:
-            hit = self._station.solve(key)
-            self._memo[key] = hit
-            if len(self._memo) > self.MAX_RATES:
-                self._memo.popitem(last=False)
+            hit = memo[key] = solve(key)
+            if len(memo) > _MEMO_RATES:
+                memo.popitem(last=False)
         return hit
+
+    object.__setattr__(station, "solve", memo_solve)  # stations are frozen dataclasses
+    return station
+
+
+_MEMO_RATES = 64
 
 
 _STATION_ATTR = {"prefill": "_prefill", "kv_transfer": "_transfer", "decode": "_decode", "pool": "_single_pool"}
@@ -308,8 +310,8 @@ class EngineEvaluator(Evaluator):
         st = self._stations.get(key)
         if st is None:
             st = getattr(self._bare(plan), attr)  # builds only this station
-            if attr in ("_prefill", "_transfer"):
-                st = _MemoStation(st)
+            if attr == "_prefill":  # the dearest station; the engine passes it only the rate
+                st = _memoize_solve(st)
             if len(self._stations) > self.MAX_STATIONS:
                 self._stations.clear()
             self._stations[key] = st
@@ -414,11 +416,15 @@ class EngineEvaluator(Evaluator):
 
     def attainment(self, plan: PlanSpec, rate: float) -> float:
         try:
-            return float(self.solver(plan).compose(rate).attainment)
-        except UnstableError:
-            return 0.0
+            # Solver.attainment: 0 when unstable, and when a chain refuses to truncate within 1% of saturation
+            a = float(self.solver(plan).attainment(rate))
+        except NumericalError:
+            raise
         except QmodelError:
-            return 0.0
+            return 0.0  # the plan cannot run at this rate (e.g. no KV room left for one sequence)
+        if not (0.0 <= a <= 1.0):  # a station bug must not steer the search silently
+            raise NumericalError(f"attainment {a!r} for {plan.label} at {rate:.6g} req/s")
+        return a
 
     def metrics(self, plan: PlanSpec, rate: float) -> PlanMetrics:
         res = self.solver(plan).solve(rate)
