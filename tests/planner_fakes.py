@@ -92,11 +92,3 @@ class FakeEvaluator(Evaluator):
 
     def mean_output_tokens(self):
         return 200.0
-
-    def unit_capacity(self, role, gpu, tp):
-        mp, md, _ = self._mu(gpu, tp)
-        if role == "prefill":
-            return mp
-        if role == "decode":
-            return md
-        return 1.0 / (1.0 / mp + 1.0 / md)

@@ -141,25 +141,29 @@ def _roles(fam: Family) -> list[tuple[str, str, int]]:
 
 
 def _bound(ctx: _Ctx, fam: Family) -> float:
-    """min objectives: a lower bound on the family's cost; max-goodput: an estimate of its best capacity.
+    """min objectives: a lower bound on the family's cost; max-goodput: an upper bound on its goodput.
 
-    Both rest on the stations' limits being additive over instances (c instances sustain at most c
-    times one instance's rate), which holds for the per-instance prefill queues, per-path transfers
-    and the decode pool (its limit is c x one instance's under every dispatch rule).
+    Both read the stations' limits, which are additive over instances (c instances sustain c times
+    one instance's rate: :meth:`EngineEvaluator.limits`), so the fewest instances that can be
+    stable at the target are exact, and so is the largest limit among budget-maximal plans.
     """
-    roles = _roles(fam)
     if ctx.objective == "max-goodput":
-        # the largest stability limit among the family's budget-maximal plans: an upper bound on its goodput
         pts = maximal_points(fam, ctx.space, ctx.budget, ctx.price, ctx.tdp)
         return max((ctx.ev.capacity(p)[0] for p in pts), default=0.0)
     assert ctx.rate is not None
+    if fam.topology == "disaggregated":
+        one = ctx.ev.limits(fam.plan(1, 1))
+        front = min((c for c, st in one if st != "decode"), default=math.inf)
+        back = min((c for c, st in one if st == "decode"), default=math.inf)
+        pools = [(fam.prefill_gpu or "", fam.prefill_tp or 1, front), (fam.decode_gpu, fam.decode_tp, back)]
+    else:
+        pools = [(fam.decode_gpu, fam.decode_tp, ctx.ev.capacity(fam.plan(1))[0])]
     lb = 0.0
-    for r, g, tp in roles:
-        u = ctx.ev.unit_capacity(r, g, tp)
-        n = 1 if not (u > 0) or math.isinf(u) else max(1, math.floor(ctx.rate / u) + 1)
-        if not (u > 0):
+    for gpu, tp, unit in pools:
+        if not unit > 0:
             return math.inf
-        lb += ctx.weight[g] * tp * n
+        n = 1 if math.isinf(unit) else math.floor(ctx.rate / unit) + 1  # fewest n with n x unit > rate
+        lb += ctx.weight[gpu] * tp * n
     return lb
 
 

@@ -95,10 +95,6 @@ class Evaluator(ABC):
     @abstractmethod
     def mean_output_tokens(self) -> float: ...
 
-    def unit_capacity(self, role: str, gpu: str, tp: int) -> float:
-        """Largest stable rate of one instance of this pool (used only to order the search)."""
-        return math.inf
-
 
 # ---- scenario re-targeting ---------------------------------------------------------------------
 
@@ -400,19 +396,6 @@ class EngineEvaluator(Evaluator):
                     (one[2][0] * d.instances, one[2][1])]
         (c, st), = self.exact_limits(f.plan(1))
         return [(c * d.instances, st)]
-
-    def unit_capacity(self, role: str, gpu: str, tp: int) -> float:
-        from qmodel.planner.space import Family
-
-        if role == "pool":
-            return self.exact_limits(Family("colocated", gpu, tp).plan(1))[0][0]
-        fam = Family("disaggregated", gpu, tp, gpu, tp, self._any_link(), "layerwise")
-        lim = dict((st, c) for c, st in self.exact_limits(fam.plan(1, 1)))
-        return lim["decode"] if role == "decode" else lim["prefill"]
-
-    def _any_link(self) -> str:
-        dep = self.scenario.deployment
-        return dep.link if isinstance(dep, DisaggregatedDeployment) else "ib-ndr-400"
 
     def attainment(self, plan: PlanSpec, rate: float) -> float:
         try:
