@@ -116,3 +116,33 @@ def test_plan_end_to_end_with_replay_check(repo_root):
     assert all(0.0 <= r.replay_attainment <= 1.0 and r.replay_ttft_p90_s > 0 for r in chk.rows)
     assert chk.kendall_tau is None or -1.0 <= chk.kendall_tau <= 1.0
     assert res.serving_config and "--tensor-parallel-size 1" in res.serving_config["vllm"][0]["command"]
+
+
+def test_min_gpus_matches_exhaustive_search_on_the_engine(repo_root):
+    """On the real stations the bounds and the boundary walk (which assume attainment never falls
+    when an instance is added) must find the same fewest GPUs as solving every plan of a small
+    space; also checks that monotonicity on the plans where the walk relies on it."""
+    from qmodel.planner import SearchSpace, plan
+
+    sc = load_scenario(repo_root / "examples" / "llama3-8b-colocated-h100.yaml")
+    kw = dict(gpus=("h100-sxm",), tps=(1, 2), links=("ib-ndr-400",), max_instances=4, max_gpus=8)
+    rate = 14.0
+    res = plan(sc, "min-gpus", target_rate_per_s=rate, executor="serial", knee=False, serving_config=False, top_k=3,
+               **{k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()})
+    ev = EngineEvaluator(sc)
+    sp = SearchSpace(**kw)
+    feasible = {}
+    for fam in sp.families("h100-sxm", "ib-ndr-400"):
+        for nd, npf in sp.instance_grid(fam):
+            p = fam.plan(nd, npf)
+            ok = ev.capacity(p)[0] > rate and ev.attainment(p, rate) >= sc.slo.attainment_goal
+            feasible[p] = ok
+    # monotone in each pool's instance count
+    for p, ok in feasible.items():
+        if ok:
+            up = [q for q in feasible if q.family == p.family and q.decode.instances >= p.decode.instances and
+                  (q.prefill.instances if q.prefill else 0) >= (p.prefill.instances if p.prefill else 0)]
+            assert all(feasible[q] for q in up), p.label
+    want = min(p.gpus for p, ok in feasible.items() if ok)
+    assert res.plans[0].gpus == want
+
