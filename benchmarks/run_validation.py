@@ -141,7 +141,7 @@ def cmd_validation(args: argparse.Namespace) -> None:
     meta = _meta(time.time() - t0, lengths)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"meta": meta, **out}, indent=1))
-    _replace_block(DOCS / "validation.md", "validation-tables", validation_markdown(out, meta))
+    _replace_block(Path(args.docs) / "validation.md", "validation-tables", validation_markdown(out, meta))
     print(f"wrote docs/validation.md tables ({meta['seconds']:.0f} s)", file=sys.stderr)
 
 
@@ -266,7 +266,7 @@ def cmd_seed(args: argparse.Namespace) -> None:
            "cli": cli}
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=1))
-    _replace_block(DOCS / "seed-experiment.md", "seed-tables", seed_markdown(out))
+    _replace_block(Path(args.docs) / "seed-experiment.md", "seed-tables", seed_markdown(out))
     print(f"wrote docs/seed-experiment.md tables ({meta['seconds']:.0f} s)", file=sys.stderr)
 
 
@@ -334,11 +334,13 @@ def main() -> None:
     v.add_argument("--suite", default="full")
     v.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     v.add_argument("--json-out")
+    v.add_argument("--docs", default=str(DOCS), help="folder whose validation.md gets the tables")
     v.set_defaults(func=cmd_validation)
     s = sub.add_parser("seed")
     s.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     s.add_argument("--requests", type=int, default=20000, help="requests per replay (capped at the trace length)")
     s.add_argument("--json-out")
+    s.add_argument("--docs", default=str(DOCS), help="folder whose seed-experiment.md gets the tables")
     s.set_defaults(func=cmd_seed)
     args = p.parse_args()
     args.func(args)
