@@ -283,7 +283,6 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
         return out
 
     # disaggregated: staircase over (n_prefill, n_decode)
-    ptp, dtp = fam.prefill_tp or 1, fam.decode_tp
     rows = _rows(fam, space, budget, price, tdp)  # (n_prefill, largest n_decode the limits allow)
     in_budget = sum(nd for _, nd in rows)
     out.pruned["over budget or size limits"] += space.grid_size(fam) - in_budget
