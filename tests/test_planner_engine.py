@@ -146,3 +146,25 @@ def test_min_gpus_matches_exhaustive_search_on_the_engine(repo_root):
     want = min(p.gpus for p, ok in feasible.items() if ok)
     assert res.plans[0].gpus == want
 
+
+
+@pytest.mark.slow
+def test_max_goodput_matches_exhaustive_search_on_the_engine(repo_root):
+    """Goodput of every plan of a small space (bisection to 1e-3, as qmodel.goodput) against the
+    planner's best within a 6-GPU budget: equal to the 2e-3 the two tolerances allow."""
+    from qmodel.goodput import goodput_search
+    from qmodel.planner import SearchSpace, plan
+
+    sc = load_scenario(repo_root / "examples" / "llama3-8b-colocated-h100.yaml")
+    kw = dict(gpus=("h100-sxm",), tps=(1, 2), links=("ib-ndr-400",), max_instances=4, max_gpus=6)
+    res = plan(sc, "max-goodput", budget={"gpus": 6}, executor="serial", knee=False, serving_config=False, top_k=1,
+               **{k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()})
+    ev = EngineEvaluator(sc)
+    best = 0.0
+    for fam in SearchSpace(**kw).families("h100-sxm", "ib-ndr-400"):
+        for nd, npf in SearchSpace(**kw).instance_grid(fam):
+            p = fam.plan(nd, npf)
+            cap = ev.capacity(p)[0]
+            if cap > 0:
+                best = max(best, goodput_search(lambda r: ev.attainment(p, r), cap, sc.slo.attainment_goal)[0])
+    assert res.plans[0].goodput_rps == pytest.approx(best, rel=2e-3)
