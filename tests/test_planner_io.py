@@ -202,3 +202,15 @@ def test_cli_scheduler_runs_on_a_dask_cluster(fake_engine, capsys, repo_root, mo
     assert rc == 0
     d = json.loads(out)
     assert len(d["plans"]) == 2 and "Executor" in d["stats"]["executor"]
+
+
+def test_knee_and_headroom(scenario):
+    """The fake's knee is 0.8 x the stability limit, so headroom = 0.8 cap / rate - 1 exactly; without
+    the knee both fields are null (never a stand-in number)."""
+    on = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial",
+              **{**KW, "knee": True})
+    for p in on.plans:
+        assert p.knee_rps == pytest.approx(0.8 * p.max_stable_rate_per_s, rel=1e-12)
+        assert p.headroom_to_knee == pytest.approx(0.8 * p.max_stable_rate_per_s / 9.0 - 1.0, rel=1e-12)
+    off = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
+    assert all(p.knee_rps is None and p.headroom_to_knee is None for p in off.plans)

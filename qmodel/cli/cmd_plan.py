@@ -93,6 +93,7 @@ def register(sub) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the search on a Dask cluster (needs qmodel[dask])")
     p.add_argument("--serial", action="store_true", help="search in this process only")
     p.add_argument("--progress", action="store_true", help="progress bar on stderr (default: when stderr is a TTY)")
+    p.add_argument("--no-knee", action="store_true", help="skip the knee of each ranked plan (a few solves each)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true")
     g.add_argument("--csv", action="store_true")
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
             return _print_schedule(res, args)
         target = parse_rate(args.target_rate, "--target-rate") if args.target_rate else None
         res = plan(sc, args.objective, target_rate_per_s=target, budget=parse_budget(args.budget) or None, top_k=args.top,
-                   check=args.check, check_requests=args.check_requests, seed=args.seed, executor=executor, **kw)
+                   check=args.check, check_requests=args.check_requests, seed=args.seed, executor=executor,
+                   knee=not args.no_knee, **kw)
     finally:
         if client is not None:
             client.close()
@@ -176,7 +178,8 @@ def _print_text(res) -> None:
                     [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
                       f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
                       "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
-                      _ms(p.ttft_p90_s), _ms(p.tpot_p90_s), f"{p.headroom_to_knee * 100:+.0f}%", "*" if p.pareto else ""]
+                      _ms(p.ttft_p90_s), _ms(p.tpot_p90_s),
+                      "-" if p.headroom_to_knee is None else f"{p.headroom_to_knee * 100:+.0f}%", "*" if p.pareto else ""]
                      for p in res.plans])
         b = res.plans[0]
         print(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")

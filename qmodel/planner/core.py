@@ -451,7 +451,7 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple
         p = f.plan
         cost = cost_of(p, ctx.price)
         fam = p.family
-        knee_v = knee if math.isfinite(knee) else f.capacity
+        knee_v = knee if math.isfinite(knee) else None
         out.append(PlanRow(
             rank=i, topology=p.topology, label=p.label,
             prefill=None if p.prefill is None else PoolOut(gpu=p.prefill.gpu, tp=p.prefill.tp, instances=p.prefill.instances,
@@ -463,7 +463,8 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple
             goodput_per_usd_hour=None if not cost else g / cost,
             usd_per_million_output_tokens=None if not cost or g <= 0 else cost / (g * mean_out * 3600.0) * 1e6,
             rate_per_s=m.rate_per_s, attainment=m.attainment, ttft_p90_s=m.ttft_p90_s, tpot_p90_s=m.tpot_p90_s,
-            max_stable_rate_per_s=f.capacity, knee_rps=knee_v, headroom_to_knee=knee_v / m.rate_per_s - 1.0,
+            max_stable_rate_per_s=f.capacity, knee_rps=knee_v,
+            headroom_to_knee=None if knee_v is None else knee_v / m.rate_per_s - 1.0,
             binding=m.binding, validity=m.validity, pareto=par,
         ))
     return out, solves

@@ -51,8 +51,9 @@ class PlanRow(_Out):
     ttft_p90_s: float
     tpot_p90_s: float
     max_stable_rate_per_s: float
-    knee_rps: float = Field(description="rate where the binding percentile reaches twice its near-idle value")
-    headroom_to_knee: float = Field(description="knee_rps / rate_per_s - 1 (negative: already past the knee)")
+    knee_rps: float | None = Field(default=None, description="rate where the binding percentile reaches twice its "
+                                                            "near-idle value (null when not computed: --no-knee)")
+    headroom_to_knee: float | None = Field(default=None, description="knee_rps / rate_per_s - 1 (negative: past the knee)")
     binding: str
     validity: str
     pareto: bool = Field(default=False, description="not dominated in (goodput per GPU up, p90 TTFT down, p90 TPOT down)")
