@@ -214,3 +214,22 @@ def test_knee_and_headroom(scenario):
         assert p.headroom_to_knee == pytest.approx(0.8 * p.max_stable_rate_per_s / 9.0 - 1.0, rel=1e-12)
     off = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=FakeEvaluator(scenario), executor="serial", **KW)
     assert all(p.knee_rps is None and p.headroom_to_knee is None for p in off.plans)
+
+
+class _FailingMetrics(FakeEvaluator):
+    """The fake with one plan whose metrics raise a NumericalError (as a chain refusing to truncate)."""
+
+    def metrics(self, plan, rate):
+        from qmodel.errors import NumericalError
+
+        if plan.topology == "colocated":
+            raise NumericalError("chain needs too many states")
+        return super().metrics(plan, rate)
+
+
+def test_a_failing_plan_is_left_out_with_a_note(scenario):
+    res = plan(scenario, "min-gpus", target_rate_per_s=9.0, evaluator=_FailingMetrics(scenario), executor="serial",
+               **KW)
+    assert res.plans and all(p.topology != "colocated" for p in res.plans)
+    assert any(n.startswith("left out") and "too many states" in n for n in res.notes)
+    assert [p.rank for p in res.plans] == list(range(1, len(res.plans) + 1))

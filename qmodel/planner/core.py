@@ -300,6 +300,16 @@ def _detail(ev: Evaluator, p: PlanSpec, lo: float, a_lo: float | None, hi: float
     return g, m, knee, br.solves + 1
 
 
+def _detail_or_error(*args: Any) -> tuple[float, PlanMetrics, float, int] | str:
+    """:func:`_detail`, or the one-line message of a QmodelError (e.g. a chain that cannot truncate)."""
+    from qmodel.errors import QmodelError
+
+    try:
+        return _detail(*args)
+    except QmodelError as err:
+        return str(err)
+
+
 def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, target_rate_per_s: float | None = None,
          space: SearchSpace | None = None, gpus: Iterable[str] | None = None, prefill_gpus: Iterable[str] | None = None,
          decode_gpus: Iterable[str] | None = None, links: Iterable[str] | None = None, tps: Iterable[int] | None = None,
@@ -389,7 +399,7 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
         t1 = time.perf_counter()
         found, solves = _search(ctx, keep, ex, wave, prog, pruned)
         t2 = time.perf_counter()
-        rows, extra_solves = _rank(ctx, found, ex, knee)
+        rows, extra_solves = _rank(ctx, found, ex, knee, notes)
         t3 = time.perf_counter()
     finally:
         prog.close()
@@ -419,25 +429,31 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     return result
 
 
-def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool) -> tuple[list[PlanRow], int]:
+def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
+          notes: list[str]) -> tuple[list[PlanRow], int]:
     ev = ctx.ev
     if ctx.objective == "max-goodput":
         # the search's goodputs are lower ends of brackets SEARCH_REL_TOL wide: refine every plan that
         # could still be in the top K (up to 2K of them), then rank on the refined numbers
         ranked = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))
         kth = ranked[min(ctx.top_k, len(ranked)) - 1].goodput or 0.0 if ranked else 0.0
-        pick = [f for f in ranked if (f.goodput or 0.0) >= kth * (1 - SEARCH_REL_TOL)][: 2 * ctx.top_k]
-        args = [(ev, f.plan, f.bracket.lo, f.bracket.a_lo, f.bracket.hi, f.bracket.a_hi, ctx.rate, with_knee,
-                 f.capacity) for f in pick if f.bracket is not None]
+        pick = [f for f in ranked if f.bracket is not None and (f.goodput or 0.0) >= kth * (1 - SEARCH_REL_TOL)]
+        pick = pick[: 2 * ctx.top_k]
+        args = [(ev, f.plan, f.bracket.lo, f.bracket.a_lo, f.bracket.hi, f.bracket.a_hi, ctx.rate, with_knee,  # type: ignore[union-attr]
+                 f.capacity) for f in pick]
     else:
         # the K cheapest; among equal costs the larger stability limit first (goodput then orders them)
         pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: ctx.top_k]
         args = [(ev, f.plan, ctx.rate, f.attainment, f.capacity, None, ctx.rate, with_knee, f.capacity) for f in pick]
-    outs = run_tasks(ex, _detail, args)
-    solves = sum(o[3] for o in outs)
+    outs = run_tasks(ex, _detail_or_error, args)
+    solves = sum(o[3] for o in outs if not isinstance(o, str))
     mean_out = ev.mean_output_tokens()
     rows = []
-    for f, (g, m, knee, _) in zip(pick, outs):
+    for f, o in zip(pick, outs):
+        if isinstance(o, str):  # a numerical failure in one plan must not sink the ranking
+            notes.append(f"left out {f.plan.label}: {o}")
+            continue
+        g, m, knee, _ = o
         rows.append((f, g, m, knee))
     # goodputs within the search tolerance are ties: rank them at 3 significant digits, then by GPUs
     if ctx.objective == "max-goodput":
