@@ -106,9 +106,10 @@ _WARM: OrderedDict[str, Evaluator] = OrderedDict()
 
 def warm(ev: Evaluator) -> Evaluator:
     """This process's cached evaluator for ``ev.key`` (a pickled evaluator arrives with empty caches)."""
-    hit = _WARM.get(ev.key)
+    key = f"{type(ev).__module__}.{type(ev).__qualname__}:{ev.key}"
+    hit = _WARM.get(key)
     if hit is None:
-        _WARM[ev.key] = hit = ev
+        _WARM[key] = hit = ev
         while len(_WARM) > 4:
             _WARM.popitem(last=False)
     return hit
