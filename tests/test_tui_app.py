@@ -75,7 +75,7 @@ def test_invalid_input_is_shown_inline_and_nothing_crashes() -> None:
             await settle(app, pilot)
             row = app.query_one("#f-deployment-prefill-tp-row", FieldRow)
             assert row.has_class("invalid")
-            assert "Input should be a valid integer" in str(row.query_one(".field-error").render())
+            assert "Input should be a valid integer" in row.error
             assert app.analysis is before  # the last good answer stays; no solve ran
             app.set_field("deployment.prefill.tp", "8")
             await settle(app, pilot)
@@ -92,7 +92,7 @@ def test_unknown_catalog_name_suggests_close_ones() -> None:
             app.set_field("deployment.decode.gpu", "h100")
             await settle(app, pilot)
             row = app.query_one("#f-deployment-decode-gpu-row", FieldRow)
-            msg = str(row.query_one(".field-error").render())
+            msg = row.error
             assert row.has_class("invalid") and "did you mean" in msg and "h100-sxm" in msg
     run(go())
 
@@ -132,7 +132,7 @@ def test_pin_and_compare_side_by_side() -> None:
             line = next(ln for ln in text.split("\n") if "goodput  " in ln)
             assert "19.2 req/s" in line and "28.8 req/s" in line
             # loading a pinned scenario puts it back in the form
-            app.query_one("#load-pin").value = 0
+            app.load_pinned(0)
             await settle(app, pilot)
             assert app.values["deployment.decode.instances"] == "2"
     run(go())
@@ -221,7 +221,9 @@ def test_planner_rows_load_into_the_form(monkeypatch) -> None:
             await settle(app, pilot)
             assert [c.label for c in app.plan_rows] == ["3x h100-sxm TP2 chunked chunk 2048"]
             assert "1 plans" in screen_text(app)
-            app.query_one("#plan-load").value = 0
+            await pilot.click("#plan-load")
+            await pilot.pause()
+            await pilot.press("enter")
             await settle(app, pilot)
             dep = app.analysis.scenario.deployment
             assert (dep.topology, dep.pool.tp, dep.pool.instances, dep.chunk_tokens) == ("chunked", 2, 3, 2048)

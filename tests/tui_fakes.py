@@ -89,7 +89,7 @@ class FakeEngine:
             out.append(Curve(topo, f"fake {topo}", rates, att, 0.8 * k * cap, 0.7 * k * cap, k * cap))
         return dataclasses.replace(a, curves=tuple(out))
 
-    def heatmap(self, a: Analysis, check) -> Analysis:
+    def heatmap(self, a: Analysis, check, emit=None) -> Analysis:
         ps = ds = (1, 2, 3)
         grid = tuple(tuple(float(min(p * 2, d * 3)) for p in ps) for d in ds)
         return dataclasses.replace(a, heatmap=Heatmap("h100-sxm", 1, ps, ds, grid, (1, 1), (3, 2, 6 / 5)))

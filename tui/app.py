@@ -20,8 +20,9 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Footer, Header, Input, Label, ProgressBar, Select, Static, TabbedContent, TabPane
+from textual.widgets import Button, Footer, Header, Input, Label, ProgressBar, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from qmodel.errors import QmodelError
@@ -30,7 +31,7 @@ from . import plots
 from .compute import STAGES, Analysis, Cancelled, Engine, ReplayCheck
 from .form import DEFAULT_RAW, FormBuild, build, error_field, values_from_raw
 from .report import export_payload, metric_rows, render_compare, render_replay, render_results
-from .widgets import Chart, PathPrompt, ScenarioForm
+from .widgets import CatalogPicker, Chart, Choice, PathPrompt, ScenarioForm
 
 __all__ = ["QmodelApp", "TOPOLOGY_STYLES"]
 
@@ -58,7 +59,7 @@ class QmodelApp(App):
 
     def __init__(self, scenario_path: str | None = None, overrides: list[str] | None = None, *,
                  raw: dict[str, Any] | None = None, engine: Any = None, show_timings: bool = True,
-                 replay_requests: int = 5000) -> None:
+                 replay_requests: int = 5000, stages: tuple[tuple[str, str], ...] = STAGES) -> None:
         from .commands import QmodelCommands
 
         super().__init__()
@@ -66,6 +67,7 @@ class QmodelApp(App):
         self.engine = engine or Engine()
         self.show_timings = show_timings
         self.replay_requests = replay_requests
+        self.stages = stages  # the later stages to run after each solve (tests and benchmarks trim them)
         self.folder = Path.cwd()
         self.scenario_path: Path | None = None
         if raw is None and scenario_path:
@@ -119,19 +121,19 @@ class QmodelApp(App):
                         with Horizontal(classes="toolbar"):
                             yield Button("Pin (F2)", id="pin", compact=True)
                             yield Button("Clear", id="clear-pins", compact=True)
-                            yield Select([], prompt="load pinned…", id="load-pin", compact=True)
+                            yield Button("Load pinned…", id="load-pin", compact=True)
                         yield Static(id="compare")
                 with TabPane("Plan", id="tab-plan"):
                     with VerticalScroll():
                         with Horizontal(classes="toolbar"):
-                            yield Select([(o, o) for o in ("max-goodput", "min-gpus", "min-cost")],
-                                         value="max-goodput", allow_blank=False, id="plan-objective", compact=True)
+                            yield Choice(["max-goodput", "min-gpus", "min-cost"], "max-goodput", title="Objective",
+                                         id="plan-objective")
                             yield Input(placeholder="target req/s", id="plan-target", compact=True)
                             yield Button("Run (F5)", id="plan-run", compact=True)
                         yield Static(id="plan-status")
                         yield Static(id="plan-table")
                         with Horizontal(classes="toolbar"):
-                            yield Select([], prompt="load plan…", id="plan-load", compact=True)
+                            yield Button("Load plan…", id="plan-load", compact=True, disabled=True)
                 with TabPane("Replay", id="tab-replay"):
                     with VerticalScroll():
                         with Horizontal(classes="toolbar"):
@@ -158,6 +160,9 @@ class QmodelApp(App):
     def _form_changed(self, msg: ScenarioForm.Changed) -> None:
         self.values = msg.values
         self._changed_at = time.perf_counter()
+        # Retire the running stages now, not when the debounce fires: they share the interpreter
+        # with the event loop, and every millisecond they keep computing delays the new answer.
+        self._gen += 1
         self._validate_and_schedule()
 
     def _validate_and_schedule(self, immediate: bool = False) -> None:
@@ -202,12 +207,18 @@ class QmodelApp(App):
             a = Analysis(scenario=scenario, sha256="", error=f"internal error: {type(err).__name__}: {err}")
         if stale():
             return
-        self.call_from_thread(self._show, a, gen, STAGES[0][0] if not a.error else "")
+        stages = self.stages
+        self._from_thread(self._show, a, gen, stages[0][0] if stages and not a.error else "")
         if a.error:
             return
-        for i, (name, method) in enumerate(STAGES):
+        for i, (name, method) in enumerate(stages):
+            def partial(part: Analysis, name: str = name) -> None:  # progressive stages (heatmap rows)
+                if not stale():
+                    self._from_thread(self._show, part, gen, name)
+
             try:
-                a = getattr(self.engine, method)(a, stale)
+                fn = getattr(self.engine, method)
+                a = fn(a, stale, emit=partial) if method == "heatmap" else fn(a, stale)
             except Cancelled:
                 return
             except QmodelError as err:
@@ -216,12 +227,18 @@ class QmodelApp(App):
                 a = dataclasses.replace(a, stage_errors={**a.stage_errors, name: f"{type(err).__name__}: {err}"})
             if stale():
                 return
-            nxt = STAGES[i + 1][0] if i + 1 < len(STAGES) else ""
-            self.call_from_thread(self._show, a, gen, nxt)
+            nxt = stages[i + 1][0] if i + 1 < len(stages) else ""
+            self._from_thread(self._show, a, gen, nxt)
 
     def _show(self, a: Analysis, gen: int, next_stage: str) -> None:
-        if gen != self._gen:
+        if gen != self._gen or not self.is_running:
             return
+        try:
+            self._show_now(a, gen, next_stage)
+        except NoMatches:
+            pass  # the app is closing and its widgets are gone
+
+    def _show_now(self, a: Analysis, gen: int, next_stage: str) -> None:
         first = self.analysis is None or self.analysis.sha256 != a.sha256 or self.analysis.result is not a.result
         self.analysis = a
         if first and self._changed_at is not None:
@@ -331,8 +348,10 @@ class QmodelApp(App):
             best = None
             if h.best_per_gpu is not None:
                 best = (h.decode.index(h.best_per_gpu[1]), h.prefill.index(h.best_per_gpu[0]))
-            grid = plots.heatmap(h.goodput, [f"D{d}" for d in h.decode], [f"P{p}" for p in h.prefill],
-                                 highlight=cur, best=best)
+            grid = plots.heatmap(h.goodput, [f"D{d}" for d in h.decode[:len(h.goodput)]],
+                                 [f"P{p}" for p in h.prefill], highlight=cur, best=best)
+            if not h.complete:
+                grid.append(f"computing rows {len(h.goodput) + 1}..{len(h.decode)}…\n", style="dim")
             note = Text(f"\n{h.gpu} TP{h.tp} per instance; rows: decode instances, columns: prefill instances.",
                         style="dim")
             if h.best_per_gpu is not None:
@@ -359,11 +378,7 @@ class QmodelApp(App):
             if all(a.sha256 != self.analysis.sha256 for _, a in entries):
                 entries.append(("current", self.analysis))
         self.query_one("#compare", Static).update(render_compare(entries))
-        sel = self.query_one("#load-pin", Select)
-        opts = [(label, i) for i, (label, _, _) in enumerate(self.pinned)]
-        if [o[1] for o in opts] != [o for o in getattr(self, "_pin_opts", [])]:
-            self._pin_opts = [o[1] for o in opts]
-            sel.set_options(opts)
+        self.query_one("#load-pin", Button).disabled = not self.pinned
 
     @on(Button.Pressed, "#pin")
     def _pin_button(self) -> None:
@@ -374,11 +389,19 @@ class QmodelApp(App):
         self.pinned.clear()
         self._render_compare()
 
-    @on(Select.Changed, "#load-pin")
-    def _load_pin(self, event: Select.Changed) -> None:
-        if not isinstance(event.value, int) or event.value >= len(self.pinned):
-            return
-        _, _, a = self.pinned[event.value]
+    @on(Button.Pressed, "#load-pin")
+    def _load_pin_button(self) -> None:
+        labels = [label for label, _, _ in self.pinned]
+
+        def chosen(label: str | None) -> None:
+            if label in labels:
+                self.load_pinned(labels.index(label))
+
+        self.push_screen(CatalogPicker("a pinned scenario", labels), chosen)
+
+    def load_pinned(self, index: int) -> None:
+        """Put pinned scenario ``index`` back into the form."""
+        _, _, a = self.pinned[index]
         self.load_raw(a.scenario.model_dump(mode="json", exclude_none=True), keep_folder=True)
 
     # ---- loading and saving -------------------------------------------------------------------
@@ -568,7 +591,7 @@ class QmodelApp(App):
         if fb is None or fb.scenario is None:
             status.update(Text("Fix the highlighted fields first.", style="red"))
             return
-        objective = str(self.query_one("#plan-objective", Select).value)
+        objective = self.query_one("#plan-objective", Choice).value
         target_text = self.query_one("#plan-target", Input).value.strip()
         target = None
         if target_text:
@@ -613,12 +636,17 @@ class QmodelApp(App):
         status.update(Text(f"{len(rows)} plans" + (f" in {elapsed:.1f} s" if self.show_timings else "")
                            + "; pick one below to load it into the form", style="green"))
         self.query_one("#plan-table", Static).update(render_plans(rows))
-        self.query_one("#plan-load", Select).set_options([(f"#{i + 1} {r.label}", i) for i, r in enumerate(rows)])
+        self.query_one("#plan-load", Button).disabled = not rows
 
-    @on(Select.Changed, "#plan-load")
-    def _plan_load(self, event: Select.Changed) -> None:
-        if isinstance(event.value, int) and event.value < len(self.plan_rows):
-            self.load_plan(event.value)
+    @on(Button.Pressed, "#plan-load")
+    def _plan_load_button(self) -> None:
+        labels = [f"#{i + 1} {r.label}" for i, r in enumerate(self.plan_rows)]
+
+        def chosen(label: str | None) -> None:
+            if label in labels:
+                self.load_plan(labels.index(label))
+
+        self.push_screen(CatalogPicker("a plan", labels), chosen)
 
     def load_plan(self, index: int) -> None:
         row = self.plan_rows[index]

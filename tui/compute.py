@@ -17,8 +17,12 @@ the analysis (the app shows them), never exceptions, except :class:`Cancelled`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
+import json
 import math
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -78,6 +82,7 @@ class Heatmap:
     goodput: tuple[tuple[float | None, ...], ...]  # [i_decode][j_prefill]
     current: tuple[int, int] | None
     best_per_gpu: tuple[int, int, float] | None  # (P, D, goodput per GPU)
+    complete: bool = True  # False while rows are still being computed (``goodput`` has the rows so far)
 
 
 @dataclass(frozen=True)
@@ -191,40 +196,117 @@ def _grid(n: int, most: int) -> tuple[int, ...]:
     return tuple(sorted({int(round(v)) for v in np.linspace(1, n, most)}))
 
 
+def _station_key(sc: Scenario) -> str:
+    """Hash of what the stations depend on: everything but the name, the SLO and the arrival rate.
+
+    Stations are built from the deployment, the service-time model, the length mix and the arrival
+    SCV; the rate enters only ``solve(rate)`` and the SLO only the composition. So an edit to the
+    rate or an SLO target reuses the stations already built (for the chunked station that is most
+    of the cost of a solve).
+    """
+    d = sc.model_dump(mode="json")
+    d.pop("name", None)
+    d.pop("slo", None)
+    d["workload"]["arrivals"].pop("rate_per_s", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+def _solver_class():
+    from qmodel.engine import Solver
+
+    class MemoSolver(Solver):
+        """A Solver that remembers its last composition: ``solve(rate)`` right after ``compose(rate)``
+        (the TUI needs both the distributions and the Result) composes once, not twice."""
+
+        _memo: tuple[Any, Any] | None = None
+
+        def compose(self, rate: float):
+            slo = self.scenario.slo
+            key = (float(rate), slo.ttft_s, slo.tpot_s, slo.percentile)
+            if self._memo is not None and self._memo[0] == key:
+                return self._memo[1]
+            c = super().compose(rate)
+            self._memo = (key, c)
+            return c
+
+    return MemoSolver
+
+
 class Engine:
     """The real backend: qmodel's solver, goodput, compare and sensitivities, with a solver cache.
 
     Building a :class:`~qmodel.engine.Solver` resolves the catalog, the service-time model and the
-    length mix; caching them by scenario hash makes revisiting an earlier value instant and lets
-    the later stages reuse the solver stage 1 built.
+    length mix, and its stations precompute per-request service times; caching solvers by scenario
+    hash makes revisiting an earlier value instant, lets the later stages reuse the solver stage 1
+    built, and (see :func:`_station_key`) lets rate and SLO edits reuse the stations.
     """
 
-    CURVE_POINTS = 40
-    HEATMAP_SIDE = 8
+    CURVE_POINTS = 32
+    HEATMAP_SIDE = 6
+    HEATMAP_BUDGET_S = 20.0  # thin the P x D grid so it takes about this long at most
 
-    def __init__(self, cache_size: int = 64) -> None:
+    def __init__(self, cache_size: int = 32, variant_cache_size: int = 128) -> None:
+        # Two caches: the scenarios the user edits, and the variants the later stages explore
+        # (curves, heatmap, sensitivities: dozens per edit). Kept apart so exploring never evicts
+        # the solver the next keystroke will reuse.
         self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._by_stations: OrderedDict[str, Any] = OrderedDict()
+        self._variants: OrderedDict[str, Any] = OrderedDict()
         self._size = cache_size
+        self._variant_size = variant_cache_size
+        self._lock = threading.Lock()  # a cancelled worker may still be finishing while the next one starts
 
     # ---- helpers ------------------------------------------------------------------------------
-    def solver(self, sc: Scenario, sha: str | None = None):
-        from qmodel.engine import Solver
+    @staticmethod
+    def _remember(table: OrderedDict, key: str, value: Any, size: int) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > size:
+            table.popitem(last=False)
 
+    def solver(self, sc: Scenario, sha: str | None = None, *, variant: bool = False):
+        """The (cached) solver of ``sc``; ``variant`` marks scenarios derived by the later stages."""
         key = sha or scenario_sha256(sc)
-        s = self._cache.get(key)
+        with self._lock:
+            for table in (self._cache, self._variants):
+                s = table.get(key)
+                if s is not None:
+                    table.move_to_end(key)
+                    return s
+            if variant:
+                base = None
+            else:
+                skey = _station_key(sc)
+                base = self._by_stations.get(skey)
+        s = self._derive(base, sc) if base is not None else None
         if s is None:
-            s = Solver(sc)
-            self._cache[key] = s
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
+            s = _solver_class()(sc)
+        with self._lock:
+            if variant:
+                self._remember(self._variants, key, s, self._variant_size)
+            else:
+                self._remember(self._cache, key, s, self._size)
+                self._remember(self._by_stations, skey, s, self._size)
         return s
 
-    def _goodput(self, sc: Scenario, check: Check) -> tuple[float, float, Any]:
+    @staticmethod
+    def _derive(base, sc: Scenario):
+        """A solver for ``sc`` sharing ``base``'s stations (same station key), or None if unsafe."""
+        from qmodel.workload import arrival_stats
+
+        rate, ca2 = arrival_stats(sc.workload)
+        if ca2 != base.resolved.ca2:
+            return None
+        s = copy.copy(base)  # shares the cached station objects in base.__dict__
+        s.scenario = sc
+        s.resolved = dataclasses.replace(base.resolved, scenario=sc, base_rate_per_s=rate)
+        s._memo = None
+        return s
+
+    def _goodput(self, sc: Scenario, check: Check, variant: bool = True) -> tuple[float, float, Any]:
         from qmodel.goodput import goodput_search
 
-        solver = self.solver(sc)
+        solver = self.solver(sc, variant=variant)
         lam_max, _ = solver.max_stable_rate()
 
         def att(rate: float) -> float:
@@ -260,8 +342,9 @@ class Engine:
     def goodput(self, a: Analysis, check: Check) -> Analysis:
         from qmodel.goodput import _binding_at
 
+        t0 = time.perf_counter()
         sc = a.scenario
-        g, lam_max, solver = self._goodput(sc, check)
+        g, lam_max, solver = self._goodput(sc, check, variant=False)
         station = a.max_stable[1] if a.max_stable else ""
         gpus = solver.resolved.gpus
         cost = solver.resolved.cost_per_hour_usd
@@ -271,7 +354,8 @@ class Engine:
                      max_stable_rate_per_s=lam_max, binding=_binding_at(solver, g, station), gpus=gpus,
                      cost_per_hour_usd=cost, inputs_sha256=a.sha256)
         usd = usd_per_million_tokens(cost, g, a.mean_output_tokens or 0.0)
-        return dataclasses.replace(a, goodput=gp, usd_per_mtok=usd)
+        return dataclasses.replace(a, goodput=gp, usd_per_mtok=usd,
+                                   timings_s={**a.timings_s, "goodput": time.perf_counter() - t0})
 
     def curves(self, a: Analysis, check: Check) -> Analysis:
         from qmodel.compare import knee_rate
@@ -330,7 +414,7 @@ class Engine:
             out.append(Curve(topo, layout, rates if ys else (), ys, g, knee, lam_max, note))
         return dataclasses.replace(a, curves=tuple(out))
 
-    def heatmap(self, a: Analysis, check: Check) -> Analysis:
+    def heatmap(self, a: Analysis, check: Check, emit: Callable[[Analysis], None] | None = None) -> Analysis:
         sc = a.scenario
         dep = sc.deployment
         gpu, tp, n, _ = iso_gpu_variants(sc)
@@ -340,7 +424,12 @@ class Engine:
         else:
             current = None
         side = max(n - 1, 1)
-        ps, ds = _grid(side, self.HEATMAP_SIDE), _grid(side, self.HEATMAP_SIDE)
+        # Bound the grid by time: each cell is a goodput search. The goodput stage timed one.
+        per_cell = a.timings_s.get("goodput", 0.0)
+        most = self.HEATMAP_SIDE
+        if per_cell > 0:
+            most = max(2, min(most, int(math.sqrt(self.HEATMAP_BUDGET_S / per_cell))))
+        ps, ds = _grid(side, most), _grid(side, most)
         if current is not None:
             ps = tuple(sorted(set(ps) | {current[0]}))
             ds = tuple(sorted(set(ds) | {current[1]}))
@@ -360,15 +449,35 @@ class Engine:
                 if best is None or per_gpu > best[2]:
                     best = (p, d, per_gpu)
             rows.append(tuple(row))
+            if emit is not None and len(rows) < len(ds):
+                emit(dataclasses.replace(a, heatmap=Heatmap(gpu, tp, ps, ds, tuple(rows), current, best, False)))
         return dataclasses.replace(a, heatmap=Heatmap(gpu, tp, ps, ds, tuple(rows), current, best))
 
     def sensitivities(self, a: Analysis, check: Check) -> Analysis:
-        from qmodel.goodput import sensitivities
+        """Elasticities d ln(goodput) / d ln(input), as :func:`qmodel.goodput.sensitivities` defines them
+        (same perturbations, same one-sided difference), computed here so an edit can interrupt them."""
+        from qmodel.goodput import _perturbations
+        from qmodel.scenario import apply_overrides, parse_scenario
 
-        if check():
-            raise Cancelled
-        base = a.goodput.goodput_rps if a.goodput else self._goodput(a.scenario, check)[0]
-        return dataclasses.replace(a, sensitivities=tuple(sensitivities(a.scenario, base)))
+        sc = a.scenario
+        base = a.goodput.goodput_rps if a.goodput else self._goodput(sc, check, variant=False)[0]
+        raw = sc.model_dump(mode="json")
+        out: list[Sensitivity] = []
+        for name, sets, rel in _perturbations(sc):
+            try:
+                g = self._goodput(parse_scenario(apply_overrides(raw, sets)), check)[0]
+            except QmodelError as err:
+                out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
+                continue
+            if base <= 0:
+                out.append(Sensitivity(input=name, elasticity=0.0,
+                                       note=f"goodput {g:.4g} req/s after the change (from 0)"))
+                continue
+            el = math.log(max(g, 1e-12) / base) / math.log1p(rel)
+            out.append(Sensitivity(input=name, elasticity=el,
+                                   note=f"{sets[0].split('=')[0]} x{1 + rel:.3g}: goodput {base:.4g} -> {g:.4g} req/s "
+                                        f"({(g / base - 1) * 100:+.1f}%)"))
+        return dataclasses.replace(a, sensitivities=tuple(out))
 
     # ---- replay -------------------------------------------------------------------------------
     def replay(self, sc: Scenario, result: Result, n_requests: int, seed: int,
@@ -401,8 +510,8 @@ def _missing_rate() -> float:
 
 
 #: Later stages in the order they run (name, Engine method name).
-STAGES: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("curves", "curves"), ("heatmap", "heatmap"),
-                                       ("sensitivities", "sensitivities"))
+STAGES: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("curves", "curves"),
+                                       ("sensitivities", "sensitivities"), ("heatmap", "heatmap"))
 
 
 def finite_or_none(x: float | None) -> float | None:

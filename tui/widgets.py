@@ -12,11 +12,13 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widget import Widget
-from textual.widgets import Button, Input, Label, OptionList, Select, Static
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.widgets import Button, Input, Label, OptionList, Static
 
 from .form import FIELD_BY_KEY, FIELDS, SECTIONS, FieldSpec, visible
 
-__all__ = ["Chart", "ScenarioForm", "CatalogPicker", "PathPrompt"]
+__all__ = ["Chart", "Choice", "ScenarioForm", "CatalogPicker", "PathPrompt"]
 
 
 def _dom_id(key: str) -> str:
@@ -46,30 +48,125 @@ class Chart(Widget):
         return self._draw(w, h)
 
 
-class FieldRow(Vertical):
-    """Label, input (text, select or catalog name with a picker) and an inline error line."""
+class Choice(Widget, can_focus=True):
+    """A one-line choice: Enter/click opens a searchable list, Left/Right step through the options.
+
+    Used instead of Textual's Select, which is several widgets each; the form has 17 of these and
+    start-up time follows the widget count.
+    """
+
+    DEFAULT_CSS = """
+    Choice { height: 1; width: 1fr; background: $boost; }
+    Choice:focus { background: $block-cursor-background; color: $block-cursor-foreground; }
+    """
+    BINDINGS = [Binding("enter,space", "open", "Choose", show=False),
+                Binding("left", "step(-1)", show=False), Binding("right", "step(1)", show=False)]
+
+    value: reactive[str] = reactive("")
+
+    class Changed(Message):
+        def __init__(self, choice: "Choice", value: str) -> None:
+            super().__init__()
+            self.choice = choice
+            self.value = value
+
+        @property
+        def control(self) -> "Choice":
+            return self.choice
+
+    def __init__(self, options: list[str], value: str = "", *, title: str = "", placeholder: str = "", **kw) -> None:
+        super().__init__(**kw)
+        self.options = list(options)
+        self.title = title
+        self.placeholder = placeholder
+        self.set_reactive(Choice.value, value)
+
+    def render(self) -> Text:
+        shown = Text(self.value) if self.value else Text(self.placeholder, style="dim")
+        w = self.content_size.width
+        shown.truncate(max(w - 2, 1))
+        shown.pad_right(max(w - 2 - len(shown), 0))
+        return shown + Text(" ▼", style="dim")
+
+    def watch_value(self, old: str, new: str) -> None:
+        if old != new:
+            self.post_message(self.Changed(self, new))
+
+    def set_options(self, options: list[str]) -> None:
+        self.options = list(options)
+        self.refresh()
+
+    def action_open(self) -> None:
+        if not self.options:
+            return
+
+        def chosen(v: str | None) -> None:
+            if v is not None:
+                self.value = v
+
+        self.app.push_screen(CatalogPicker(self.title or "an option", self.options, self.value), chosen)
+
+    def action_step(self, delta: int) -> None:
+        if not self.options:
+            return
+        i = self.options.index(self.value) if self.value in self.options else -1
+        self.value = self.options[(i + delta) % len(self.options)]
+
+    def on_click(self) -> None:
+        self.action_open()
+
+
+class FieldRow(Widget):
+    """Label, input (text, select or catalog name with a picker) and, when needed, an error line.
+
+    One grid per field (label | input | picker) instead of nested containers, and the error line
+    mounted only when there is an error: the form has ~60 fields, and widget count is what sets
+    the app's start-up time.
+    """
+
+    DEFAULT_CSS = """
+    FieldRow { layout: grid; grid-size: 3; grid-columns: 13 1fr 3; grid-rows: 1; height: auto; }
+    FieldRow.-select, FieldRow.-text { grid-size: 2; grid-columns: 13 1fr; }
+    FieldRow > .field-error { column-span: 3; height: auto; padding-left: 2; }
+    """
 
     def __init__(self, spec: FieldSpec, names: list[str], value: str) -> None:
-        super().__init__(id=_dom_id(spec.key) + "-row", classes="field-row")
+        kind = "-catalog" if spec.kind == "catalog" else "-select" if spec.kind == "select" else "-text"
+        super().__init__(id=_dom_id(spec.key) + "-row", classes=f"field-row {kind}")
         self.spec = spec
         self.names = names
         self.value = value
+        self._error: Static | None = None
 
     def compose(self) -> ComposeResult:
         s = self.spec
-        with Horizontal(classes="field-line"):
-            yield Label(s.label, classes="field-label")
-            if s.kind == "select":
-                yield Select([(o, o) for o in s.options], allow_blank=False, id=_dom_id(s.key), compact=True,
-                             classes="field-input", value=self.value if self.value in s.options else s.options[0])
-            else:
-                sugg = SuggestFromList(self.names, case_sensitive=False) if s.kind == "catalog" else None
-                yield Input(self.value, id=_dom_id(s.key), suggester=sugg, compact=True, classes="field-input",
-                            placeholder="default" if s.optional else "", tooltip=s.help or None)
-                if s.kind == "catalog":
-                    yield Button("…", id=_dom_id(s.key) + "-pick", classes="pick", compact=True,
-                                 tooltip=f"search the {s.catalog} catalog")
-        yield Static("", classes="field-error")
+        yield Label(s.label, classes="field-label")
+        if s.kind == "select":
+            choice = Choice(list(s.options), self.value if self.value in s.options else s.options[0], title=s.label,
+                            id=_dom_id(s.key), classes="field-input")
+            choice.tooltip = s.help or None
+            yield choice
+        else:
+            sugg = SuggestFromList(self.names, case_sensitive=False) if s.kind == "catalog" else None
+            yield Input(self.value, id=_dom_id(s.key), suggester=sugg, compact=True, classes="field-input",
+                        placeholder="default" if s.optional else "", tooltip=s.help or None)
+            if s.kind == "catalog":
+                yield Button("…", id=_dom_id(s.key) + "-pick", classes="pick", compact=True,
+                             tooltip=f"search the {s.catalog} catalog")
+
+    @property
+    def error(self) -> str:
+        return "" if self._error is None else str(self._error.render())
+
+    def show_error(self, msg: str) -> None:
+        if msg == self.error:
+            return
+        if self._error is None:
+            self._error = Static("", classes="field-error")
+            self.mount(self._error)
+        self._error.update(Text(msg, style="red"))
+        self._error.display = bool(msg)
+        self.set_class(bool(msg), "invalid")
 
 
 class ScenarioForm(VerticalScroll):
@@ -114,14 +211,14 @@ class ScenarioForm(VerticalScroll):
             for spec in FIELDS:
                 w = self.query_one("#" + _dom_id(spec.key))
                 v = values.get(spec.key, "")
-                if isinstance(w, Select):
+                if isinstance(w, Choice):
                     if v in spec.options and w.value != v:
                         w.value = v
                 elif isinstance(w, Input) and w.value != v:
                     w.value = v
             self.update_visibility()
         finally:
-            # Input/Select post their Changed messages asynchronously; release the guard after them.
+            # Input/Choice post their Changed messages asynchronously; release the guard after them.
             self.call_after_refresh(self._release)
 
     def _release(self) -> None:
@@ -130,10 +227,7 @@ class ScenarioForm(VerticalScroll):
     def set_value(self, key: str, value: str) -> None:
         """Set one field as if the user typed it (emits Changed)."""
         w = self.query_one("#" + _dom_id(key))
-        if isinstance(w, Select):
-            w.value = value
-        else:
-            w.value = value
+        w.value = value
 
     def update_visibility(self) -> None:
         for spec in FIELDS:
@@ -142,11 +236,7 @@ class ScenarioForm(VerticalScroll):
 
     def show_errors(self, errors: dict[str, str]) -> None:
         for spec in FIELDS:
-            row = self.query_one("#" + _dom_id(spec.key) + "-row", FieldRow)
-            msg = errors.get(spec.key, "")
-            err = row.query_one(".field-error", Static)
-            err.update(Text(msg, style="red") if msg else "")
-            row.set_class(bool(msg), "invalid")
+            self.query_one("#" + _dom_id(spec.key) + "-row", FieldRow).show_error(errors.get(spec.key, ""))
 
     def _changed(self, key: str, value: str) -> None:
         if self._values.get(key) == value:
@@ -173,10 +263,10 @@ class ScenarioForm(VerticalScroll):
             event.stop()
             self._changed(key, event.value)
 
-    @on(Select.Changed)
-    def _select_changed(self, event: Select.Changed) -> None:
-        key = self._key(event.select.id)
-        if key and isinstance(event.value, str) and event.value == event.select.value:
+    @on(Choice.Changed)
+    def _choice_changed(self, event: Choice.Changed) -> None:
+        key = self._key(event.choice.id)
+        if key and event.value == event.choice.value:
             event.stop()
             self._changed(key, event.value)
 

@@ -1,0 +1,98 @@
+"""The TUI's engine shows exactly what the library computes, and the app drives the real engine.
+
+The TUI reuses stations across rate and SLO edits and composes once per solve; these tests pin
+that the shortcuts change no number: every comparison with the library is exact equality
+(same floating-point operations on the same inputs), not a tolerance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from qmodel.engine import Solver
+from qmodel.goodput import goodput, sensitivities
+from qmodel.scenario import load_scenario
+from qmodel.tui.app import QmodelApp
+from qmodel.tui.compute import Engine
+from qmodel.tui.form import DEFAULT_RAW, build, values_from_raw
+from tui_fakes import settle
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _default():
+    return build(values_from_raw(DEFAULT_RAW), DEFAULT_RAW).scenario
+
+
+def test_first_stage_equals_the_library_solve() -> None:
+    sc = _default()
+    a = Engine().solve(sc)
+    assert a.error is None and a.unstable is None
+    assert a.result == Solver(sc).solve()
+    # the plotted distributions are the composed ones: their percentiles are the Result's
+    assert (a.ttft.p90_s, a.tpot.p99_s) == (a.result.ttft.p90, a.result.tpot.p99)
+
+
+def test_rate_and_slo_edits_reuse_stations_without_changing_numbers() -> None:
+    sc = _default()
+    eng = Engine()
+    eng.solve(sc)
+    for edited in (sc.with_rate(3.3),
+                   sc.model_copy(update={"slo": sc.slo.model_copy(update={"ttft_s": 0.35, "percentile": 99.0})})):
+        a = eng.solve(edited)
+        assert a.result == Solver(edited).solve()
+    # the edited solvers share the first one's station objects (that is the point of the reuse)
+    s0, s1 = eng.solver(sc), eng.solver(sc.with_rate(3.3))
+    assert s0 is not s1 and s0._single_pool is s1._single_pool
+
+
+def test_goodput_stage_equals_the_library_goodput() -> None:
+    sc = _default()
+    eng = Engine()
+    a = eng.goodput(eng.solve(sc), lambda: False)
+    ref = goodput(sc)
+    assert a.goodput.goodput_rps == ref.goodput_rps
+    assert a.goodput.binding == ref.binding
+    mean_out = Solver(sc).resolved.lengths.mean_output
+    assert a.usd_per_mtok == pytest.approx(ref.cost_per_hour_usd / (ref.goodput_rps * mean_out * 3600) * 1e6,
+                                           rel=1e-15)
+
+
+def test_sensitivities_equal_the_library(data_dir) -> None:
+    sc = load_scenario(EXAMPLES / "opt13b-colocated-a100.yaml")
+    eng = Engine()
+    a = eng.sensitivities(eng.goodput(eng.solve(sc), lambda: False), lambda: False)
+    ref = sensitivities(sc, goodput(sc).goodput_rps)
+    assert [(s.input, s.elasticity) for s in a.sensitivities] == [(s.input, s.elasticity) for s in ref]
+
+
+def test_unstable_rate_names_the_station_and_limit() -> None:
+    sc = _default()
+    lam, station = Solver(sc).max_stable_rate()
+    a = Engine().solve(sc.with_rate(lam * 1.2))
+    assert a.result is None and a.unstable.station == station
+    assert a.unstable.max_stable_rate_per_s == pytest.approx(lam, rel=1e-12)
+
+
+def test_app_on_the_real_engine_updates_and_replays() -> None:
+    async def go():
+        # goodput only after each solve: the curves, heatmap and sensitivities have their own tests
+        app = QmodelApp(raw=DEFAULT_RAW, show_timings=False, replay_requests=1000, stages=(("goodput", "goodput"),))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            app.set_field("workload.arrivals.rate_per_s", "3")
+            await settle(app, pilot)
+            sc = app.analysis.scenario
+            assert sc.rate_per_s == 3.0 and app.analysis.result == Solver(sc).solve()
+            assert app.analysis.goodput.goodput_rps == goodput(sc).goodput_rps
+            await pilot.press("f6")
+            await settle(app, pilot)
+            chk = app.replay_check
+            assert chk is not None and chk.requests == 1000 and chk.rate_per_s == 3.0
+            names = [r[0] for r in chk.rows]
+            assert "ttft_p90" in names and "attainment" in names
+            assert all(r[2] >= 0 for r in chk.rows)
+    asyncio.run(go())
