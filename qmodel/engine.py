@@ -34,6 +34,11 @@ from qmodel.stations.base import StationSolution
 
 __all__ = ["Solver", "solve", "Composition"]
 
+# The KV link's grid step as a fraction of the prefill's: its rounding then adds at most a quarter
+# of a prefill bin per term to TTFT, whose quantiles are conservative by one bin per term anyway.
+_TRANSFER_DX_FRACTION = 0.25
+_RECENT = 4  # compositions kept by Solver.attainment (a goodput search's bracket ends)
+
 
 @dataclasses.dataclass(frozen=True)
 class Composition:
@@ -58,6 +63,7 @@ class Solver:
         self.resolved: Resolved = resolve(scenario) if resolved is None else resolved
         self._topology = scenario.deployment.topology
         self._notes: list[str] = []
+        self._recent: dict[float, Composition] = {}
 
     # ---- stations (rate-independent parts built once) ---------------------------------------
     @cached_property
@@ -126,6 +132,7 @@ class Solver:
             kv_capacity_tokens=pool.kv_capacity_tokens,
             max_batch=dep.pool.max_batch,
             ca2=self.resolved.ca2,
+            dispatch=dep.pool.dispatch,
         )
         if isinstance(dep, ColocatedDeployment):
             from qmodel.stations.colocated import ColocatedStation as cls
@@ -167,12 +174,16 @@ class Solver:
         if self._topology == "disaggregated":
             sp = self._prefill.solve(rate)
             tr = self._transfer
+            batch: dict = {}
             if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and self.scenario.deployment.link_sharing == "fcfs":
                 # Prefill releases whole batches onto the link: an M^X/G/1 wait, not M/G/1.
-                tr = dataclasses.replace(tr, batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
-                                         batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
+                batch = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
+                             batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
             # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
-            st = tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"))
+            # TTFT is composed on the prefill's grid (the coarser one), so the link is solved on a
+            # quarter of that step: finer would be rounded away by the composition.
+            st = tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"),
+                          dx=_TRANSFER_DX_FRACTION * sp.delay.dx, **batch)
             dec = self._decode
             # KV bytes held by transfers in flight (Little), spread over the decode instances, in tokens.
             inflight_bytes = float(st.extra.get("in_flight_bytes_mean", 0.0))
@@ -206,13 +217,22 @@ class Solver:
         there is unbounded for any practical SLO, so that too counts as 0 rather than an answer.
         """
         try:
-            return self.compose(rate).attainment
+            c = self.compose(rate)
         except UnstableError:
             return 0.0
         except NumericalError:
             if rate >= 0.99 * self.max_stable_rate()[0]:
                 return 0.0
             raise
+        # goodput asks for the binding constraint at the rate it settles on, one of these
+        self._recent[rate] = c
+        if len(self._recent) > _RECENT:
+            del self._recent[next(iter(self._recent))]
+        return c.attainment
+
+    def recent_composition(self, rate: float) -> Composition | None:
+        """The composition :meth:`attainment` solved at exactly ``rate``, if among the last few."""
+        return self._recent.get(rate)
 
     def solve(self, rate: float | None = None) -> Result:
         if rate is None:

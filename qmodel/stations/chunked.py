@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -50,7 +51,7 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.colocated import (_L_GROUPS, _busy_period_stalls, _grid_pmf, _pk_wait, decode_residual,
-                                       n_nodes, stall_tpot)
+                                       jsq_wait, n_nodes, stall_tpot)
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 
 __all__ = ["ChunkedStation"]
@@ -69,6 +70,8 @@ class ChunkedStation:
     chunk_tokens: int = 512
     kv_capacity_tokens: float | None = None
     max_batch: int | None = None
+    dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
+    ca2: float = 1.0
     name: str = "chunked"
 
     def __post_init__(self) -> None:
@@ -80,6 +83,10 @@ class ChunkedStation:
                              "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
         if self.instances < 1:
             raise InputError("chunked.instances", self.instances, "an integer >= 1")
+        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
+            raise InputError("chunked.ca2", self.ca2, "a finite arrival SCV >= 0 (1 = Poisson)")
+        if self.dispatch not in ("random", "round_robin", "least_loaded"):
+            raise InputError("chunked.dispatch", self.dispatch, "one of random, round_robin, least_loaded")
         if self.chunk_tokens < 2:
             raise InputError("chunked.chunk_tokens", self.chunk_tokens, "an integer >= 2 (decode + chunk tokens)")
         self.p, self.L = p, L
@@ -218,7 +225,9 @@ class ChunkedStation:
         res = np.concatenate([[0.0], sf[:-1]])
         res = res / res.sum()
         resid = GridDist(dxs, res, float(np.mean(s_own**2)) / (2 * mean_s), exact=False)
-        pk = _pk_wait(resid, rho_c)
+        cs2 = float(np.mean(s_own**2)) / mean_s**2 - 1.0
+        pk = jsq_wait(_pk_wait(resid, rho_c), rho_c, self.instances if self.dispatch == "least_loaded" else 1,
+                      (self.ca2 + cs2) / (1.0 + cs2))
         busy_dec = 1.0 - float(pi[0])  # P(decoding | no prompt backlog)
         keep = pi[1:] > 1e-14 * float(pi.max())
         gd = self.td[1: m + 1][keep]

@@ -33,6 +33,13 @@ Model, per instance at rate lam (random split over ``instances``):
   residuals convolved with the decode residual stretched by 1/(1 - rho_p). Prompts arriving during
   W join the request's batch: given W = w, Poisson(lam w) of them, each adding T_1(P) - T_1(0).
 
+Pools: ``instances`` engines. random / round_robin: each sees lam/c (round_robin treated as random,
+conservative). least_loaded: the prefill wait becomes M/G/c-like, P(wait) = Erlang C(c, c rho_p) and
+the conditional wait / c (:func:`jsq_wait`; against the replay on llama-3.1-8b/H100 x2 at half load
+this took TTFT p50/p90/p99 errors from +30/+40/+42% to −0.5/−1.8/+9.4%). Non-Poisson arrivals
+(``ca2``): the conditional prefill wait is scaled by (c_a^2 + c_s^2)/(1 + c_s^2) (heavy-traffic
+correction; approximate); TPOT stalls are not corrected for burstiness.
+
 Joint stability (work-conserving, Li–Dai–Peng form): lam E[L] beta_inf + rho_p(lam) < 1 with the
 batching above (between the unbatched lam (E[T_1] + E[L] beta) < 1 and full token-budget batches),
 beta_inf the asymptotic decode slope (or t_d(N_max)/N_max with a slot cap).
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -87,6 +95,8 @@ class ColocatedStation:
     max_batch_tokens: int = 8192
     kv_capacity_tokens: float | None = None
     max_batch: int | None = None
+    dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
+    ca2: float = 1.0
     name: str = "colocated"
 
     def __post_init__(self) -> None:
@@ -98,6 +108,10 @@ class ColocatedStation:
                              "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
         if self.instances < 1:
             raise InputError("colocated.instances", self.instances, "an integer >= 1")
+        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
+            raise InputError("colocated.ca2", self.ca2, "a finite arrival SCV >= 0 (1 = Poisson)")
+        if self.dispatch not in ("random", "round_robin", "least_loaded"):
+            raise InputError("colocated.dispatch", self.dispatch, "one of random, round_robin, least_loaded")
         if self.max_batch_tokens < 1:
             raise InputError("colocated.max_batch_tokens", self.max_batch_tokens, "an integer >= 1")
         self.p, self.L = p, L
@@ -243,7 +257,9 @@ class ColocatedStation:
         # class): W = R / (1 - rho_p), R = rho_p E[T^2]/(2E[T]) + busy_dec E[t_d]/2. Distribution: the
         # Pollaczek–Khinchine compound geometric of prefill residuals plus the decode residual
         # stretched by 1/(1 - rho_p) (the prefill work that arrives during it).
-        pk = _pk_wait(prefill_res, rho_p)
+        cs2 = et2 / self.mean_t1**2 - 1.0
+        pk = jsq_wait(_pk_wait(prefill_res, rho_p), rho_p, self.instances if self.dispatch == "least_loaded" else 1,
+                      (self.ca2 + cs2) / (1.0 + cs2))
         busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
         dec_part = decode_residual(gd, wd, 1.0 - rho_p, busy_frac, dxs)
         wait = convolve(pk, dec_part)
@@ -264,8 +280,11 @@ class ColocatedStation:
         if self.n_max is not None:
             lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT does not add the wait for a "
                              "free slot (admission by KV), so it is optimistic near the cap")
-        if self.instances > 1:
-            lam_notes.append(f"{self.instances} instances: random split (lam/{self.instances} each)")
+        if self.instances > 1 and self.dispatch == "least_loaded":
+            lam_notes.append(f"{self.instances} instances, least_loaded: prefill wait P(wait) = Erlang C(c, c rho_p), "
+                             "conditional wait / c (M/G/c-like approximation of join-the-shortest-queue)")
+        elif self.instances > 1:
+            lam_notes.append(f"{self.instances} instances: {self.dispatch} treated as a random split (lam/c each)")
         return StationSolution(
             name=self.name,
             utilization=float(load),
@@ -487,3 +506,27 @@ def _add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump
     pmf = pmf[: min(n, 1 << 16)]
     mean = wait.mean_s + lam * wait.mean_s * mean_jump
     return GridDist(wait.dx, pmf, mean, tail=max(0.0, 1.0 - float(pmf.sum())), tail_rate=wait.tail_rate, exact=False)
+
+
+def jsq_wait(pk: GridDist, rho: float, c: int, scale: float = 1.0) -> GridDist:
+    """Prefill wait with least-loaded dispatch over c instances (approximation).
+
+    Joining the least-loaded instance waits only when every instance has prefill work: the wait
+    probability becomes Erlang C(c, c rho) instead of rho and, as in M/G/c, the conditional wait
+    shrinks by 1/c. ``scale`` multiplies the conditional wait (the heavy-traffic correction
+    (c_a^2 + c_s^2)/(1 + c_s^2) for non-Poisson arrivals). c = 1 and scale = 1 return ``pk``.
+    """
+    if (c <= 1 and scale == 1.0) or rho <= 0:
+        return pk
+    from qmodel.stations.fcfs import erlang_c
+
+    cq = erlang_c(c, c * rho) if c > 1 else rho
+    cond = pk.pmf.copy()
+    p_wait = float(cond[1:].sum())
+    cond[0] = 0.0
+    if p_wait <= 0:
+        return pk
+    pmf = cq * cond / p_wait
+    pmf[0] += 1.0 - cq
+    mean = cq * (pk.mean_s / max(p_wait, 1e-300)) * scale / c
+    return GridDist(pk.dx * scale / c, pmf, mean, tail=0.0, tail_rate=pk.tail_rate * c / scale, exact=False)
