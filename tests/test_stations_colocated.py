@@ -157,3 +157,21 @@ def test_attainment_monotone_in_rate():
     tt = [float(s.delay.cdf(0.25)) for s in a]
     assert all(y <= x + 1e-6 for x, y in zip(tp, tp[1:]))
     assert all(y <= x + 1e-6 for x, y in zip(tt, tt[1:]))
+
+
+def test_jsq_wait_is_exact_for_mmc():
+    # Exponential service (mean 1): the P-K wait is the M/M/1 wait, and jsq_wait's Erlang-C / (1/c)
+    # transform gives the M/M/c wait exactly: P(W > t) = C(c, c rho) exp(-c (1 - rho) t).
+    from qmodel.stations.colocated import jsq_wait
+    from qmodel.stations.fcfs import erlang_c
+
+    dx, rho, c = 1e-3, 0.7, 3
+    x = np.arange(40000) * dx
+    res = GridDist(dx, np.diff(1.0 - np.exp(-x), prepend=0.0), 1.0)  # residual of Exp(1) is Exp(1)
+    w = jsq_wait(_pk_wait(res, rho), rho, c)
+    cq = erlang_c(c, c * rho)
+    assert w.mean_s == pytest.approx(cq / (c * (1 - rho)), rel=1e-6)  # grid mass past 40 s: ~1e-9
+    for t in (0.1, 0.5, 1.0):
+        # grid rounding (values rounded up by < dx per residual term): tolerance 5e-3
+        assert w.sf(t) == pytest.approx(cq * math.exp(-c * (1 - rho) * t), abs=5e-3)
+    assert jsq_wait(w, rho, 1) is w
