@@ -31,7 +31,8 @@ Model, per instance at rate lam (random split over ``instances``):
   priority M/G/1 over decode steps, E[W] = R/(1 - rho_p) with R = rho_p E[T^2]/(2E[T]) +
   P(decode running) E[t_d]/2; its law is the Pollaczek–Khinchine compound geometric of prefill
   residuals convolved with the decode residual stretched by 1/(1 - rho_p). Prompts arriving during
-  W join the request's batch: given W = w, Poisson(lam w) of them, each adding T_1(P) - T_1(0).
+  W join the request's batch: given W = w, Poisson(lam w) of them (16 strata of W), each adding
+  T_1(P) - T_1(0).
 
 Pools: ``instances`` engines. random / round_robin: each sees lam/c (round_robin treated as random,
 conservative). least_loaded: the prefill wait becomes M/G/c-like, P(wait) = Erlang C(c, c rho_p) and
@@ -480,30 +481,36 @@ def decode_residual(gd: np.ndarray, wd: np.ndarray, slow: float, busy: float, dx
     return GridDist(dx, np.diff(cdf, prepend=0.0), busy * float(np.dot(wd, gd)) / (2.0 * slow), exact=False)
 
 
+_W_STRATA = 16
+
+
 def _add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump: float) -> GridDist:
-    """W + sum_{j <= K} J_j with K ~ Poisson(lam W) given W (mixed Poisson), on W's grid by FFT:
-    sum_k FFT(pmf_W(x) Pois(k; lam x)) phi_J^k, k up to where the Poisson mass is below 1e-12."""
+    """W + sum_{j <= K} J_j with K ~ Poisson(lam W) given W (mixed Poisson), on W's grid.
+
+    W is cut into 16 equal-probability strata (boundary bins split, so the result moves continuously
+    with the rate); within stratum s the count is Poisson(lam w_s) at the stratum mean w_s. In Fourier
+    space: sum_s FFT(pmf_W restricted to s) exp(lam w_s (phi_J - 1)), one inverse FFT.
+    """
+    wait = wait.trimmed(1e-12)
+    p = wait.pmf
     x = np.arange(wait.n) * wait.dx
-    mu = lam * x
-    kmax = int(math.ceil(float(mu.max()) + 12 * math.sqrt(float(mu.max()) + 1.0) + 2))
-    size_j = len(jump)
-    n = wait.n + kmax * (size_j - 1) + 1
-    n = min(n, 1 << 18)
+    hi_c = np.cumsum(p)
+    lo_c = hi_c - p
+    q = np.linspace(0.0, float(hi_c[-1]), _W_STRATA + 1)
+    share = np.clip(np.minimum(hi_c[None, :], q[1:, None]) - np.maximum(lo_c[None, :], q[:-1, None]), 0.0, None)
+    mass = share.sum(axis=1)
+    w_s = (share @ x) / np.maximum(mass, 1e-300)
+    k = np.arange(len(jump))
+    ej, ej2 = float(np.dot(k, jump)), float(np.dot(k * k, jump))
+    mu_max = lam * float(w_s.max())
+    n = wait.n + int(math.ceil(mu_max * ej + 12.0 * math.sqrt(mu_max * ej2 + 1.0))) + len(jump)
+    n = min(n, 1 << 16)
     nfft = 1 << int(math.ceil(math.log2(max(n, 2))))
-    phi = np.fft.rfft(jump, nfft)
+    phi = np.fft.rfft(jump, nfft) - 1.0
     acc = np.zeros(nfft // 2 + 1, dtype=complex)
-    logp = -mu  # log Pois(0; mu)
-    power = np.ones_like(phi)
-    for k in range(kmax + 1):
-        if k:
-            logp = logp + np.log(np.maximum(mu, 1e-300)) - math.log(k)
-            power = power * phi
-        wk = wait.pmf * np.exp(logp)
-        if k and float(wk.sum()) < 1e-14:
-            break
-        acc += np.fft.rfft(wk, nfft) * power
+    for row, ws in zip(share, w_s):
+        acc += np.fft.rfft(row, nfft) * np.exp(lam * ws * phi)
     pmf = np.clip(np.fft.irfft(acc, nfft)[:n], 0.0, None)
-    pmf = pmf[: min(n, 1 << 16)]
     mean = wait.mean_s + lam * wait.mean_s * mean_jump
     return GridDist(wait.dx, pmf, mean, tail=max(0.0, 1.0 - float(pmf.sum())), tail_rate=wait.tail_rate, exact=False)
 
