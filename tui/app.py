@@ -148,7 +148,7 @@ class QmodelApp(App):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.sub_title = str(self.scenario_path) if self.scenario_path else "new scenario"
+        self.sub_title = self.scenario_path.name if self.scenario_path else "new scenario"
         self.query_one("#compare", Static).update(render_compare([]))
         self.query_one("#replay-status", Static).update(Text("Replays the scenario event by event at its rate "
                                                              "and compares with the analytic answer.", style="dim"))
@@ -289,7 +289,8 @@ class QmodelApp(App):
             att.plot(None, "no results")
             legend.update("")
         elif a.curves is None:
-            att.plot(None, "computing the topology curves…")
+            err = a.stage_errors.get("curves")
+            att.plot(None, f"curves not available: {err}" if err else "computing the topology curves…")
             legend.update("")
         else:
             curves = [c for c in a.curves if c.rates]
@@ -339,7 +340,8 @@ class QmodelApp(App):
         if a is None or a.error:
             hm.update("")
         elif a.heatmap is None:
-            hm.update(Text("computing the P:D grid…", style="dim"))
+            err = a.stage_errors.get("heatmap")
+            hm.update(Text(f"not available: {err}", style="yellow") if err else Text("computing the P:D grid…", style="dim"))
         else:
             h = a.heatmap
             cur = None
@@ -411,7 +413,7 @@ class QmodelApp(App):
         if path is not None:
             self.scenario_path = path
             self.folder = path.expanduser().resolve().parent
-            self.sub_title = str(path)
+            self.sub_title = path.name
         elif not keep_folder:
             self.sub_title = str(raw.get("name", "scenario"))
         self.values = values_from_raw(raw)

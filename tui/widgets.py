@@ -125,7 +125,7 @@ class FieldRow(Widget):
     """
 
     DEFAULT_CSS = """
-    FieldRow { layout: grid; grid-size: 3; grid-columns: 13 1fr 3; grid-rows: 1; height: auto; }
+    FieldRow { layout: grid; grid-size: 3; grid-columns: 13 1fr 3; grid-rows: 1 auto; height: auto; }
     FieldRow.-select, FieldRow.-text { grid-size: 2; grid-columns: 13 1fr; }
     FieldRow > .field-error { column-span: 3; height: auto; padding-left: 2; }
     """
