@@ -26,8 +26,63 @@ __all__ = ["goodput", "goodput_search", "sensitivities"]
 REL_TOL = 1e-3  # bisection stops when the bracket is 0.1 % of the rate: far below model error
 
 
+def _y(a: float) -> float:
+    """log(1 − A): closer to linear in λ than A itself where attainment falls from 1 towards 0
+    (tail probabilities of queueing delays grow roughly geometrically with the load)."""
+    return math.log(max(1.0 - a, 1e-12))
+
+
+def _brent(f: Callable[[float], float], a: float, b: float, fa: float, fb: float, rel_tol: float,
+           max_iter: int = 100) -> None:
+    """Brent's root finder (Brent 1973; the zbrent form of Numerical Recipes §9.3) on a bracket
+    with fa >= 0 > fb, stopped when the bracket [b, c] satisfies |c − b| <= 2·rel_tol·|b|.
+    The caller reads the bracket from the points ``f`` recorded."""
+    c, fc = b, fb
+    d = e = b - a
+    for _ in range(max_iter):
+        if (fb > 0 and fc > 0) or (fb < 0 and fc < 0):  # keep the root between b and c
+            c, fc = a, fa
+            d = e = b - a
+        if abs(fc) < abs(fb):
+            a, b, c = b, c, b
+            fa, fb, fc = fb, fc, fb
+        tol1 = rel_tol * abs(b)
+        xm = 0.5 * (c - b)
+        if abs(xm) <= tol1 or fb == 0:
+            return
+        if abs(e) >= tol1 and abs(fa) > abs(fb):
+            s = fb / fa
+            if a == c:  # secant
+                p, q = 2.0 * xm * s, 1.0 - s
+            else:  # inverse quadratic interpolation
+                q, r = fa / fc, fb / fc
+                p = s * (2.0 * xm * q * (q - r) - (b - a) * (r - 1.0))
+                q = (q - 1.0) * (r - 1.0) * (s - 1.0)
+            if p > 0:
+                q = -q
+            p = abs(p)
+            if 2.0 * p < min(3.0 * xm * q - abs(tol1 * q), abs(e * q)):
+                e, d = d, p / q
+            else:  # interpolation would not shrink the bracket fast enough: bisect
+                d = e = xm
+        else:
+            d = e = xm
+        a, fa = b, fb
+        b += d if abs(d) > tol1 else math.copysign(tol1, xm)
+        fb = f(b)
+
+
 def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: float) -> tuple[float, float]:
-    """(goodput, attainment at goodput) by bisection on (0, lam_max)."""
+    """(goodput, attainment at goodput): the root of A(λ) = goal on (0, lam_max), bracketed.
+
+    The bracket [lo, hi] (A(lo) >= goal > A(hi)) shrinks until hi − lo <= REL_TOL·hi, as plain
+    bisection would, but by Brent's method on log(1 − A(λ)) − log(1 − goal) (inverse quadratic
+    interpolation and secant steps, with bisection whenever they do not shrink the bracket fast
+    enough; :func:`_brent`): 8-13 solves instead of 14 on the shipped examples. Brent stops with
+    a bracket of at most 0.9·REL_TOL·b between evaluated rates; any rest is finished by
+    bisection. The result is the bracket's lower end, as before, so it differs from bisection's
+    by less than REL_TOL.
+    """
     if not (lam_max > 0 and math.isfinite(lam_max)):
         return 0.0, 0.0
     lo = lam_max * 1e-4
@@ -39,6 +94,21 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     if a_hi >= goal:
         return hi, a_hi
     seen: list[tuple[float, float]] = [(lo, a_lo), (hi, a_hi)]
+    y_goal = _y(goal)
+
+    def g(a: float) -> float:
+        # A >= goal must map to g >= 0 exactly (the clip in _y could tie them otherwise)
+        return max(y_goal - _y(a), 0.0) if a >= goal else min(y_goal - _y(a), -1e-300)
+
+    def f(x: float) -> float:
+        a = attainment(x)
+        seen.append((x, a))
+        return g(a)
+
+    _brent(f, lo, hi, g(a_lo), g(a_hi), 0.45 * REL_TOL)
+    lo = max(x for x, a in seen if a >= goal)
+    a_lo = max(a for x, a in seen if x == lo)
+    hi = min(x for x, a in seen if a < goal)
     while hi - lo > REL_TOL * hi:
         mid = 0.5 * (lo + hi)
         a = attainment(mid)
@@ -86,6 +156,9 @@ def _binding_at(solver, g: float, station: str) -> str:
     if g <= 0:
         idle = solver.solve(solver.max_stable_rate()[0] * 1e-4)
         return f"SLO infeasible even when idle: {idle.binding}"
+    c = solver.recent_composition(g)  # the search solved g already: explain that solution
+    if c is not None:
+        return solver.binding(c)
     try:
         return solver.solve(g).binding
     except UnstableError:  # g sits at the stability edge

@@ -94,16 +94,25 @@ class ServiceSample:
 
     @staticmethod
     def of(service_s: float | np.ndarray, weights: np.ndarray | None = None) -> "ServiceSample":
+        """The law of a sample; repeated values are merged (their weights added), which leaves
+        every moment and the MGF unchanged and makes each MGF evaluation of a root search cheaper."""
         v = np.atleast_1d(np.asarray(service_s, dtype=float)).ravel()
         if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v < 0) or v.max() <= 0:
             raise InputError("service_s", service_s, "service times must be finite, >= 0, not all zero")
         w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float).ravel()
         if w.shape != v.shape or np.any(w < 0) or w.sum() <= 0:
             raise InputError("weights", weights, "one non-negative weight per service time, not all zero")
+        if v.size > 1:
+            v, inv = np.unique(v, return_inverse=True)
+            w = np.bincount(inv.ravel(), weights=w, minlength=v.size)
         return ServiceSample(v, w / w.sum())
 
     def moment(self, k: int) -> float:
-        return float(np.dot(self.weights, self.values_s**k))
+        # memoised: the queues ask for the same few moments many times per solve
+        cache = self.__dict__.setdefault("_moment_cache", {})
+        if k not in cache:
+            cache[k] = float(np.dot(self.weights, self.values_s**k))
+        return cache[k]
 
     @property
     def mean_s(self) -> float:

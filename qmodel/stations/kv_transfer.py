@@ -40,7 +40,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from qmodel.dist import GridDist, convolve
+from qmodel.dist import MAX_POINTS, GridDist, convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
 from qmodel.stations.base import StationSolution
@@ -50,6 +50,15 @@ __all__ = ["KVTransferStation", "bandwidth_needed_bytes_per_s", "layerwise_expos
 
 Sharing = Literal["dedicated", "fcfs", "fair"]
 Mode = Literal["serialized", "layerwise"]
+
+# At most this many bins span the delay's support (the 1 − 1e-9 quantile): a bound on the grids'
+# and FFTs' size that costs resolution only for laws far wider than their mean.
+_SPAN_POINTS = 16384
+
+
+def _end(mg1: MG1) -> float:
+    """The 1 − 1e-9 quantile of an M/G/1 wait (0 when it waits with smaller probability)."""
+    return mg1.quantile(1.0 - 1e-9) if mg1.p_wait > 1e-9 else 0.0
 
 
 def bandwidth_needed_bytes_per_s(kv_bytes_per_token: float, mean_prompt_tokens: float, rate_per_s: float) -> float:
@@ -186,9 +195,9 @@ class KVTransferStation:
     def mean_bytes(self) -> float:
         return float(self.x.mean())
 
-    @property
+    @cached_property
     def service(self) -> ServiceSample:
-        """Link occupancy per transfer X/C."""
+        """Link occupancy per transfer X/C (rate-independent: built once per station)."""
         return ServiceSample.of(self.x / self.bandwidth_bytes_per_s)
 
     def max_stable_rate_per_s(self) -> float:
@@ -207,14 +216,28 @@ class KVTransferStation:
         return layerwise_exposed_s(self.x, bandwidth, self.layers, self.tp)
 
     # ---- solve --------------------------------------------------------------------------
-    def solve(self, rate_per_s: float, prefill_time_s: np.ndarray | None = None) -> StationSolution:
+    def solve(self, rate_per_s: float, prefill_time_s: np.ndarray | None = None,
+              batch_rate_per_s: float | None = None, batch_size_pmf: np.ndarray | None = None,
+              dx: float | None = None) -> StationSolution:
         """Solve at ``rate_per_s``. ``prefill_time_s`` (optional) replaces the own-prefill-time sample
         for this rate, e.g. the prefill solution's ``extra["own_batch_time_per_prompt_s"]`` (aligned
-        with the bytes sample), since a request's own batch time grows with load."""
-        if prefill_time_s is not None:
+        with the bytes sample), since a request's own batch time grows with load; ``batch_rate_per_s``
+        and ``batch_size_pmf`` likewise replace the batch releases for this rate, ``dx`` the grid
+        step. The per-rate variant shares this station's rate-independent parts (the service law
+        and its moments)."""
+        if prefill_time_s is not None or batch_rate_per_s is not None or batch_size_pmf is not None or dx is not None:
             import dataclasses
 
-            return dataclasses.replace(self, prefill_time_s=prefill_time_s).solve(rate_per_s)
+            changes: dict = {} if dx is None else {"dx": dx}
+            if prefill_time_s is not None:
+                changes["prefill_time_s"] = prefill_time_s
+            if batch_rate_per_s is not None or batch_size_pmf is not None:
+                changes.update(batch_rate_per_s=batch_rate_per_s, batch_size_pmf=batch_size_pmf)
+            variant = dataclasses.replace(self, **changes)
+            for name in ("x", "service"):  # rate-independent: share, do not rebuild
+                if name in self.__dict__:
+                    variant.__dict__[name] = self.__dict__[name]
+            return variant.solve(rate_per_s)
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "must be a finite number > 0")
         lim = self.max_stable_rate_per_s()
@@ -241,16 +264,16 @@ class KVTransferStation:
                 method = "dedicated path: pure delay"
                 wait_mean, wait = 0.0, None
             else:
-                wait_mean, wait, method, exact = self._fcfs_wait(lam_p, svc, rho, notes)
+                wait_mean, wait, method, exact = self._fcfs_wait(lam_p, svc, notes, g + self.latency_s)
         exposed = g + self.latency_s
-        dx = self.dx or max(float(np.mean(exposed)) + wait_mean, 1e-9) / 400.0
+        dx = wait.dx if wait is not None else self._grid_dx(exposed, 0.0, 0.0)
         own = GridDist.from_samples(exposed, dx)
         own = GridDist(dx, own.pmf, float(np.mean(exposed)), own.tail, own.tail_rate)
         if wait is None:
             delay = own
             wait_dist = GridDist.point(0.0, dx)
         else:
-            wait_dist = wait.regrid(dx) if wait.dx < dx else wait
+            wait_dist = wait
             delay = convolve(wait_dist, own)
         if self.mode == "layerwise":
             notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
@@ -277,8 +300,27 @@ class KVTransferStation:
             },
         )
 
-    def _fcfs_wait(self, lam_p: float, svc: ServiceSample, rho: float,
-                   notes: list[str]) -> tuple[float, GridDist, str, bool]:
+    def _grid_dx(self, exposed_s: np.ndarray, wait_mean_s: float, wait_end_s: float) -> float:
+        """One grid step for the wait, the exposed time and their sum.
+
+        ``dx`` if given (the engine passes a fraction of the prefill's step, on which TTFT is
+        composed), else 1/400 of the mean delay and coarse enough that the delay's support
+        (largest exposed time + the wait's 1 − 1e-9 quantile) fits in _SPAN_POINTS bins: the FFTs
+        stay small whatever the ratio of wait to transfer time. A given ``dx`` is coarsened only
+        where the support would not fit in MAX_POINTS bins (the grid would be truncated).
+        """
+        span = float(np.max(exposed_s)) + wait_end_s
+        if self.dx:
+            return max(self.dx, span / MAX_POINTS)
+        return max(max(float(np.mean(exposed_s)) + wait_mean_s, 1e-9) / 400.0, span / _SPAN_POINTS)
+
+    def _fcfs_wait(self, lam_p: float, svc: ServiceSample, notes: list[str],
+                   exposed_s: np.ndarray) -> tuple[float, GridDist, str, bool]:
+        """(mean, law on the station's grid, method, exact) of the FCFS link wait.
+
+        The mean and the tail (Cramér–Lundberg) are closed forms, so the grid step is chosen from
+        them before any grid is built (:meth:`_grid_dx`).
+        """
         if self.batch_size_pmf is None:
             mg1 = MG1(lam_p, svc)
             scale = 1.0
@@ -286,15 +328,18 @@ class KVTransferStation:
                 cs2 = svc.scv
                 scale = (self.ca2 + cs2) / (1.0 + cs2)
                 notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Kingman ratio {scale:.3g} (approximate)")
-            w = mg1.grid()
-            if scale != 1.0:
-                idx = np.ceil(np.arange(w.n) * scale - 1e-9).astype(np.int64)
-                w = GridDist(w.dx, np.bincount(idx, weights=w.pmf), mg1.mean_s * scale, exact=False)
-            return mg1.mean_s * scale, w, "M/G/1 per path: Pollaczek-Khinchine mean, Cramer-Lundberg tail", False
+            mean = mg1.mean_s * scale
+            dx = self._grid_dx(exposed_s, mean, _end(mg1) * scale)
+            # the unscaled law on the step dx/scale, relabelled: W·scale on the grid dx
+            w = mg1.grid(dx / scale)
+            w = GridDist(dx, w.pmf, mean, w.tail, w.tail_rate / scale, exact=scale == 1.0 and w.exact)
+            return mean, w, "M/G/1 per path: Pollaczek-Khinchine mean, Cramer-Lundberg tail", False
         # batch arrivals per path: the batch waits as one M/G/1 customer with the batch's total work;
         # within the batch a request waits for those released ahead of it.
         pk = np.asarray(self.batch_size_pmf, dtype=float)
         pk = pk / pk.sum()
+        # sizes beyond the last with any mass add nothing but FFT powers
+        pk = pk[: int(np.flatnonzero(pk > 0)[-1]) + 1]
         k = np.arange(1, pk.size + 1, dtype=float)
         lam_b = float(self.batch_rate_per_s) / self.paths  # type: ignore[arg-type]
         ek, ek2 = float(pk @ k), float(pk @ (k * k))
@@ -302,27 +347,30 @@ class KVTransferStation:
             notes.append(f"batch rate x mean batch = {lam_b * ek:.4g}/s per path differs from the request rate "
                          f"{lam_p:.4g}/s; the request rate is used for the load")
             lam_b = lam_p / ek
-        work = _CompoundWork(svc, pk)
-        mg1 = MG1(lam_b, work)
-        wb = mg1.grid()
-        dx = wb.dx
-        s_grid = GridDist.from_samples(svc.values_s, dx).pmf
-        # position part: customer-weighted batch size k, uniform position i in 0..k−1, i-fold work
-        size = 1 << int(math.ceil(math.log2(max(len(s_grid) * pk.size + 2, 2))))
-        f = np.fft.rfft(s_grid, size)
-        cust = pk * k / ek
-        acc = np.zeros_like(f)
-        power = np.ones_like(f)
-        partial = np.zeros_like(f)
-        for kk in range(1, pk.size + 1):
-            partial = partial + power  # Σ_{i<kk} F^i
-            power = power * f
-            acc += cust[kk - 1] * partial / kk
-        pos = np.clip(np.fft.irfft(acc, size), 0.0, None)
+        mean = mx_g1_mean_wait(lam_b, ek, ek2, svc.mean_s, svc.moment(2))
+        mg1 = MG1(lam_b, _CompoundWork(svc, pk))
+        # position part: customer-weighted batch size k, uniform position i in 0..k−1, i-fold work.
+        # Its support is below (b−1)E[S] + 10 sd √(b−1) + 40 max S except for mass e^{-25}
+        # (Bernstein's inequality, S bounded), which also bounds the FFT's circular wrap-around.
+        nb = pk.size - 1
+        sd = math.sqrt(max(svc.moment(2) - svc.mean_s ** 2, 0.0))
+        smax = float(svc.values_s.max())
+        reach = min(nb * smax, nb * svc.mean_s + 10.0 * sd * math.sqrt(nb) + 40.0 * smax)
+        dx = self._grid_dx(exposed_s, mean, _end(mg1) + reach)
+        wb = mg1.grid(dx)
+        s_pmf = GridDist.from_samples(svc.values_s, dx).pmf
+        #   Σ_k c_k/k Σ_{i<k} F^i = Σ_{i<b} d_i F^i,  d_i = Σ_{k>i} c_k/k  (Horner in F)
+        d = np.cumsum(pk[::-1])[::-1] / ek  # c_k/k = P(K = k)/E[K]
+        length = min(nb * (s_pmf.size - 1) + 1, int(math.ceil(reach / dx)) + s_pmf.size)
+        size = 1 << int(math.ceil(math.log2(max(length, 2))))
+        f = np.fft.rfft(s_pmf, size)
+        acc = np.full_like(f, d[-1])
+        for di in d[-2::-1]:
+            acc = acc * f + di
+        pos = np.clip(np.fft.irfft(acc, size)[:length], 0.0, None)
         pos_mean = float(svc.mean_s) * float(pk @ (k * (k - 1))) / (2.0 * ek)
         pos_d = GridDist(dx, pos / pos.sum(), pos_mean, exact=False).trimmed()
         w = convolve(wb, pos_d)
-        mean = mx_g1_mean_wait(lam_b, ek, ek2, svc.mean_s, svc.moment(2))
         w = GridDist(w.dx, w.pmf, mean, w.tail, w.tail_rate, exact=False)
         notes.append("batch releases from prefill: M^X/G/1 with Poisson batch arrivals (QNA-style; approximate)")
         return mean, w, "M^X/G/1 per path: exact mean for Poisson batches, Cramer-Lundberg batch tail", False
