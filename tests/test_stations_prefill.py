@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from qmodel.dist import convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
+from qmodel.stations.base import StationSolution
 from qmodel.stations.prefill import BatchServiceLaw, BulkQueue, PrefillStation, batch_cap
 
 EXACT = 1e-6
@@ -149,8 +150,9 @@ def test_distserve_md1_mean_ttft() -> None:
 # ---- random batch times: chain vs micro-DES ---------------------------------------------------
 @pytest.mark.parametrize("load", [0.5, 0.8])
 def test_random_batch_times_against_des(load: float) -> None:
+    # a plain request cap of 8 over random prompts: the chain is exact for this engine
     prompts, svc = _prompts(), LinearPrefill()
-    st = PrefillStation(1, svc, prompts, max_batch_tokens=8192)
+    st = PrefillStation(1, svc, prompts, max_batch_tokens=None, max_batch_size=8)
     lam = load * st.max_stable_rate_per_s()
     sol = st.solve(lam)
     rng = np.random.default_rng(11)
@@ -174,7 +176,7 @@ def test_joint_wait_and_own_batch_is_not_independent() -> None:
     # Long waits come with full own batches: treating W and S_own as independent misplaces the
     # tail. The joint result matches the DES; the independent convolution is measurably off.
     prompts, svc = _prompts(), LinearPrefill()
-    st = PrefillStation(1, svc, prompts, max_batch_tokens=8192)
+    st = PrefillStation(1, svc, prompts, max_batch_tokens=None, max_batch_size=8)
     lam = 0.85 * st.max_stable_rate_per_s()
     sol = st.solve(lam)
     indep = convolve(sol.wait, sol.extra["own_batch_time"])
@@ -186,17 +188,48 @@ def test_joint_wait_and_own_batch_is_not_independent() -> None:
     assert sol.delay.mean_s == pytest.approx(indep.mean_s, rel=1e-12)  # means agree by linearity
 
 
-def test_token_budget_mapping_error() -> None:
-    # Design §2.4: b = floor(B/E[P]) is 1-8% optimistic against a token-budget engine, growing
-    # with load. Measured here (seeded): about -3% at 50% load, -6% at 80%.
+def _budget_check(st: PrefillStation, prompts: np.ndarray, svc: ServiceTimeModel, load: float, seed: int,
+                  n: int = 200_000) -> tuple[float, float, StationSolution, np.ndarray]:
+    """(relative error of E[W], its 3-SE band, the solution, DES delays) against a token-budget DES."""
+    lam = load * st.max_stable_rate_per_s()
+    rng = np.random.default_rng(seed)
+    w, d = des_engine(np.cumsum(rng.exponential(1 / lam, n)), prompts, svc, budget=st.max_batch_tokens)
+    mean, se = _batch_means(w[n // 20 :], np.mean, nb=10)
+    sol = st.solve(lam)
+    return sol.wait.mean_s / mean - 1.0, 3 * se / mean, sol, d[n // 20 :]
+
+
+@pytest.mark.parametrize("load,tol", [(0.5, 0.06), (0.8, 0.12)])
+def test_token_budget_against_des(load: float, tol: float) -> None:
+    # Token-aware chain (FCFS-prefix batches, overflow-headed regimes) against the real batcher,
+    # lognormal prompts (median 1000, sigma 0.8), budget 8192. Measured (300k requests, seed 21):
+    # -2.5% at 50% load, -8.3% at 80%, -7.2% at 90% (the old floor(B/E[P]) cap: -1%, 0%, +4%
+    # here, but -8/-24/-37% on the long-prompt mix below). The remaining bias: the overflow head
+    # law is taken marginally over the cut size k, while small-k cuts (moderate load) leave a more
+    # size-biased head. Gate: the measured error plus 3 SE of the DES mean.
     prompts, svc = _prompts(), LinearPrefill()
     st = PrefillStation(1, svc, prompts, max_batch_tokens=8192)
-    for load, lo, hi in ((0.5, -0.08, 0.0), (0.8, -0.10, -0.01)):
-        lam = load * st.max_stable_rate_per_s()
-        rng = np.random.default_rng(13)
-        w, _ = des_engine(np.cumsum(rng.exponential(1 / lam, 200_000)), prompts, svc, budget=8192)
-        err = st.solve(lam).wait.mean_s / w[10_000:].mean() - 1.0
-        assert lo <= err <= hi, err
+    err, band, sol, d = _budget_check(st, prompts, svc, load, seed=13)
+    assert not sol.exact
+    assert abs(err) <= tol + band, err
+
+
+def test_token_budget_long_prompts_against_des() -> None:
+    # Long heterogeneous prompts (median 1600, sigma 0.9: p90/mean ~ 2, like azure-code-2023) under
+    # budget 8192: the cap floor(B/E[P]) = 3 badly overstates batching (measured -8% at 50% load,
+    # -24% at 80%, -37% at 90% on E[W] for splitwise's A100 table over the azure-code mix); the
+    # token-aware chain there measured -0.3%, +0.9%, +4.4% (200k requests). Here (seed 17) E[W]
+    # measured -5.6% at 50% and -5.5% at 80%; gate 6% + 3 SE. TTFT quantiles at 80% load measured
+    # p50 -11%, p90 -0.2%, p99 +6% (the body of the law is the least accurate part); gate 12%.
+    rng = np.random.default_rng(5)
+    prompts = np.clip(np.rint(1600 * np.exp(0.9 * rng.standard_normal(4096))), 16, 32768)
+    svc = LinearPrefill(0.03, 1.2e-4)
+    st = PrefillStation(1, svc, prompts, max_batch_tokens=8192)
+    for load in (0.5, 0.8):
+        err, band, sol, d = _budget_check(st, prompts, svc, load, seed=17)
+        assert abs(err) <= 0.06 + band, (load, err)
+        for q in (0.5, 0.9, 0.99):  # TTFT (prefill part) quantiles: grid rounding + DES noise
+            assert sol.delay.quantile(q) == pytest.approx(float(np.quantile(d, q)), rel=0.12, abs=2 * sol.delay.dx)
 
 
 # ---- stability, dispatch, departures ----------------------------------------------------------
@@ -204,7 +237,8 @@ def test_stability_uses_the_batched_limit() -> None:
     prompts, svc = _prompts(), LinearPrefill()
     st = PrefillStation(2, svc, prompts, max_batch_tokens=8192)
     lim = st.max_stable_rate_per_s()
-    assert lim == pytest.approx(2 * st.b / st.law.mean_s[-1])
+    en, es = st.law.mean_drain  # E[N] requests in E[S_N] per batch from a long queue
+    assert lim == pytest.approx(2 * en / es)
     unbatched_limit = 2 / st.law.mean_s[0]
     assert lim > 1.15 * unbatched_limit
     sol = st.solve(1.1 * unbatched_limit)  # unbatched rho = 1.1: stable with batching
@@ -232,8 +266,9 @@ def test_departure_stats_and_report() -> None:
 
 
 def test_round_robin_against_des() -> None:
-    # Erlang-4 arrivals per engine; the KLB-scaled chain is approximate. Measured (3 x 400k DES):
-    # -5% on E[W] at 80% load, -17% at 50% (where the absolute wait is small). Gate: 10% at 80%.
+    # Erlang-4 arrivals per engine; the KLB-scaled chain is approximate. Measured against the
+    # token-budget DES (4 x 100k requests per engine, seed 21): -14% on E[W] at 50% load (where
+    # the absolute wait is small), -5.4% at 80%, +5.3% at 90%. Gate: 10% at 80%.
     prompts, svc = _prompts(), LinearPrefill()
     st = PrefillStation(4, svc, prompts, max_batch_tokens=8192, dispatch="round_robin")
     lam = 0.8 * st.max_stable_rate_per_s()
@@ -241,7 +276,7 @@ def test_round_robin_against_des() -> None:
     assert not sol.exact
     rng = np.random.default_rng(14)
     arr = np.cumsum(rng.gamma(4, 1 / lam, 200_000))  # every 4th arrival of a Poisson(λ) stream
-    w, _ = des_engine(arr, prompts, svc, b=st.b)
+    w, _ = des_engine(arr, prompts, svc, budget=8192)
     assert sol.wait.mean_s == pytest.approx(w[10_000:].mean(), rel=0.10)
 
 
@@ -252,12 +287,13 @@ def test_bursty_arrivals_scale_up() -> None:
     lam = 0.8 * base.max_stable_rate_per_s()
     a, b = base.solve(lam), bursty.solve(lam)
     assert b.wait.mean_s > 2 * a.wait.mean_s and not b.exact
-    # Gamma CV 2 arrivals, heavy-traffic scaling (approximate). Measured with 3 x 400k-request
-    # DES runs: -9% on E[W] at 50% load, -20% at 80% load (bursty input needs long runs: 250k-
-    # request runs under-estimate the 80% DES mean by ~8%). Gate at 50% load: 15% plus 3 SE.
+    # Gamma CV 2 arrivals, heavy-traffic scaling (approximate). Measured against the token-budget
+    # DES (400k requests, seed 21): -14% on E[W] at 50% load, -20% at 80%, -9% at 90% (bursty
+    # input needs long runs: 250k-request runs under-estimate the 80% DES mean by ~8%).
+    # Gate at 50% load: 15% plus 3 SE.
     lam = 0.5 * base.max_stable_rate_per_s()
     rng = np.random.default_rng(15)
-    w, _ = des_engine(np.cumsum(rng.gamma(0.25, 4 / lam, 250_000)), prompts, svc, b=base.b)
+    w, _ = des_engine(np.cumsum(rng.gamma(0.25, 4 / lam, 250_000)), prompts, svc, budget=8192)
     mean, se = _batch_means(w[10_000:], np.mean, nb=10)
     assert bursty.solve(lam).wait.mean_s == pytest.approx(mean, abs=0.15 * mean + 3 * se)
 
