@@ -128,8 +128,8 @@ class QmodelApp(App):
                         with Horizontal(classes="toolbar"):
                             yield Choice(["max-goodput", "min-gpus", "min-cost"], "max-goodput", title="Objective",
                                          id="plan-objective")
-                            yield Input(placeholder="target req/s", id="plan-target", compact=True)
-                            yield Button("Run (F5)", id="plan-run", compact=True)
+                            yield Input(placeholder="target req/s", id="plan-target", compact=True, tooltip="min-gpus / min-cost: the rate to meet (blank: the scenario rate)")
+                            yield Button("Run", id="plan-run", compact=True)
                         yield Static(id="plan-status")
                         yield Static(id="plan-table")
                         with Horizontal(classes="toolbar"):
@@ -141,7 +141,7 @@ class QmodelApp(App):
                             yield Input(str(self.replay_requests), id="replay-n", compact=True)
                             yield Label("seed")
                             yield Input("0", id="replay-seed", compact=True)
-                            yield Button("Check (F6)", id="replay-run", compact=True)
+                            yield Button("Run", id="replay-run", compact=True)
                         yield ProgressBar(total=100, show_eta=False, id="replay-progress")
                         yield Static(id="replay-status")
                         yield Static(id="replay-table")
@@ -519,7 +519,14 @@ class QmodelApp(App):
         self.query_one("#replay-run", Button).disabled = True
         self.query_one("#replay-progress", ProgressBar).update(progress=0)
         self.query_one("#replay-table", Static).update("")
+        self._replay_t0, self._replay_what = time.perf_counter(), "starting"
+        # The simulation itself reports no progress; an elapsed-time line shows it is alive.
+        self._replay_ticker = self.set_interval(0.5, self._replay_tick)
         self.run_replay(a, n, seed)
+
+    def _replay_tick(self) -> None:
+        self.query_one("#replay-status", Static).update(
+            Text(f"{self._replay_what} ({time.perf_counter() - self._replay_t0:.0f} s)", style="dim"))
 
     def run_replay(self, a: Analysis, n: int, seed: int) -> None:
         # A daemon thread, not a Textual worker: a replay cannot be interrupted, and quitting the
@@ -527,10 +534,8 @@ class QmodelApp(App):
         threading.Thread(target=self._replay_thread, args=(a, n, seed), daemon=True, name="qmodel-replay").start()
 
     def _replay_thread(self, a: Analysis, n: int, seed: int) -> None:
-        t0 = time.perf_counter()
-
         def progress(frac: float, what: str) -> None:
-            self._from_thread(self._replay_progress, frac, f"{what} ({time.perf_counter() - t0:.1f} s)")
+            self._from_thread(self._replay_progress, frac, what)
 
         try:
             check = self.engine.replay(a.scenario, a.result, n, seed, progress)
@@ -551,10 +556,14 @@ class QmodelApp(App):
                 pass  # the event loop closed between the check and the call
 
     def _replay_progress(self, frac: float, what: str) -> None:
+        self._replay_what = what
         self.query_one("#replay-progress", ProgressBar).update(progress=100 * frac)
-        self.query_one("#replay-status", Static).update(Text(what, style="dim"))
+        self._replay_tick()
 
     def _replay_done(self, check: ReplayCheck | None, error: str) -> None:
+        if getattr(self, "_replay_ticker", None) is not None:
+            self._replay_ticker.stop()
+            self._replay_ticker = None
         self.query_one("#replay-run", Button).disabled = False
         status = self.query_one("#replay-status", Static)
         if check is None:
@@ -606,6 +615,10 @@ class QmodelApp(App):
                 return
         status.update(Text(f"planning ({objective})…", style="dim"))
         self.query_one("#plan-run", Button).disabled = True
+        t0 = time.perf_counter()
+        # The planner reports no progress of its own; an elapsed-time line shows it is alive.
+        self._plan_ticker = self.set_interval(
+            0.5, lambda: status.update(Text(f"planning ({objective})… {time.perf_counter() - t0:.0f} s", style="dim")))
         self.run_plan(fb.scenario, objective, target)
 
     def run_plan(self, scenario, objective: str, target: float | None) -> None:
@@ -629,6 +642,9 @@ class QmodelApp(App):
     def _plan_done(self, rows, error: str, elapsed: float) -> None:
         from .planning import render_plans
 
+        if getattr(self, "_plan_ticker", None) is not None:
+            self._plan_ticker.stop()
+            self._plan_ticker = None
         self.query_one("#plan-run", Button).disabled = False
         status = self.query_one("#plan-status", Static)
         if rows is None:

@@ -17,8 +17,8 @@ the analysis (the app shows them), never exceptions, except :class:`Cancelled`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -211,6 +211,7 @@ def _station_key(sc: Scenario) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
 def _solver_class():
     from qmodel.engine import Solver
 
@@ -289,18 +290,25 @@ class Engine:
                 self._remember(self._by_stations, skey, s, self._size)
         return s
 
-    @staticmethod
-    def _derive(base, sc: Scenario):
+    # Station objects a Solver builds lazily (functools.cached_property) from the deployment, the
+    # service model, the length mix and the arrival SCV only. Other cached values (the inputs hash,
+    # ...) belong to the scenario and are not carried over. If the engine renames these, nothing is
+    # carried and the new solver simply builds its own stations.
+    _STATION_ATTRS = ("_prefill", "_transfer", "_decode", "_single_pool")
+
+    @classmethod
+    def _derive(cls, base, sc: Scenario):
         """A solver for ``sc`` sharing ``base``'s stations (same station key), or None if unsafe."""
         from qmodel.workload import arrival_stats
 
         rate, ca2 = arrival_stats(sc.workload)
         if ca2 != base.resolved.ca2:
             return None
-        s = copy.copy(base)  # shares the cached station objects in base.__dict__
-        s.scenario = sc
-        s.resolved = dataclasses.replace(base.resolved, scenario=sc, base_rate_per_s=rate)
-        s._memo = None
+        s = _solver_class()(sc, dataclasses.replace(base.resolved, scenario=sc, base_rate_per_s=rate))
+        carried = {k: base.__dict__[k] for k in cls._STATION_ATTRS if k in base.__dict__}
+        s.__dict__.update(carried)
+        if carried and isinstance(getattr(base, "_notes", None), list):
+            s._notes = list(base._notes)  # warnings written while the carried stations were built
         return s
 
     def _goodput(self, sc: Scenario, check: Check, variant: bool = True) -> tuple[float, float, Any]:
