@@ -103,7 +103,8 @@ def run_case(case: Case, suite: Suite) -> dict[str, Any]:
     rec.update(rate_per_s=rate, max_stable_rate_per_s=lam, limiting_station=station)
     try:
         rec["analytic"] = _metrics(solver.solve(rate))
-    except QmodelError as err:  # the record says why; the summary counts it as missing
+    except Exception as err:  # noqa: BLE001 -- a station bug must not abort a long suite: the record
+        # says why, summary["failures"] lists it (and the CI test fails on it)
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
     n = suite.n_requests(case.utilization)
@@ -198,7 +199,7 @@ def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
     try:
         g_a, _ = goodput_search(solver.attainment, lam, goal)
         rec["analytic"] = {"goodput": g_a}
-    except QmodelError as err:
+    except Exception as err:  # noqa: BLE001 -- recorded, listed in summary["failures"]
         g_a = math.nan
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
