@@ -168,3 +168,17 @@ def test_max_goodput_matches_exhaustive_search_on_the_engine(repo_root):
             if cap > 0:
                 best = max(best, goodput_search(lambda r: ev.attainment(p, r), cap, sc.slo.attainment_goal)[0])
     assert res.plans[0].goodput_rps == pytest.approx(best, rel=2e-3)
+
+
+def test_attainment_round_off_is_clipped_and_nan_is_an_error(scenario, monkeypatch):
+    """Grid CDFs overshoot 1 by ~1e-15: clipped. A NaN would steer the search silently: NumericalError."""
+    from qmodel.engine import Solver
+    from qmodel.errors import NumericalError
+
+    ev = EngineEvaluator(scenario)
+    p = Family("colocated", "h100-sxm", 4).plan(2)
+    monkeypatch.setattr(Solver, "attainment", lambda self, rate: 1.0 + 2e-15)
+    assert ev.attainment(p, 1.0) == 1.0
+    monkeypatch.setattr(Solver, "attainment", lambda self, rate: float("nan"))
+    with pytest.raises(NumericalError):
+        ev.attainment(p, 1.0)

@@ -405,9 +405,9 @@ class EngineEvaluator(Evaluator):
             raise
         except QmodelError:
             return 0.0  # the plan cannot run at this rate (e.g. no KV room left for one sequence)
-        if not (0.0 <= a <= 1.0):  # a station bug must not steer the search silently
+        if not (-1e-9 <= a <= 1.0 + 1e-9):  # NaN or a real excursion: a station bug must not steer the search
             raise NumericalError(f"attainment {a!r} for {plan.label} at {rate:.6g} req/s")
-        return a
+        return min(1.0, max(0.0, a))  # CDFs summed on a grid overshoot 1 by round-off (~1e-15)
 
     def metrics(self, plan: PlanSpec, rate: float) -> PlanMetrics:
         res = self.solver(plan).solve(rate)
