@@ -86,6 +86,9 @@ _NODES = 44  # strata kept per batch size for the Poisson mixtures (see BatchSer
 _DRAWS = 4096  # k-tuples drawn per batch size (each column is an exact permutation of the mix)
 _TAIL = 1e-13  # truncation target for the chain
 _HEAD_ROUNDS = 6  # next-fit rounds until the size-biased head law of a long queue has settled
+#: quantiles of the fresh cut size N that split the overflow-head regimes (see from_prompts_budget)
+_HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
+_GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
 
 
 def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
@@ -363,7 +366,7 @@ class BatchServiceLaw:
         # one more batch of a long queue).
         over0, n0 = rounds[0][3], rounds[0][4]
         n_max0 = int(n0.max())
-        edges = sorted({int(x) for x in np.quantile(n0, [0.25, 0.5, 0.75])} | {n_max0})
+        edges = sorted({int(x) for x in np.quantile(n0, _HEAD_BIN_QUANTILES)} | {n_max0})
         bins, lo = [], 1
         for e in edges:
             if e >= lo:
@@ -791,9 +794,9 @@ class BulkQueue:
         own_mean = self.mean_own_batch_s
         horizon = (max_s + math.log(1e12) / max(eta, 1e-300) + own_mean) * max(wait_scale, 1.0)
         if dx is None:
-            # ≥ 16 bins for the shortest batch, and the horizon within 8192 points (time and memory
-            # grow with it; quantiles are conservative by at most dx per term)
-            dx = max(min_mean / 16.0, horizon / 8192.0)
+            # ≥ 16 bins for the shortest batch, and the horizon within _GRID_POINTS points (time and
+            # memory grow with it; quantiles are conservative by at most dx per term)
+            dx = max(min_mean / 16.0, horizon / _GRID_POINTS)
         grid_cache: dict[int, np.ndarray] = {}
 
         def gp(lw: BatchServiceLaw, k: int) -> np.ndarray:
@@ -873,20 +876,45 @@ class BulkQueue:
             raise NumericalError("prefill waiting-time grid too large; the load is too close to 1")
         nfreq = size // 2 + 1
 
-        def vhat(y: np.ndarray) -> np.ndarray:
-            ypad = np.zeros((n_s + 1, n_q))
-            ypad[1:] = y
-            out = np.zeros((n_q + b, nfreq), dtype=complex)
-            out[:n_q] = np.fft.rfft(ypad, size, axis=0).T
+        last = nr - 1
+        # rows that can carry mass, per regime: its own residual law, and what cuts bring down
+        # (fit batches leave nothing waiting, so the fresh regime's rows stop at ~λ max S)
+        ext = []
+        for f in range(nr):
+            nzf = np.nonzero(ys[f].sum(axis=0) > 0)[0]
+            e = int(nzf[-1]) + 1 if nzf.size else 0
+            for h in range(f):
+                if any(regs[h].next_after_cut(k, last) == f for k in ks[h]):
+                    e = max(e, ext[h] - min(ks[h]))
+            ext.append(n_q if f == last else max(e, 1))
+        m_own = min(b, n_q)
+
+        def vhat(y: np.ndarray, e: int) -> np.ndarray:
+            ypad = np.zeros((n_s + 1, e))
+            ypad[1:] = y[:, :e]
+            out = np.zeros((max(e, m_own) + b, nfreq), dtype=complex)
+            out[:e] = np.fft.rfft(ypad, size, axis=0).T
             return out
 
-        V = [vhat(y) for y in ys]
-        coef = [np.array([reg.p_n[k - 1] * np.fft.rfft(fc[f][k - 1], size) for k in ks[f]]) for f, reg in enumerate(regs)]
-        last = nr - 1
+        V = [vhat(y, e) for y, e in zip(ys, ext)]
+        fft_cache: dict[tuple[int, int], np.ndarray] = {}
+
+        def law_fft(lst: list[np.ndarray], n: int) -> np.ndarray:
+            """rfft of every k's grid pmf at length n, batched (b, n/2+1); shared laws once."""
+            key = (id(lst), n)
+            if key not in fft_cache:
+                fft_cache[key] = np.fft.rfft(np.array(lst), n, axis=1)
+            return fft_cache[key]
+
+        coef = [reg.p_n[np.array(ks[f]) - 1, None] * law_fft(fc[f], size)[np.array(ks[f]) - 1]
+                for f, reg in enumerate(regs)]
         for f in range(nr - 1):  # a cut at k in regime f leaves the queue to a later regime
+            e = ext[f]
             for c_k, k in zip(coef[f], ks[f]):
+                if k >= e:
+                    continue
                 g = regs[f].next_after_cut(k, last)
-                V[g][: n_q - k] += c_k * V[f][k:n_q]
+                V[g][: e - k] += c_k * V[f][k:e]
         drain, cl = ks[last], coef[last]
         karr = np.array(drain)
         hi = n_q - 1
@@ -899,7 +927,6 @@ class BulkQueue:
                 for p in range(hi, lo - 1, -1):
                     Vl[p] += np.einsum("kf,kf->f", cl, Vl[p + karr])
             hi = lo - 1
-        m_own = min(b, n_q)
         us = [np.clip(np.fft.irfft(v[:m_own], size, axis=1).T, 0.0, None) for v in V]  # (size, m)
         g_mass = sum(float((u * reg.s_n[None, :m_own]).sum()) for u, reg in zip(us, regs))
         if g_mass > 0:
@@ -914,7 +941,9 @@ class BulkQueue:
         tail = np.clip(1.0 - np.cumsum(qm, axis=1), 0.0, 1.0)  # P(Poisson > i)
         lb = 1 << int(math.ceil(math.log2(2 * b)))
         qh, th = np.fft.rfft(qm, lb, axis=1), np.fft.rfft(tail, lb, axis=1)
-        out_size = 1 << int(math.ceil(math.log2(size + n_s)))
+        # W + S_own: W's support is within `length` (past it the mass is < 1e-12), so a transform of
+        # length + n_s does not wrap
+        out_size = 1 << int(math.ceil(math.log2((size if wait_scale != 1.0 else length) + n_s)))
         acc = np.zeros(out_size // 2 + 1, dtype=complex)
         own = np.zeros(n_s)
         wpmf = np.zeros(size)
@@ -926,16 +955,14 @@ class BulkQueue:
             if f == 0:
                 h_fit[0, 0] += p_idle  # an arrival to an idle engine runs alone, fresh
             mf, mc = h_fit.sum(axis=0), h_cut.sum(axis=0)
-            hf = np.fft.rfft(h_fit, out_size, axis=0)
-            hc = np.fft.rfft(h_cut, out_size, axis=0)
-            for k in range(1, b + 1):
-                if mf[k - 1] > 0:
-                    acc += hf[:, k - 1] * np.fft.rfft(ff[f][k - 1], out_size)
-                    own += mf[k - 1] * ff[f][k - 1]
-                if mc[k - 1] > 0:
-                    acc += hc[:, k - 1] * np.fft.rfft(fc[f][k - 1], out_size)
-                    own += mc[k - 1] * fc[f][k - 1]
-        joint = np.clip(np.fft.irfft(acc, out_size), 0.0, None)[: size + n_s]
+            for h, lst, mass in ((h_fit, ff[f], mf), (h_cut, fc[f], mc)):
+                live = np.nonzero(mass > 0)[0]
+                if live.size == 0:
+                    continue
+                hh = np.fft.rfft(h[:, live], out_size, axis=0)  # (nfreq, live)
+                acc += np.einsum("fk,kf->f", hh, law_fft(lst, out_size)[live])
+                own += mass[live] @ np.array(lst)[live]
+        joint = np.clip(np.fft.irfft(acc, out_size), 0.0, None)[: min(size + n_s, out_size)]
         joint /= joint.sum()
 
         wpmf[0] += p_idle
