@@ -116,18 +116,22 @@ class ChunkedStation:
         self.lin_per_token = base / c  # seconds of mixed iteration per prompt token (linear part)
         # attention part per prompt: (P/c)[T_p(c, cP, 1) - T_p(c, 0, 1)] for each state (cap+1) x sample
         cc = c[:, None]
-        quad = (p[None, :] / cc) * (np.asarray(sv.prefill_time_s(cc, cc * p[None, :], 1.0), dtype=float)
-                                    - np.asarray(sv.prefill_time_s(cc, 0.0, 1.0), dtype=float))
-        self.mean_quad = quad.mean(axis=1)
+        # The per-prompt tables depend on P only: evaluate them on the distinct prompt lengths (token
+        # counts repeat a lot in a sample) and weight by multiplicity; rows expand on demand.
+        pu, self._inv, cnt = np.unique(p, return_inverse=True, return_counts=True)
+        wu = cnt / float(cnt.sum())
+        quad = (pu[None, :] / cc) * (np.asarray(sv.prefill_time_s(cc, cc * pu[None, :], 1.0), dtype=float)
+                                     - np.asarray(sv.prefill_time_s(cc, 0.0, 1.0), dtype=float))
+        self.mean_quad = quad @ wu
         self._quad = quad
         # A prompt alone in the backlog ends with a partial iteration of r = P mod c tokens that still pays
         # the iteration's fixed part: extra_n(P) = T_p(n + r) + Delta(n) - (r/c) [T_p(B_c) + Delta(n)].
         # It is paid only when no other prompt fills the rest of that iteration (probability 1 - rho_c).
-        r = p[None, :] - cc * np.floor(p[None, :] / cc)
+        r = pu[None, :] - cc * np.floor(pu[None, :] / cc)
         part = (np.asarray(sv.prefill_time_s(n[:, None] + r, 0.0, 1.0), dtype=float) + delta[:, None]
                 - r / cc * base[:, None])
         self._extra = np.where(r > 0, np.maximum(part, 0.0), 0.0)
-        self.mean_extra = self._extra.mean(axis=1)
+        self.mean_extra = self._extra @ wu
         # mean mixed work per prompt S_n and stall X_n (means over the sample), per state, full packing
         self.mean_S = self.mean_p * self.lin_per_token + self.mean_quad
         self.mean_X = self.mean_S - self.mean_p / c * self.td
@@ -142,7 +146,7 @@ class ChunkedStation:
         edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), _L_GROUPS + 1))
         self.gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
         self._lam_max = self._find_lam_max()
-        w0 = self.p * self.lin_per_token[0] + self._quad[0]  # prompt work with no decodes
+        w0 = self.p * self.lin_per_token[0] + self._quad[0][self._inv]  # prompt work with no decodes
         self._ttft_dx = max(float(w0.mean()) / 200.0, float(w0.max()) / 8192.0)
 
     # ---- per-rate chain -------------------------------------------------------------------
@@ -214,7 +218,7 @@ class ChunkedStation:
 
         def work(j: int) -> np.ndarray:
             share = 1.0 - min(float(rho_all[j]), 1.0)
-            return self.p * self.lin_per_token[j] + self._quad[j] + share * self._extra[j]
+            return self.p * self.lin_per_token[j] + (self._quad[j] + share * self._extra[j])[self._inv]
 
         # ---- TTFT: M/G/1 prompt backlog + decode residual + own chunks -------------------------
         s_own = work(nbar)
