@@ -347,3 +347,18 @@ def test_own_batch_time_per_prompt_is_aligned() -> None:
     assert tp[long].mean() > tp[short].mean()
     # its mean is the customer-weighted own-batch mean E[S_own] (4096-sample Monte Carlo: 2%)
     assert tp.mean() == pytest.approx(sol.extra["own_batch_time"].mean_s, rel=0.02)
+
+
+@pytest.mark.parametrize("load", [1e-4, 0.02, 0.97])
+def test_token_budget_extreme_loads_are_finite(load: float) -> None:
+    # Very light load (a goodput bisection probes it: the queue ahead is shorter than any cut
+    # size) and near saturation: finite, ordered outputs; the wait mean matches the chain's.
+    prompts, svc = _prompts(), LinearPrefill()
+    st = PrefillStation(2, svc, prompts, max_batch_tokens=8192)
+    sol = st.solve(load * st.max_stable_rate_per_s())
+    assert 0 < sol.utilization < 1
+    for d in (sol.wait, sol.delay):
+        qs = [d.quantile(p) for p in (0.5, 0.9, 0.99)]
+        assert np.all(np.isfinite(qs)) and qs == sorted(qs)
+    assert sol.delay.mean_s >= sol.wait.mean_s > 0
+    assert np.isfinite(sol.extra["own_batch_time_per_prompt_s"]).all()

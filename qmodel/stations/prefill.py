@@ -881,7 +881,7 @@ class BulkQueue:
         # (fit batches leave nothing waiting, so the fresh regime's rows stop at ~λ max S)
         ext = []
         for f in range(nr):
-            nzf = np.nonzero(ys[f].sum(axis=0) > 0)[0]
+            nzf = np.nonzero(ys[f].sum(axis=0) > 1e-15 * busy_mass)[0]
             e = int(nzf[-1]) + 1 if nzf.size else 0
             for h in range(f):
                 if any(regs[h].next_after_cut(k, last) == f for k in ks[h]):
