@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
@@ -67,9 +68,15 @@ class GridDist:
     def n(self) -> int:
         return len(self.pmf)
 
+    @cached_property
+    def _cum(self) -> np.ndarray:
+        # P(X <= k dx), computed once: summary() and the engine query the same law several times
+        # (a GridDist's pmf is never modified after construction)
+        return np.cumsum(self.pmf)
+
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
         """P(X <= x) on the grid (x rounded down to a grid point: conservative)."""
-        c = np.cumsum(self.pmf)
+        c = self._cum
         k = np.floor(np.asarray(x, dtype=float) / self.dx + 1e-9).astype(np.int64)
         out = np.where(k < 0, 0.0, c[np.clip(k, 0, self.n - 1)])
         return float(out) if np.ndim(out) == 0 else out
@@ -79,7 +86,7 @@ class GridDist:
 
     def quantile(self, q: float) -> float:
         """Smallest grid point x with P(X <= x) >= q; beyond the grid, the exponential tail."""
-        c = np.cumsum(self.pmf)
+        c = self._cum
         if c[-1] >= q - 1e-12:
             k = int(np.searchsorted(c, q - 1e-12))
             return k * self.dx

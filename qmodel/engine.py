@@ -254,12 +254,16 @@ class Solver:
             binding=self.binding(c),
             link=self._link_report(c),
             gpus=self.resolved.gpus,
-            inputs_sha256=scenario_sha256(self.scenario),
+            inputs_sha256=self._inputs_sha256,
             perf_sha256=self.resolved.perf_sha256,
             validity=self.validity(c),
             warnings=list(self.resolved.warnings) + self._notes
             + [n for s in c.stations for n in s.notes if n.startswith("warning")],
         )
+
+    @cached_property
+    def _inputs_sha256(self) -> str:
+        return scenario_sha256(self.scenario)  # a JSON dump and hash: once per solver, not per rate
 
     # ---- explanations ------------------------------------------------------------------------
     def binding(self, c: Composition) -> str:

@@ -40,6 +40,20 @@ def test_search_brackets_a_smooth_root(root: float) -> None:
     assert len(calls) - 1 <= _bisection_calls(1.0)
 
 
+@pytest.mark.parametrize("root", [0.2, 0.8])
+def test_search_avoids_saturation_when_the_root_is_below_half_load(root: float) -> None:
+    # solves near saturation are the dearest: below half load none is made above it
+    calls: list[float] = []
+
+    def att(x: float) -> float:
+        calls.append(x)
+        return 1.0 - x / (2 * root) * 0.2
+
+    g, _ = goodput_search(att, 1.0, 0.9)
+    assert root * (1 - REL_TOL) <= g <= root
+    assert (max(calls) <= 0.5) == (root < 0.5)
+
+
 def test_search_handles_a_step_curve() -> None:
     # a discontinuous attainment (a grid artefact taken to the extreme): Brent falls back to
     # bisection and still closes the 0.1 % bracket
@@ -53,7 +67,7 @@ def test_search_edges_and_monotonicity_guard() -> None:
     assert goodput_search(lambda x: 1.0, math.inf, 0.9) == (0.0, 0.0)
 
     def bumpy(x: float) -> float:  # falls to 0.5, then rises to 0.85: not a queue's attainment
-        return 0.95 if x < 0.2 else (0.5 if x < 0.6 else 0.85)
+        return 0.95 if x < 0.55 else (0.5 if x < 0.7 else 0.85)
 
     with pytest.raises(NumericalError, match="attainment rose"):
         goodput_search(bumpy, 1.0, 0.9)

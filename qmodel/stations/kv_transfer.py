@@ -92,6 +92,12 @@ class _CompoundWork(ServiceSample):
         object.__setattr__(self, "_k", np.arange(1, len(batch_pmf) + 1, dtype=float))
 
     def moment(self, k: int) -> float:
+        cache = self.__dict__.setdefault("_moment_cache", {})
+        if k not in cache:
+            cache[k] = self._moment(k)
+        return cache[k]
+
+    def _moment(self, k: int) -> float:
         m1, m2, m3 = (self._base.moment(i) for i in (1, 2, 3))
         kk, p = self._k, self._pk
         f1 = float(p @ kk)
