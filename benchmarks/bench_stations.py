@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/bench_stations.py
 
 Typical sizes: 4096-prompt lognormal mix (median 1000 tokens, sigma 0.8), token budget 8192
-(b = 8), 4 instances, 80% load; a goodput bisection calls ``solve`` about 15 times.
+(token-aware FCFS-prefix batches, up to ~18 requests, 5 head regimes; ``prefill_solve_cap`` is the
+plain cap b = 8), 4 instances, 80% load; a goodput bisection calls ``solve`` about 15 times.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def case_prefill_solve() -> object:
     return lambda: st.solve(lam)
 
 
+def case_prefill_solve_cap() -> object:
+    # a plain request cap of 8 (no token budget): the single-regime chain
+    st = PrefillStation(4, _Linear(), _prompts(), max_batch_tokens=None, max_batch_size=8)
+    st.law
+    lam = 0.8 * st.max_stable_rate_per_s()
+    return lambda: st.solve(lam)
+
+
 def case_prefill_mean_only() -> object:
     st = _station()
     st.law
@@ -79,6 +88,10 @@ CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case
 
 def test_bench_prefill_solve(benchmark) -> None:
     benchmark(case_prefill_solve())
+
+
+def test_bench_prefill_solve_cap(benchmark) -> None:
+    benchmark(case_prefill_solve_cap())
 
 
 def test_bench_prefill_mean_only(benchmark) -> None:

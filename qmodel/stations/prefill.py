@@ -85,7 +85,8 @@ Dispatch = Literal["random", "round_robin", "least_loaded"]
 _NODES = 44  # strata kept per batch size for the Poisson mixtures (see BatchServiceLaw._nodes)
 _DRAWS = 4096  # k-tuples drawn per batch size (each column is an exact permutation of the mix)
 _TAIL = 1e-13  # truncation target for the chain
-_HEAD_ROUNDS = 6  # next-fit rounds until the size-biased head law of a long queue has settled
+_HEAD_ROUNDS = 8  # next-fit rounds of the size-biased head law of a long queue
+_SETTLED_ROUNDS = 5  # the last rounds, pooled for the settled head regime
 #: quantiles of the fresh cut size N that split the overflow-head regimes (see from_prompts_budget)
 _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
@@ -378,7 +379,18 @@ class BatchServiceLaw:
             binned.append(one_round(sel[rng.integers(0, sel.size, m)]) if sel.size else None)
         for _ in range(_HEAD_ROUNDS):
             rounds.append(one_round(rounds[-1][3]))
-        keep = [rounds[0]] + [r for r in binned if r is not None] + [rounds[-1]]
+        # the settled regime pools the rounds after the head law has settled: its E[N]/E[S_N] is
+        # the capacity, and one round of 4096 sequences leaves ~1% Monte Carlo noise on it
+        late = rounds[-_SETTLED_ROUNDS:]
+        depth = max(len(r[0]) for r in late), max(len(r[1]) for r in late)
+
+        def pool(i: int, n: int) -> list[np.ndarray]:
+            return [np.concatenate([r[i][k] for r in late if k < len(r[i])]) for k in range(n)]
+
+        counts_late = [sum(r[2][k] for r in late if k < len(r[2])) for k in range(depth[1])]
+        settled_round = (pool(0, depth[0]), pool(1, depth[1]), counts_late, None, None)
+        keep = [rounds[0]] + [r for r in binned if r is not None] + [settled_round]
+        sizes = [m] * (len(keep) - 1) + [m * len(late)]
         b = max(max(len(r[0]), len(r[1])) for r in keep)
 
         def law(samples: list[np.ndarray], filler: list[np.ndarray]) -> BatchServiceLaw:
@@ -394,8 +406,8 @@ class BatchServiceLaw:
             lo, hi = bins[i]
             after0[lo - 1 : hi] = 1 + pos
         regs = []
-        for f, (fit, cut, counts, _, _) in enumerate(keep):
-            pn = np.array(counts + [0] * (b - len(counts)), dtype=float) / m
+        for f, ((fit, cut, counts, _, _), size) in enumerate(zip(keep, sizes)):
+            pn = np.array(counts + [0] * (b - len(counts)), dtype=float) / size
             after = after0 if f == 0 else np.full(b, last)
             regs.append(_Regime(pn, np.cumsum(pn[::-1])[::-1], law(fit, keep[0][0]), law(cut, fit), after))
         settled = regs[-1]
