@@ -142,3 +142,19 @@ def test_per_rate_variant_shares_the_service_law() -> None:
     sol = st.solve(0.5 * st.max_stable_rate_per_s(), prefill_time_s=np.full(4096, 0.5))
     assert st.service is svc  # the per-rate variant did not rebuild (or replace) it
     assert sol.extra["mean_wait_s"] > 0
+
+
+@pytest.mark.parametrize("rho", [0.02, 0.5, 0.95, 0.999])
+def test_cramer_lundberg_newton_root(rho: float) -> None:
+    from qmodel.stations.fcfs import cramer_lundberg
+
+    # M/D/1: e^{ηD} = 1 + η/λ exactly; and a heavy-tailed sample: the defining equation's residual
+    # is at round-off (Newton stops at a step of 1e-15 η)
+    eta, _ = cramer_lundberg(rho, ServiceSample.of(1.0))
+    assert math.exp(eta) == pytest.approx(1.0 + eta / rho, rel=1e-12)
+    v = np.exp(np.random.default_rng(2).normal(0.0, 1.5, 3000))
+    s = ServiceSample.of(v)
+    lam = rho / s.mean_s
+    eta, const = cramer_lundberg(lam, s)
+    assert lam * s.expm1_mgf(eta) == pytest.approx(eta, rel=1e-11)
+    assert const == pytest.approx((1 - rho) / (lam * s.mgf_s(eta) - 1), rel=1e-12)

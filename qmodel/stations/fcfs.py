@@ -137,9 +137,12 @@ def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> t
 
     η > 0 is the unique positive root of λ(E[e^{η·scale·S}] − 1) = η (the left side is convex
     with slope ρ − 1 < 0 at 0); C = (1−ρ)/(λ E[scale·S e^{η scale S}] − 1).
-    """
-    from scipy.optimize import brentq
 
+    Newton's method from a point right of the root: f(η) = λ(E[e^{ηsS}] − 1) − η is convex and
+    increasing there, so the iterates fall monotonically onto the root (quadratically, ~6 steps
+    instead of Brent's ~30 MGF evaluations; a goodput search needs this root at every rate).
+    Brent on the bracket is the fallback if Newton does not settle.
+    """
     rho = lam * scale * service.mean_s
     if rho >= 1:
         raise UnstableError("fcfs", rho, lam, lam / rho)
@@ -154,6 +157,12 @@ def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> t
         hi *= 2.0
         if hi > 1e300:
             raise NumericalError("Cramér–Lundberg root not bracketed")
+    eta = _newton_right(f, lambda e: lam * scale * service.mgf_s(e * scale) - 1.0, hi)
+    if eta is not None:
+        const = (1.0 - rho) / (lam * scale * service.mgf_s(eta * scale) - 1.0)
+        return float(eta), float(const)
+    from scipy.optimize import brentq
+
     lo = hi
     while f(lo) >= 0:
         lo /= 2.0
@@ -162,6 +171,26 @@ def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> t
     eta = brentq(f, lo, hi, xtol=1e-15 * hi, rtol=1e-15, maxiter=200)
     const = (1.0 - rho) / (lam * scale * service.mgf_s(eta * scale) - 1.0)
     return float(eta), float(const)
+
+
+def _newton_right(f, df, x: float, max_iter: int = 100) -> float | None:
+    """Root of a convex f from x with f(x) > 0 (the root left of x, f' > 0 there); None if the
+    iterates leave (0, x] or do not settle (the caller then brackets and uses Brent)."""
+    x0 = x
+    for _ in range(max_iter):
+        fx = f(x)
+        if fx <= 0.0:  # at the root to round-off
+            return x
+        d = df(x)
+        if not (d > 0.0 and math.isfinite(d)):
+            return None
+        step = fx / d
+        x -= step
+        if not 0.0 < x <= x0:
+            return None
+        if step <= 1e-15 * x:
+            return x
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
