@@ -804,7 +804,8 @@ class BulkQueue:
         en, esn = self.law.mean_drain
         eta = min(lam * (z0 - 1.0), en * math.log(z0) / esn)
         own_mean = self.mean_own_batch_s
-        horizon = (max_s + math.log(1e12) / max(eta, 1e-300) + own_mean) * max(wait_scale, 1.0)
+        # (the chain's own W: ``wait_scale`` stretches the result afterwards, not the drain grid)
+        horizon = max_s + math.log(1e12) / max(eta, 1e-300) + own_mean
         if dx is None:
             # ≥ 16 bins for the shortest batch, and the horizon within _GRID_POINTS points (time and
             # memory grow with it; quantiles are conservative by at most dx per term)
