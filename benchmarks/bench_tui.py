@@ -9,7 +9,7 @@ Two measurements:
   rate, TTFT/TPOT distributions, stations, binding), for three kinds of edit: the arrival rate,
   an SLO target (both reuse the stations already built) and an instance count (new stations);
 * app: Textual's Pilot sets a field in the running app and the clock stops when the results panel
-  shows the answer for it (``QmodelApp.latencies_s``): validation, the 40 ms debounce, the worker
+  shows the answer for it (``QmodelApp.latencies_s``): validation, the 25 ms debounce, the worker
   thread and the redraw, i.e. what a user waits for.
 
 Later stages (goodput, curves, sensitivities, P:D heatmap) run after this and are reported
