@@ -153,18 +153,27 @@ class EngineRun:
     batch_sizes: np.ndarray
 
 
-def _arrivals(rate: float, horizon_s: float, rng: np.random.Generator) -> np.ndarray:
-    arr = np.cumsum(rng.exponential(1.0 / rate, int(rate * horizon_s * 1.2) + 100))
+def _arrivals(rate: float, horizon_s: float, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
+    """Renewal arrivals: exponential gaps (Poisson), or Gamma gaps of shape 1/cv^2 when cv != 1."""
+    n = int(rate * horizon_s * 1.2) + 100
+    if cv == 1.0:
+        gaps = rng.exponential(1.0 / rate, n)
+    else:
+        shape = 1.0 / (cv * cv)
+        gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
+        n2 = int(rate * horizon_s * 1.5) + 100  # bursty gaps: leave room for a slow stretch
+        gaps = np.concatenate([gaps, rng.gamma(shape, 1.0 / (rate * shape), n2)])
+    arr = np.cumsum(gaps)
     return arr[arr < horizon_s]
 
 
 def simulate_colocated(rate: float, lengths, service: ServiceTimeModel, horizon_s: float, seed: int = 0,
-                       budget_tokens: int = 8192, warmup_frac: float = 0.1) -> EngineRun:
+                       budget_tokens: int = 8192, warmup_frac: float = 0.1, arrival_cv: float = 1.0) -> EngineRun:
     """vLLM-v0-like engine: if prompts wait, prefill all of them (FCFS, token budget, >= 1 prompt) in
     one iteration; else one decode step of every running sequence. ``lengths(rng, k)`` -> (P, L).
     The first token is emitted by the prefill; the remaining L - 1 by decode steps."""
     rng = np.random.default_rng(seed)
-    arr = _arrivals(rate, horizon_s, rng)
+    arr = _arrivals(rate, horizon_s, rng, arrival_cv)
     P, L = (np.asarray(v, dtype=np.int64) for v in lengths(rng, len(arr)))
     nreq = len(arr)
     t_first = np.full(nreq, np.nan)
@@ -227,7 +236,7 @@ def simulate_colocated(rate: float, lengths, service: ServiceTimeModel, horizon_
 
 
 def simulate_chunked(rate: float, lengths, service: ServiceTimeModel, horizon_s: float, seed: int = 0,
-                     budget_tokens: int = 512, warmup_frac: float = 0.1) -> EngineRun:
+                     budget_tokens: int = 512, warmup_frac: float = 0.1, arrival_cv: float = 1.0) -> EngineRun:
     """Sarathi-like engine with the replay's step-time composition (validation/stations/chunked.py):
     every iteration gives one token to each running sequence; the rest of the budget goes to prompt
     chunks FCFS (the prompt in progress first). A mixed iteration with n decodes (contexts S) and
@@ -238,7 +247,7 @@ def simulate_chunked(rate: float, lengths, service: ServiceTimeModel, horizon_s:
     and a decode-only iteration decode_step_time_s(n, S). The first token comes at the end of the
     iteration that computes the last prompt token."""
     rng = np.random.default_rng(seed)
-    arr = _arrivals(rate, horizon_s, rng)
+    arr = _arrivals(rate, horizon_s, rng, arrival_cv)
     P, L = (np.asarray(v, dtype=np.int64) for v in lengths(rng, len(arr)))
     nreq = len(arr)
     t_first = np.full(nreq, np.nan)
