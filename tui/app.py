@@ -302,8 +302,9 @@ class QmodelApp(App):
             series = [plots.Series(c.topology, c.rates, c.attainment, TOPOLOGY_STYLES.get(c.topology, "white"))
                       for c in curves]
             x_hi = max((c.rates[-1] for c in curves), default=1.0)
+            knees = [(c.knee_rps, TOPOLOGY_STYLES.get(c.topology, "white")) for c in curves if c.knee_rps > 0]
             att.plot(lambda w, h: plots.line_chart(series, w, h, x_range=(0.0, x_hi), y_range=(0.0, 1.0), refs=refs,
-                                                   y_fmt=lambda v: f"{v * 100:.0f}%", x_label="req/s"))
+                                                   y_fmt=lambda v: f"{v * 100:.0f}%", x_label="req/s", x_marks=knees))
             lines = Text()
             for c in a.curves:
                 lines.append("━━ ", style=TOPOLOGY_STYLES.get(c.topology, "white"))
@@ -313,6 +314,7 @@ class QmodelApp(App):
                                  f" req/s  {c.layout}\n")
                 else:
                     lines.append(f" {c.note or c.layout}\n", style="dim")
+            lines.append("▲ knee (latency at the SLO percentile twice its idle value)\n", style="dim")
             lines.append("┈┈ ", style="yellow")
             lines.append(f"goal {goal * 100:.0f}%   ")
             if rate:

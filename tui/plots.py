@@ -62,8 +62,11 @@ def _ticks(lo: float, hi: float, n: int) -> list[float]:
 
 def line_chart(series: Sequence[Series], width: int, height: int, *, x_range: tuple[float, float] | None = None,
                y_range: tuple[float, float] | None = None, refs: Sequence[VLine] = (), x_label: str = "",
-               y_fmt=fmt_num, x_fmt=fmt_num) -> Text:
-    """Braille line chart with a y axis on the left and x ticks below (width x height characters)."""
+               y_fmt=fmt_num, x_fmt=fmt_num, x_marks: Sequence[tuple[float, str]] = ()) -> Text:
+    """Braille line chart with a y axis on the left and x ticks below (width x height characters).
+
+    ``x_marks``: (x, style) drawn as ▲ on the x axis (the knee of each curve, say).
+    """
     y_axis_w = 6
     plot_w = max(width - y_axis_w - 1, 4)
     plot_h = max(height - 2, 2)
@@ -119,7 +122,16 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, x_range: tu
             b = bits[r][c]
             out.append(chr(BRAILLE_BASE + b) if b else " ", style=owner[r][c] or "")
         out.append("\n")
-    out.append(" " * y_axis_w + "└" + "─" * plot_w + "\n", style="dim")
+    axis = ["─"] * plot_w
+    axis_style = ["dim"] * plot_w
+    for xv, st in x_marks:
+        if x0 <= xv <= x1:
+            c = min(int(round(to_px(xv))) // 2, plot_w - 1)
+            axis[c], axis_style[c] = "▲", st
+    out.append(" " * y_axis_w + "└", style="dim")
+    for ch, st in zip(axis, axis_style):
+        out.append(ch, style=st)
+    out.append("\n")
     n_ticks = max(2, min(5, plot_w // 12))
     row = [" "] * (y_axis_w + 1 + plot_w)
     for i, xv in enumerate(_ticks(x0, x1, n_ticks)):
