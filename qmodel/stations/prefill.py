@@ -555,6 +555,10 @@ class BulkQueue:
         P = np.zeros((nr * (n + 1), nr * (n + 1)))
         last = nr - 1
         kern = np.zeros(length + b)
+        # target state of cut_rows[j, e] is j + e − b; keep those inside 0..n
+        ii = np.broadcast_to(np.arange(n + 1)[:, None], (n + 1, n + 1 + b))
+        jj_ = np.arange(n + 1)[:, None] + np.arange(n + 1 + b)[None, :] - b
+        ok = (jj_ >= 0) & (jj_ <= n)
         for f, reg in enumerate(regs):
             a_fit = np.vstack([reg.fit.arrivals_pmf(k, lam, length) for k in range(1, b + 1)])
             a_cut = np.vstack([reg.cut.arrivals_pmf(k, lam, length) if reg.p_n[k - 1] > 0 else np.zeros(length)
@@ -568,12 +572,9 @@ class BulkQueue:
             P[rows, : n + 1] += (pfit @ a_fit)[:, : n + 1]
             nxt = np.array([reg.next_after_cut(k, last) for k in range(1, b + 1)])
             for g in np.unique(nxt):  # the overflow heads the queue: its regime
-                cut_rows = (pcut * (nxt == g)[None, :]) @ acs
-                off = int(g) * (n + 1)
-                for j in range(n + 1):
-                    lo = max(0, j - b)
-                    hi = min(n + 1, j + length)
-                    P[f * (n + 1) + j, off + lo : off + hi] += cut_rows[j, lo - j + b : hi - j + b]
+                cut_rows = (pcut * (nxt == g)[None, :]) @ acs  # [j, e]: to state j + e − b
+                blk = P[f * (n + 1) : (f + 1) * (n + 1), int(g) * (n + 1) : (int(g) + 1) * (n + 1)]
+                blk[ii[ok], jj_[ok]] += cut_rows[:, : jj_.shape[1]][ok]
             if f == last:
                 kern = reg.p_n @ acs
         return P, kern
