@@ -442,7 +442,8 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             s_mean = lam * rate[j] * d_life * m_life[j][0] + lam * (tp + own[j]) * m_own[j][0]
             mean_tpot += gw * node_w[j] * (node_td[j] + s_mean / lm1)
     dx = mean_tpot / 400.0 if dx0 is None else dx0
-    rows: list[tuple[float, float, float, float, np.ndarray, float]] = []  # (weight, lm1, t_n, dx_s, pmf, cap)
+    # blocks of rows sharing one S grid: (weights, lm1, t_n per row, dx_s, pmf rows, caps per row)
+    rows: list[tuple[np.ndarray, float, np.ndarray, float, np.ndarray, np.ndarray]] = []
     caps = [math.inf] * nn if node_cap is None else list(node_cap)
     hi_t = 0.0
     keyed: dict[tuple[int, int], list[int]] = {}
@@ -454,7 +455,8 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             (eo, eo2, xo), (el, el2, xl) = m_own[j0], m_life[j0]
             if eo <= 0 and el <= 0:
                 for j in idx:
-                    rows.append((gw * node_w[j], lm1, float(node_td[j]), 1.0, np.array([1.0]), caps[j]))
+                    rows.append((np.array([gw * node_w[j]]), lm1, np.array([float(node_td[j])]), 1.0,
+                                 np.ones((1, 1)), np.array([caps[j]])))
                     hi_t = max(hi_t, float(node_td[j]))
                 continue
             mu_o = np.array([lam * (tp + own[j]) for j in idx])
@@ -473,8 +475,9 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             s_hi = mean_s + 12 * math.sqrt(var_s) + xmax
             size = int(min(math.ceil(s_hi / dxs) + 2, 1 << 16))
             cp = compound_poisson_pmf(comps[0][0], comps[0][1], size, extra=[comps[1]])
-            for j, row in zip(idx, cp):
-                rows.append((gw * node_w[j], lm1, float(node_td[j]), dxs, row, caps[j]))
+            rows.append((np.array([gw * node_w[j] for j in idx]), lm1, np.array([float(node_td[j]) for j in idx]),
+                         dxs, cp, np.array([caps[j] for j in idx])))
+            for j in idx:
                 hi_t = max(hi_t, min(float(node_td[j]) + (size - 1) * dxs / lm1, caps[j]))
     if dx0 is None:
         dx = max(dx, hi_t / 60000.0)
@@ -483,12 +486,14 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
     nt = int(math.ceil(hi_t / dx)) + 2
     pmf = np.zeros(nt)
     capped_mean = 0.0
-    for w, lm1, tdn, dxs, row, cap in rows:
-        v = np.minimum(tdn + np.arange(len(row)) * dxs / lm1, cap)
-        if math.isfinite(cap):
-            capped_mean += w * float(np.dot(v, row))
+    for w, lm1, tdn, dxs, block, cap in rows:
+        # one binning per block of rows (TPOT = t_n + S/(L-1), capped) instead of one per row
+        v = np.minimum(tdn[:, None] + np.arange(block.shape[1]) * (dxs / lm1), cap[:, None])
+        fin = np.isfinite(cap)
+        if np.any(fin):
+            capped_mean += float(np.dot(w[fin], np.einsum("ij,ij->i", v[fin], block[fin])))
         k = np.minimum(np.ceil(v / dx - 1e-9).astype(np.int64), nt - 1)
-        pmf += np.bincount(k, weights=w * row, minlength=nt)
+        pmf += np.bincount(k.ravel(), weights=(w[:, None] * block).ravel(), minlength=nt)
     if node_cap is not None:
         mean_tpot = capped_mean / max(float(pmf.sum()), 1e-300)
     lost = max(0.0, 1.0 - float(pmf.sum()))
