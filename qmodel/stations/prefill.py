@@ -87,6 +87,8 @@ _DRAWS = 4096  # k-tuples drawn per batch size (each column is an exact permutat
 _TAIL = 1e-13  # truncation target for the chain
 _HEAD_ROUNDS = 8  # next-fit rounds of the size-biased head law of a long queue
 _SETTLED_ROUNDS = 5  # the last rounds, pooled for the settled head regime
+#: above this mean batch (settled E[N]) the head regimes collapse to one (see from_prompts_budget)
+_REGIME_MAX_N = 48.0
 #: quantiles of the fresh cut size N that split the overflow-head regimes (see from_prompts_budget)
 _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
@@ -411,6 +413,13 @@ class BatchServiceLaw:
             after = after0 if f == 0 else np.full(b, last)
             regs.append(_Regime(pn, np.cumsum(pn[::-1])[::-1], law(fit, keep[0][0]), law(cut, fit), after))
         settled = regs[-1]
+        if float(settled.p_n @ np.arange(1, b + 1)) > _REGIME_MAX_N:
+            # Many requests per batch: one head among them hardly matters and the regimes cost
+            # (states x regimes, transforms x regimes); keep one regime with the settled N law.
+            # Measured (linear model, B 8192, lognormal σ 0.8): median 100 (E[N] ~ 80) one regime
+            # +1.1/+2.8/+5.9% on E[W] at 50/80/90% vs five +1.1/+2.8/+5.3%, 2-4x faster; median
+            # 300 (E[N] ~ 30) one regime +2.3/+11/+20% vs five +1.1/+3.3/+7.5%: keep them there.
+            regs = [_Regime(settled.p_n, settled.s_n, regs[0].fit, settled.cut)]
         return dataclasses.replace(regs[0].fit, n_pmf=settled.p_n, cut=settled.cut, head_regimes=tuple(regs))
 
     def arrivals_pmf(self, k: int, lam: float, n: int) -> np.ndarray:
