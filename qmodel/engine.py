@@ -26,11 +26,13 @@ from functools import cached_property
 import numpy as np
 
 from qmodel.build import Resolved, resolve
-from qmodel.dist import GridDist, convolve
+from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.result import DistSummary, LinkReport, Result
 from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, Scenario, scenario_sha256
 from qmodel.stations.base import StationSolution
+
+_HANDOFF_GROUPS = 8  # output-length groups for the handoff's share of TPOT
 
 __all__ = ["Solver", "solve", "Composition"]
 
@@ -198,6 +200,10 @@ class Solver:
             parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
             ttft = convolve(*parts)
             tpot = sd.tpot
+            if self.scenario.deployment.first_token_from == "prefill":
+                # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
+                # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
+                tpot = self._tpot_with_handoff(sd.tpot, convolve(st.delay, sd.wait or sd.delay))
             stations = [sp, st, sd]
         else:
             s = self._single_pool.solve(rate)
@@ -209,6 +215,28 @@ class Solver:
         else:
             point, bounds = a * b, (a * b, min(a, b))
         return Composition(rate, stations, ttft, tpot, a, b, point, bounds)
+
+    @cached_property
+    def _handoff_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """(1/(L-1) per output-length group, weight) over requests with L >= 2 (L = 1 has no TPOT)."""
+        out = self.resolved.lengths.output
+        inv = 1.0 / (out[out >= 2] - 1.0)
+        if inv.size == 0:
+            return np.zeros(0), np.zeros(0)
+        # Equal-mass groups of 1/(L-1); each represented by its mean (the handoff enters linearly).
+        order = np.sort(inv)
+        groups = np.array_split(order, min(_HANDOFF_GROUPS, order.size))
+        return np.array([g.mean() for g in groups]), np.array([g.size for g in groups], dtype=float)
+
+    def _tpot_with_handoff(self, decode_tpot: GridDist, handoff: GridDist) -> GridDist:
+        """TPOT = decode TPOT + handoff/(L-1), mixed over output-length groups (independent terms)."""
+        scale, weight = self._handoff_groups
+        if scale.size == 0 or handoff.mean_s <= 0:
+            return decode_tpot
+        parts = [convolve(decode_tpot, GridDist(handoff.dx * s, handoff.pmf, handoff.mean_s * s, handoff.tail,
+                                                 handoff.tail_rate / s if math.isfinite(handoff.tail_rate) else math.inf,
+                                                 handoff.exact)) for s in scale]
+        return mixture(parts, weight)
 
     def attainment(self, rate: float) -> float:
         """Attainment at ``rate``; 0 where the system is unstable.
