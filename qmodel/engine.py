@@ -36,9 +36,6 @@ _HANDOFF_GROUPS = 8  # output-length groups for the handoff's share of TPOT
 
 __all__ = ["Solver", "solve", "Composition"]
 
-# The KV link's grid step as a fraction of the prefill's: its rounding then adds at most a quarter
-# of a prefill bin per term to TTFT, whose quantiles are conservative by one bin per term anyway.
-_TRANSFER_DX_FRACTION = 0.25
 _RECENT = 4  # compositions kept by Solver.attainment (a goodput search's bracket ends)
 
 
@@ -182,10 +179,9 @@ class Solver:
                 batch = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
                              batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
             # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
-            # TTFT is composed on the prefill's grid (the coarser one), so the link is solved on a
-            # quarter of that step: finer would be rounded away by the composition.
-            st = tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"),
-                          dx=_TRANSFER_DX_FRACTION * sp.delay.dx, **batch)
+            # The link keeps its own fine grid (not the prefill's): its exposed time also enters TPOT
+            # (the handoff spread over L-1 tokens), where a prefill-sized step would be coarse.
+            st = tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"), **batch)
             dec = self._decode
             # KV bytes held by transfers in flight (Little), spread over the decode instances, in tokens.
             inflight_bytes = float(st.extra.get("in_flight_bytes_mean", 0.0))
