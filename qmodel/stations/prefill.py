@@ -868,15 +868,28 @@ class BulkQueue:
         # Y[v, n] = Σ Σ_r ω(r) Σ_a f[v + a] P(Poisson(λa) = n − r) dx: a linear convolution in the
         # count axis and a cross-correlation in time, both by one 2-D FFT of the age table.
         ages = (np.arange(n_s) + 0.5) * dx
-        p_age = _poisson_matrix(lam * ages, n_q)[::-1]  # reversed in age: correlation -> convolution
+        p_age = _poisson_matrix(lam * ages, n_q)
         lt = 1 << int(math.ceil(math.log2(2 * n_s + 1)))
         lq_ = 1 << int(math.ceil(math.log2(n_q + r_max)))
-        pa = np.fft.rfft2(p_age, s=(lt, lq_))
+        pa = None
         ys = []
         for lf, lw in groups:
             if not lf:
                 ys.append(np.zeros((n_s, n_q)))
                 continue
+            if len(lf) <= 2:
+                # few laws (a plain cap): count-axis convolution only where r > 0, then one
+                # time cross-correlation per law (cheaper than the 2-D transform)
+                y = np.zeros((n_s, n_q))
+                for fk, wk in zip(lf, lw):
+                    cols = p_age if not wk[1:].any() else np.fft.irfft(
+                        np.fft.rfft(p_age, lq_, axis=1) * np.fft.rfft(wk, lq_)[None, :], lq_, axis=1)[:, :n_q]
+                    c = np.fft.irfft(np.fft.rfft(fk, lt)[:, None] * np.conj(np.fft.rfft(cols, lt, axis=0)), lt, axis=0)
+                    y += c[1 : n_s + 1] * (wk[0] if not wk[1:].any() else 1.0)
+                ys.append(np.clip(y * dx, 0.0, None))
+                continue
+            if pa is None:  # reversed in age: the correlation becomes a convolution
+                pa = np.fft.rfft2(p_age[::-1], s=(lt, lq_))
             fh = np.fft.fft(np.array(lf), lt, axis=1)  # (L, lt)
             wh = np.fft.rfft(np.array(lw), lq_, axis=1)  # (L, lq_/2+1)
             yfull = np.fft.irfft2(pa * (fh.T @ wh), s=(lt, lq_))
