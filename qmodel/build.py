@@ -17,7 +17,7 @@ from qmodel.registry import load_catalog
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PoolConfig, Scenario,
                              TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
-from qmodel.workload import LengthMix, arrival_stats, length_mix
+from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
 __all__ = ["PoolRuntime", "Resolved", "resolve"]
 
@@ -103,13 +103,12 @@ def resolve(scenario: Scenario) -> Resolved:
 
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
-    too_long = mix.prompt + mix.output > model.max_context_tokens
-    if np.any(too_long):
+    p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
+    if cut:
         # Traces can exceed a small model's window; the engine would truncate, so do we, and say so.
-        warnings.append(f"warning: {int(too_long.sum())} of {len(mix)} requests exceed {model.name}'s "
+        warnings.append(f"warning: {cut} of {len(mix)} requests exceed {model.name}'s "
                         f"{model.max_context_tokens}-token context and are truncated to it")
-        p = np.minimum(mix.prompt, model.max_context_tokens - 1)
-        mix = LengthMix(p, np.clip(mix.output, 1, model.max_context_tokens - p), mix.sha256)
+        mix = LengthMix(p, o, mix.sha256)
     h = scenario.workload.prefix_hit_ratio
     uncached = np.maximum(1, np.rint(mix.prompt * (1.0 - h))).astype(np.int64)
     rate, ca2 = arrival_stats(scenario.workload)

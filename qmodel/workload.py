@@ -19,7 +19,7 @@ import numpy as np
 from qmodel.scenario import (EmpiricalLengths, FixedLengths, GammaArrivals, LognormalLengths, PoissonArrivals,
                              PresetLengths, TraceArrivals, Workload)
 
-__all__ = ["LengthMix", "length_mix", "arrival_stats", "lognormal_pairs", "DEFAULT_SAMPLE"]
+__all__ = ["LengthMix", "length_mix", "arrival_stats", "lognormal_pairs", "fit_context", "DEFAULT_SAMPLE"]
 
 DEFAULT_SAMPLE = 4096
 
@@ -60,6 +60,19 @@ def lognormal_pairs(n: int, seed: int, p_median: float, p_sigma: float, p_min: f
     p = np.clip(np.rint(p_median * np.exp(p_sigma * z1)), max(1, p_min), p_max).astype(np.int64)
     o = np.clip(np.rint(o_median * np.exp(o_sigma * z2)), max(1, o_min), o_max).astype(np.int64)
     return p, o
+
+
+def fit_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Truncate requests to the model's context window as a serving engine would.
+
+    The prompt keeps at most ``max_context_tokens - 1`` tokens and the output what is left (at least
+    one token). Returns (prompt, output, number of requests changed). The analytical engine and the
+    replay both call this, so they always see the same lengths; callers report the count.
+    """
+    p = np.minimum(prompt, max_context_tokens - 1)
+    o = np.clip(output, 1, max_context_tokens - p)
+    changed = int(np.count_nonzero((p != prompt) | (o != output)))
+    return p.astype(np.int64), o.astype(np.int64), changed
 
 
 def length_mix(workload: Workload, n: int = DEFAULT_SAMPLE, seed: int = 0) -> LengthMix:

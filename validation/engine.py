@@ -218,7 +218,27 @@ def replay_requests(scenario: Scenario, trace: Trace | None = None, *, n_request
     plan = build_plan(scenario, service_models)
     if trace is None:
         trace = load_replay_trace(scenario, n_requests, seed)
-    return simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction)
+    trace, cut = _fit_context(scenario, trace)
+    result, req = simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction)
+    if cut:
+        note = (f"warning: {cut} of {len(trace)} requests exceed {scenario.model}'s context and were truncated "
+                "to it (as the analytical engine does)")
+        result = result.model_copy(update={"warnings": [*result.warnings, note]})
+    return result, req
+
+
+def _fit_context(scenario: Scenario, trace: Trace) -> tuple[Trace, int]:
+    """Truncate over-long requests to the model's window exactly as :func:`qmodel.build.resolve` does."""
+    import dataclasses
+
+    from qmodel.registry import get_model
+    from qmodel.workload import fit_context
+
+    p, o, cut = fit_context(trace.prompt_tokens, trace.output_tokens, get_model(scenario.model).max_context_tokens)
+    if not cut:
+        return trace, 0
+    return dataclasses.replace(trace, prompt_tokens=p, output_tokens=o,
+                               meta={**trace.meta, "truncated_to_context": cut}), cut
 
 
 def request_table(req: Requests) -> dict[str, np.ndarray]:
