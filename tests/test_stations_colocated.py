@@ -236,7 +236,7 @@ def test_gamma_arrivals_against_des():
 def test_single_instance_ttft_against_replay(data_dir):
     # One colocated llama-3.1-8b/H100 engine (roofline), Azure conv lengths, Poisson at 7.35/s (half
     # its limit), 2 seeds x 20000 requests of the bundled replay. The gated-batch TTFT measured at
-    # 3 seeds: mean −1.1%, p50 −1.1%, p90 +2.7%, p99 −5.2% (the priority-M/G/1 form was +11.7/+11.8/
+    # 3 seeds: mean +0.6%, p50 −1.1%, p90 +5.3%, p99 −2.8% (the priority-M/G/1 form was +11.7/+11.8/
     # +16.8/+4.5%). Bands: those errors plus 3 replay standard errors (0.5% mean, 1% p90, 2% p99).
     from qmodel.engine import Solver
     from qmodel.validation.engine import replay
@@ -252,6 +252,6 @@ def test_single_instance_ttft_against_replay(data_dir):
     s = st_.solve(7.35)
     rep = [_metrics(replay(sc, n_requests=20000, seed=seed)) for seed in (1, 2)]
     for key, model, band in (("ttft_mean", s.delay.mean_s, 0.05), ("ttft_p50", s.delay.quantile(0.5), 0.05),
-                             ("ttft_p90", s.delay.quantile(0.9), 0.07), ("ttft_p99", s.delay.quantile(0.99), 0.12)):
+                             ("ttft_p90", s.delay.quantile(0.9), 0.09), ("ttft_p99", s.delay.quantile(0.99), 0.10)):
         ref = float(np.mean([m[key] for m in rep]))
         assert abs(model / ref - 1.0) <= band, (key, model, ref)

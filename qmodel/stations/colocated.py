@@ -29,17 +29,18 @@ Model, per instance at rate lam (random split over ``instances``):
   grid, 10 log-spaced L groups, 5 quantile nodes of N;
 * TTFT = W + T_1(P) + co-batched prompts. One instance (or a random/round-robin split), Poisson or
   smooth arrivals: every prefill iteration takes all waiting prompts (gated batch service, token
-  budget overflow neglected), so W is the residual of the operation in progress (prefill iteration
-  w.p. rho_p, decode step w.p. P(decode running), else 0) and the request's batch holds the prompts
-  that arrived during that whole operation (Poisson(lam (age + residual)), matched in mean by
-  Poisson(2 lam W)). Against the replay (roofline llama-3.1-8b/H100, Azure conv, 1 instance, 3 seeds x
-  20000 requests) at 3.7/7.35/11 req/s: TTFT mean −0.4/−1.1/−4.8%, p50 +0.4/−1.1/−5.0%, p90
-  +3.1/+2.7/−3.6%, p99 −2.7/−5.2/−2.3% (the priority-M/G/1 form below gave +3.0/+11.7/+28.8% mean,
-  +6.1/+16.8/+33.1% p90); against the step DES (20 ms fixed prefill cost) at rho_p 0.12/0.24/0.36:
-  mean −2.2/−2.6/−5.6%, p90 −0.4/+0.3/−3.7%, p99 −7.0/−6.3/−9.6% (chained iterations at higher
-  load run a little long in the DES). Otherwise (least_loaded pools, bursts) prefill is the high
-  class of a non-preemptive priority M/G/1 over decode steps, E[W] = R/(1 - rho_p) with R = rho_p E[T^2]/(2E[T]) +
-  P(decode running) E[t_d]/2; its law is the Pollaczek–Khinchine compound geometric of prefill
+  budget overflow neglected), so W is the residual of the operation in progress (a prefill iteration
+  of 1 + Poisson(kbar - 1) prompts w.p. rho_p, a decode step w.p. P(decode running), else 0) and the
+  request's batch holds the prompts that arrived during that whole operation (Poisson(lam (age +
+  residual)), matched in mean by Poisson(2 lam W)). Against the replay (roofline llama-3.1-8b/H100,
+  Azure conv, 1 instance, 3 seeds x 20000 requests) at 3.7/7.35/11 req/s: TTFT mean −0.1/+0.6/+0.2%,
+  p50 +0.4/−1.1/−2.8%, p90 +3.7/+5.3/+2.9%, p99 −2.4/−2.8/+3.3% (the priority-M/G/1 form below gave
+  mean +3.0/+11.7/+28.8%, p90 +6.1/+16.8/+33.1%); against the step DES (20 ms fixed prefill cost,
+  20000 s) at rho_p 0.12/0.24/0.36: mean −2.2/−2.0/−3.8%, p90 −0.4/+0.9/−0.8%, p99 −7.0/−5.0/−6.7%;
+  at 0.6/0.85 of the limit mean −8.7/−20.4% (the DES batches 1.26/1.65 prompts per iteration where
+  the fixed point says 1.15/1.37, and budget overflow starts: optimistic at high load).
+  Otherwise (least_loaded pools, bursts) prefill is the high class of a non-preemptive priority
+  M/G/1 over decode steps, E[W] = R/(1 - rho_p) with R = rho_p E[T^2]/(2E[T]) + P(decode running) E[t_d]/2; its law is the Pollaczek–Khinchine compound geometric of prefill
   residuals convolved with the decode residual stretched by 1/(1 - rho_p). Prompts arriving during
   W join the request's batch: given W = w, Poisson(lam w) of them (16 strata of W), each adding
   T_1(P) - T_1(0).
@@ -298,29 +299,42 @@ class ColocatedStation:
         gd = g[1: m + 1][keep]
         wd = pi[1: m + 1][keep]
         wd = wd / max(float(wd.sum()), 1e-300)
-        # Prefill waits as the high class of a non-preemptive priority M/G/1 (decode steps are the low
-        # class): W = R / (1 - rho_p), R = rho_p E[T^2]/(2E[T]) + busy_dec E[t_d]/2. Distribution: the
-        # Pollaczek–Khinchine compound geometric of prefill residuals plus the decode residual
-        # stretched by 1/(1 - rho_p) (the prefill work that arrives during it).
         cs2 = et2 / self.mean_t1**2 - 1.0
         t0 = float(self.service.prefill_one_s(0.0))
         marginal = _split_pmf(np.maximum(self.t1 - t0, 0.0), dxs)
-        if m_burst > 1.0:
-            # bursty arrivals as geometric batches: M^X/G/1 wait of whole bursts, and the burst members
-            # ahead of and behind the request on its instance share its prefill iteration (marginal cost)
-            pk = batch_wait(jump, dxs, rho_p, m_burst, c_ll, member=marginal, sides=1)
-        else:
-            pk = jsq_wait(_pk_wait(prefill_res, rho_p), rho_p, c_ll, (self.ca2 + cs2) / (1.0 + cs2))
         busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
         gated = m_burst <= 1.0 and not (ll and self.instances > 1)
+        if not gated:
+            # Prefill waits as the high class of a non-preemptive priority M/G/1 (decode steps are the low
+            # class): W = R / (1 - rho_p), R = rho_p E[T^2]/(2E[T]) + busy_dec E[t_d]/2. Distribution: the
+            # Pollaczek–Khinchine compound geometric of prefill residuals plus the decode residual
+            # stretched by 1/(1 - rho_p) (the prefill work that arrives during it).
+            if m_burst > 1.0:
+                # bursty arrivals as geometric batches: M^X/G/1 wait of whole bursts, and the burst members
+                # ahead of the request on its instance share its prefill iteration (marginal cost)
+                pk = batch_wait(jump, dxs, rho_p, m_burst, c_ll, member=marginal, sides=1)
+            else:
+                pk = jsq_wait(_pk_wait(prefill_res, rho_p), rho_p, c_ll, (self.ca2 + cs2) / (1.0 + cs2))
         if gated:
             # Every prefill iteration takes all waiting prompts (gated batch service), so a request waits
             # only for the operation in progress: a prefill iteration (probability rho_p, equilibrium
             # residual), a decode step (busy_dec, residual uniform on the step) or nothing. Its batch
             # holds everyone who arrived during that operation, before and after it: Poisson(lam (A+R))
             # with A the age, matched in mean by Poisson(2 lam R) on the residual R.
+            # the running iteration holds kbar prompts on average: one T_1 plus Poisson(kbar - 1) marginal
+            # costs; its equilibrium residual (length-biased) replaces that of a lone prompt
+            mj = float(np.dot(np.arange(len(marginal)), marginal))
+            extra_k = max(kbar - 1.0, 0.0)
+            size_it = len(jump) + int(extra_k * mj + 12.0 * math.sqrt(extra_k * mj * len(marginal) + 1.0)) + len(marginal)
+            it = np.convolve(jump, compound_poisson_pmf(marginal, np.array([extra_k]), size_it)[0])[:size_it]
+            it /= it.sum()
+            k_it = np.arange(len(it))
+            e_it, e_it2 = float(np.dot(k_it, it)) * dxs, float(np.dot(k_it * k_it, it)) * dxs * dxs
+            sf_it = 1.0 - np.cumsum(it)
+            res_it = np.concatenate([[0.0], sf_it[:-1]])
+            iter_res = GridDist(dxs, res_it / res_it.sum(), e_it2 / (2.0 * e_it), exact=False)
             dres = decode_residual(gd, wd, 1.0, 1.0, dxs)
-            wait = mixture([GridDist.point(0.0, dxs), prefill_res, dres],
+            wait = mixture([GridDist.point(0.0, dxs), iter_res, dres],
                            [max(1.0 - rho_p - busy_dec, 0.0), rho_p, busy_dec])
             wait_co = _add_arrivals_during(wait, 2.0 * lam, marginal, max(self.mean_t1 - t0, 0.0))
         else:
