@@ -63,7 +63,7 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.colocated import (_L_GROUPS, _busy_period_stalls, _grid_pmf, _pk_wait, batch_wait,
+from qmodel.stations.colocated import (_L_GROUPS, check_pool_inputs, _busy_period_stalls, _grid_pmf, _pk_wait, batch_wait,
                                        burst_batch_mean, decode_residual, jsq_wait, n_nodes, stall_tpot)
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 
@@ -88,18 +88,8 @@ class ChunkedStation:
     name: str = "chunked"
 
     def __post_init__(self) -> None:
-        p = np.asarray(self.prompt_tokens, dtype=float).ravel()
-        L = np.asarray(self.output_tokens, dtype=float).ravel()
-        if (p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 0) or not p.mean() > 0
-                or not (np.all(np.isfinite(p)) and np.all(np.isfinite(L)))):
-            raise InputError("lengths", f"{p.size} prompts / {L.size} outputs",
-                             "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
-        if self.instances < 1:
-            raise InputError("chunked.instances", self.instances, "an integer >= 1")
-        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
-            raise InputError("chunked.ca2", self.ca2, "a finite arrival SCV >= 0 (1 = Poisson)")
-        if self.dispatch not in ("random", "round_robin", "least_loaded"):
-            raise InputError("chunked.dispatch", self.dispatch, "one of random, round_robin, least_loaded")
+        p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
+                                 self.dispatch)
         if self.chunk_tokens < 2:
             raise InputError("chunked.chunk_tokens", self.chunk_tokens, "an integer >= 2 (decode + chunk tokens)")
         self.p, self.L = p, L

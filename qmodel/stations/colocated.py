@@ -118,6 +118,24 @@ def _fast_len(n: int) -> int:
     return int(sfft.next_fast_len(max(int(n), 2), real=True))
 
 
+def check_pool_inputs(name: str, prompt_tokens: np.ndarray, output_tokens: np.ndarray, instances: int, ca2: float,
+                      dispatch: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate the inputs every single-pool station shares; returns (prompts, outputs) as float arrays."""
+    p = np.asarray(prompt_tokens, dtype=float).ravel()
+    L = np.asarray(output_tokens, dtype=float).ravel()
+    if (p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 0) or not p.mean() > 0
+            or not (np.all(np.isfinite(p)) and np.all(np.isfinite(L)))):
+        raise InputError("lengths", f"{p.size} prompts / {L.size} outputs",
+                         "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
+    if instances < 1:
+        raise InputError(f"{name}.instances", instances, "an integer >= 1")
+    if not (ca2 >= 0 and math.isfinite(ca2)):
+        raise InputError(f"{name}.ca2", ca2, "a finite arrival SCV >= 0 (1 = Poisson)")
+    if dispatch not in ("random", "round_robin", "least_loaded"):
+        raise InputError(f"{name}.dispatch", dispatch, "one of random, round_robin, least_loaded")
+    return p, L
+
+
 @dataclass
 class ColocatedStation:
     """Colocated prefill-priority engines (formulas in the module doc)."""
@@ -134,18 +152,8 @@ class ColocatedStation:
     name: str = "colocated"
 
     def __post_init__(self) -> None:
-        p = np.asarray(self.prompt_tokens, dtype=float).ravel()
-        L = np.asarray(self.output_tokens, dtype=float).ravel()
-        if (p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 0) or not p.mean() > 0
-                or not (np.all(np.isfinite(p)) and np.all(np.isfinite(L)))):
-            raise InputError("lengths", f"{p.size} prompts / {L.size} outputs",
-                             "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
-        if self.instances < 1:
-            raise InputError("colocated.instances", self.instances, "an integer >= 1")
-        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
-            raise InputError("colocated.ca2", self.ca2, "a finite arrival SCV >= 0 (1 = Poisson)")
-        if self.dispatch not in ("random", "round_robin", "least_loaded"):
-            raise InputError("colocated.dispatch", self.dispatch, "one of random, round_robin, least_loaded")
+        p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
+                                 self.dispatch)
         if self.max_batch_tokens < 1:
             raise InputError("colocated.max_batch_tokens", self.max_batch_tokens, "an integer >= 1")
         self.p, self.L = p, L
