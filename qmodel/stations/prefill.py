@@ -164,6 +164,9 @@ class BatchServiceLaw:
     #: token budget: the batch-formation regimes by the head of the queue, [fresh (after a batch
     #: that took the whole queue), head = the overflow of a fresh-headed batch, ..., settled]
     head_regimes: "tuple[_Regime, ...] | None" = None
+    #: rate-independent grid tables of :meth:`BulkQueue.grids` for the last grid step used (the
+    #: per-k pmfs and their transforms do not depend on λ; rebuilding them was ~40% of a solve)
+    _grid_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def b(self) -> int:
@@ -778,6 +781,40 @@ class BulkQueue:
         return float(res[0]) if np.ndim(t) == 0 else res
 
     # ---- waiting time and (wait + own batch) on a grid -----------------------------------
+    def _grid_tables(self, dx: float) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], int, dict]:
+        """Per regime, the fit and cut batch-time pmfs on the grid (stacked (b, n_s), zero-padded
+        to the common length n_s; a k with P(N = k) = 0 carries no cut law), and a dict for their
+        transforms. Rate-independent given dx, so they are kept on the law for the last dx (a
+        goodput search mostly keeps dx: it is set by the shortest batch below saturation)."""
+        cache = self.law._grid_cache
+        key = (dx, self.b)
+        if cache.get("key") == key:
+            return cache["ff"], cache["fc"], cache["lens"], cache["n_s"], cache["fft"]
+        b, regs = self.b, self._regimes
+        grid_cache: dict[tuple[int, int], np.ndarray] = {}
+
+        def gp(lw: BatchServiceLaw, k: int) -> np.ndarray:
+            if (id(lw), k) not in grid_cache:
+                grid_cache[(id(lw), k)] = lw.grid_pmf(k, dx)
+            return grid_cache[(id(lw), k)]
+
+        ff_l = [[gp(reg.fit, k) for k in range(1, b + 1)] for reg in regs]
+        fc_l = [[gp(reg.cut, k) if reg.p_n[k - 1] > 0 else np.zeros(1) for k in range(1, b + 1)] for reg in regs]
+        n_s = max(len(x) for lst in ff_l + fc_l for x in lst)
+
+        def stack(lst: list[np.ndarray]) -> np.ndarray:
+            out = np.zeros((len(lst), n_s))
+            for i, x in enumerate(lst):
+                out[i, : len(x)] = x
+            return out
+
+        ff, fc = [stack(lst) for lst in ff_l], [stack(lst) for lst in fc_l]
+        # support length of each cut pmf (index of the last nonzero bin + 1)
+        lens = [np.array([len(np.trim_zeros(x, "b")) for x in lst]) for lst in fc_l]
+        cache.clear()
+        cache.update(key=key, ff=ff, fc=fc, lens=lens, n_s=n_s, fft={})
+        return ff, fc, lens, n_s, cache["fft"]
+
     def grids(self, dx: float | None = None, wait_scale: float = 1.0) -> tuple[GridDist, GridDist, GridDist]:
         """(W, W + S_own jointly, S_own) on a common grid (a = 1).
 
@@ -821,23 +858,7 @@ class BulkQueue:
             # ≥ 16 bins for the shortest batch, and the horizon within _GRID_POINTS points (time and
             # memory grow with it; quantiles are conservative by at most dx per term)
             dx = max(min_mean / 16.0, horizon / _GRID_POINTS)
-        grid_cache: dict[int, np.ndarray] = {}
-
-        def gp(lw: BatchServiceLaw, k: int) -> np.ndarray:
-            key = id(lw) * 4096 + k
-            if key not in grid_cache:
-                grid_cache[key] = lw.grid_pmf(k, dx)
-            return grid_cache[key]
-
-        ff = [[gp(reg.fit, k) for k in range(1, b + 1)] for reg in regs]
-        fc = [[gp(reg.cut, k) if reg.p_n[k - 1] > 0 else np.zeros(1) for k in range(1, b + 1)] for reg in regs]
-        n_s = max(len(x) for lst in ff + fc for x in lst)
-
-        def pad(x: np.ndarray) -> np.ndarray:
-            return np.pad(x, (0, n_s - len(x)))
-
-        ff = [[pad(x) for x in lst] for lst in ff]
-        fc = [[pad(x) for x in lst] for lst in fc]
+        ff, fc, lens, n_s, fft_cache = self._grid_tables(dx)
 
         # Time weights of "in a batch with this time law and r left waiting", per unit service time,
         # grouped by the regime the *next* batch forms in (fit -> 0, cut -> last).
@@ -854,7 +875,7 @@ class BulkQueue:
             cut_w.append((live, pi, pcut))
         for f, (pi, (pfit, pcut)) in enumerate(zip(pis, self._mix_pi)):
             w_fit = (pi @ pfit) / cyc  # leftover 0, next batch fresh
-            groups[0][0].append(sum(w * x for w, x in zip(w_fit, ff[f])))
+            groups[0][0].append(w_fit @ ff[f])
             groups[0][1].append(np.eye(1, r_max)[0])
             live, _, _ = cut_w[f]
             if live.any():
@@ -869,8 +890,8 @@ class BulkQueue:
         # count axis and a cross-correlation in time, both by one 2-D FFT of the age table.
         ages = (np.arange(n_s) + 0.5) * dx
         p_age = _poisson_matrix(lam * ages, n_q)
-        lt = 1 << int(math.ceil(math.log2(2 * n_s + 1)))
-        lq_ = 1 << int(math.ceil(math.log2(n_q + r_max)))
+        lt = _fast_len(2 * n_s + 1)
+        lq_ = _fast_len(n_q + r_max)
         pa = None
         ys = []
         for lf, lw in groups:
@@ -905,10 +926,10 @@ class BulkQueue:
 
         # Drain, top down in blocks of the smallest N (all of a plain cap's b at once)
         kmin = min(min(x) for x in ks)
-        nsb = max(len(np.trim_zeros(fc[f][k - 1], "b")) for f in range(nr) for k in ks[f])
+        nsb = max(int(lens[f][k - 1]) for f in range(nr) for k in ks[f])
         # at most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < 1e-12
         length = min(n_s + 1 + int(math.ceil(n_q / kmin)) * nsb + 1, int(math.ceil(horizon / dx)) + n_s + 2)
-        size = 1 << int(math.ceil(math.log2(max(length, 2 * n_s + 2))))
+        size = _fast_len(max(length, 2 * n_s + 2))
         if size > 4 * MAX_POINTS:
             raise NumericalError("prefill waiting-time grid too large; the load is too close to 1")
         nfreq = size // 2 + 1
@@ -934,13 +955,13 @@ class BulkQueue:
             return out
 
         V = [vhat(y, e) for y, e in zip(ys, ext)]
-        fft_cache: dict[tuple[int, int], np.ndarray] = {}
-
-        def law_fft(lst: list[np.ndarray], n: int) -> np.ndarray:
-            """rfft of every k's grid pmf at length n, batched (b, n/2+1); shared laws once."""
+        def law_fft(lst: np.ndarray, n: int) -> np.ndarray:
+            """rfft of every k's grid pmf at length n, batched (b, n/2+1); kept across solves."""
             key = (id(lst), n)
             if key not in fft_cache:
-                fft_cache[key] = np.fft.rfft(np.array(lst), n, axis=1)
+                if len(fft_cache) >= 4 * (2 * nr):  # transform lengths follow the rate: bound memory
+                    fft_cache.clear()
+                fft_cache[key] = np.fft.rfft(lst, n, axis=1)
             return fft_cache[key]
 
         coef = [reg.p_n[np.array(ks[f]) - 1, None] * law_fft(fc[f], size)[np.array(ks[f]) - 1]
@@ -980,7 +1001,7 @@ class BulkQueue:
         qh, th = np.fft.rfft(qm, lb, axis=1), np.fft.rfft(tail, lb, axis=1)
         # W + S_own: W's support is within `length` (past it the mass is < 1e-12), so a transform of
         # length + n_s does not wrap
-        out_size = 1 << int(math.ceil(math.log2((size if wait_scale != 1.0 else length) + n_s)))
+        out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
         acc = np.zeros(out_size // 2 + 1, dtype=complex)
         own = np.zeros(n_s)
         wpmf = np.zeros(size)
@@ -998,7 +1019,7 @@ class BulkQueue:
                     continue
                 hh = np.fft.rfft(h[:, live], out_size, axis=0)  # (nfreq, live)
                 acc += np.einsum("fk,kf->f", hh, law_fft(lst, out_size)[live])
-                own += mass[live] @ np.array(lst)[live]
+                own += mass[live] @ lst[live]
         joint = np.clip(np.fft.irfft(acc, out_size), 0.0, None)[: min(size + n_s, out_size)]
         joint /= joint.sum()
 
@@ -1010,6 +1031,15 @@ class BulkQueue:
         delay = GridDist(dx, joint, wq + own_mean, exact=exact).trimmed()
         own_d = GridDist(dx, own / own.sum(), own_mean, exact=exact).trimmed()
         return wait, delay, own_d
+
+
+def _fast_len(n: int) -> int:
+    """Smallest 5-smooth transform length >= n. The transforms only need n points to avoid
+    wrap-around; a 5-smooth length is as fast per point as a power of two and up to 2x shorter
+    per axis (4x on the 2-D age table)."""
+    from scipy.fft import next_fast_len
+
+    return int(next_fast_len(int(n), real=True))
 
 
 def _solve_balance(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
