@@ -361,3 +361,55 @@ def test_token_budget_extreme_loads_are_finite(load: float) -> None:
         assert np.all(np.isfinite(qs)) and qs == sorted(qs)
     assert sol.delay.mean_s >= sol.wait.mean_s > 0
     assert np.isfinite(sol.extra["own_batch_time_per_prompt_s"]).all()
+
+
+# ---- speed paths must not change numbers -------------------------------------------------------
+def _poisson_direct(mu: np.ndarray, n: int) -> np.ndarray:
+    """The plain log-space Poisson table over every column (the reference for the truncated one)."""
+    from scipy.special import gammaln
+
+    mu = np.asarray(mu, dtype=float)[:, None]
+    m = np.arange(n, dtype=float)
+    safe = np.where(mu > 0, mu, 1.0)
+    out = np.exp(m[None, :] * np.log(safe) - safe - gammaln(m + 1.0)[None, :])
+    return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
+
+
+@pytest.mark.parametrize("top", [0.0, 1e-9, 0.7, 25.0, 700.0, 2e4])
+def test_poisson_table_skips_only_exact_zeros(top: float) -> None:
+    # bitwise: the skipped columns are those where exp() underflows to 0.0 in every row anyway
+    from qmodel.stations.prefill import _poisson_matrix
+
+    mu = np.concatenate([[0.0, top], np.random.default_rng(3).random(40) * top])
+    for n in (1, 7, 300, 4000):
+        assert np.array_equal(_poisson_matrix(mu, n), _poisson_direct(mu, n))
+
+
+def test_batched_arrival_tables_equal_per_k() -> None:
+    # one Poisson table over all k's nodes gives each row exactly the per-k computation
+    law = BatchServiceLaw.from_samples([np.random.default_rng(k).gamma(2.0, 0.05 * k, 500) for k in range(1, 9)])
+    ks = [1, 3, 4, 8]
+    rows = law.arrivals_pmfs(ks, 37.0, 120)
+    for i, k in enumerate(ks):
+        assert np.array_equal(rows[i], law.arrivals_pmf(k, 37.0, 120))
+
+
+def test_grids_repeat_identically_with_cached_grid_tables() -> None:
+    # the grid tables are kept on the law for the last dx: a solve on another grid in between,
+    # and another rate, must leave the distributions exactly those of a fresh law
+    rng = np.random.default_rng(5)
+    prompts = np.exp(rng.normal(np.log(800.0), 0.8, 2000))
+
+    def station() -> PrefillStation:
+        return PrefillStation(2, LinearPrefill(), prompts, max_batch_tokens=8192)
+
+    law = station().law
+    lam = 0.5 * law.mean_drain[0] / law.mean_drain[1]
+    first = BulkQueue(lam, law).grids(0.01)
+    mid = BulkQueue(1.6 * lam, law).grids(0.013)  # another dx and rate: replaces the kept tables
+    again = BulkQueue(lam, law).grids(0.01)
+    fresh = BulkQueue(lam, station().law).grids(0.01)
+    fresh_mid = BulkQueue(1.6 * lam, station().law).grids(0.013)
+    for got, want in ((first, fresh), (again, fresh), (mid, fresh_mid)):
+        for a, b in zip(got, want):
+            assert a.dx == b.dx and np.array_equal(a.pmf, b.pmf)

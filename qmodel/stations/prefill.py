@@ -101,8 +101,20 @@ def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
 
     mu = np.asarray(mu, dtype=float)[:, None]
     m = np.arange(n, dtype=float)
+    lg = gammaln(m + 1.0)
+    # Past the mode, P(Poisson(μ) = m) falls with m and, for m > μ, rises with μ: from the first
+    # m > max μ where even the largest mean gives a log-pmf below −750, exp(·) is exactly 0.0 in
+    # every row. Only the columns before it are evaluated (identical output, most of the work
+    # when n is far past the arrivals that can occur).
+    top = float(mu.max()) if mu.size else 0.0
+    n_eval = n
+    if top > 0:
+        dead = np.nonzero((m > top) & (m * math.log(top) - top - lg < -750.0))[0]
+        n_eval = int(dead[0]) if dead.size else n
+    me, lge = m[:n_eval], lg[:n_eval]
     safe = np.where(mu > 0, mu, 1.0)
-    out = np.exp(m[None, :] * np.log(safe) - safe - gammaln(m + 1.0)[None, :])
+    out = np.zeros((mu.shape[0], n))
+    out[:, :n_eval] = np.exp(me[None, :] * np.log(safe) - safe - lge[None, :])
     return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
 
 
@@ -430,6 +442,16 @@ class BatchServiceLaw:
         """P(A_k = m), m < n, arrivals at rate λ during S_k."""
         return self.weights[k - 1] @ _poisson_matrix(lam * self.values_s[k - 1], n)
 
+    def arrivals_pmfs(self, ks: list[int], lam: float, n: int) -> np.ndarray:
+        """Rows P(A_k = m), m < n, for each k in ``ks`` (as :meth:`arrivals_pmf`, row for row
+        the same numbers): one Poisson table over all their nodes instead of one per k."""
+        if not ks:
+            return np.zeros((0, n))
+        vals = [self.values_s[k - 1] for k in ks]
+        table = _poisson_matrix(lam * np.concatenate(vals), n)
+        ends = np.cumsum([v.size for v in vals])
+        return np.vstack([self.weights[k - 1] @ table[e - v.size : e] for k, v, e in zip(ks, vals, ends)])
+
     def grid_pmf(self, k: int, dx: float) -> np.ndarray:
         """S_k on the grid, rounded up (from the full sample when there is one)."""
         if self.full_values_s is not None and self.full_weights is not None:
@@ -573,9 +595,10 @@ class BulkQueue:
         jj_ = np.arange(n + 1)[:, None] + np.arange(n + 1 + b)[None, :] - b
         ok = (jj_ >= 0) & (jj_ <= n)
         for f, reg in enumerate(regs):
-            a_fit = np.vstack([reg.fit.arrivals_pmf(k, lam, length) for k in range(1, b + 1)])
-            a_cut = np.vstack([reg.cut.arrivals_pmf(k, lam, length) if reg.p_n[k - 1] > 0 else np.zeros(length)
-                               for k in range(1, b + 1)])
+            a_fit = reg.fit.arrivals_pmfs(list(range(1, b + 1)), lam, length)
+            live_k = [k for k in range(1, b + 1) if reg.p_n[k - 1] > 0]
+            a_cut = np.zeros((b, length))
+            a_cut[np.array(live_k, dtype=np.int64) - 1] = reg.cut.arrivals_pmfs(live_k, lam, length)
             pfit, pcut = self._mix(n, reg)
             # shifted cut tables: acs[k−1, e] = a_cut[k−1][e − b + k], e = (i − j) + b
             acs = np.zeros((b, length + b))
