@@ -19,7 +19,7 @@ from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, Disaggregat
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
-__all__ = ["PoolRuntime", "Resolved", "resolve"]
+__all__ = ["PoolRuntime", "Resolved", "resolve", "resolve_workload"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,14 @@ def resolve(scenario: Scenario) -> Resolved:
     else:  # pragma: no cover - schema admits no other topology
         raise TypeError(type(dep))
 
+    mix, uncached, rate, ca2, warnings = resolve_workload(scenario, model)
+    return Resolved(scenario, model, mix, uncached, rate, ca2, pools, link, link_bw,
+                    model.kv_bytes_per_token(), warnings)
+
+
+def resolve_workload(scenario: Scenario, model: ModelSpec
+                     ) -> tuple[LengthMix, np.ndarray, float | None, float, tuple[str, ...]]:
+    """(length mix fitted to the context, uncached prompt tokens, rate, arrival SCV, warnings)."""
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
     p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
@@ -117,5 +125,4 @@ def resolve(scenario: Scenario) -> Resolved:
                          "the trace needs at least two arrivals at distinct times")
     if isinstance(scenario.workload.arrivals, TraceArrivals) and ca2 > 400:
         ca2 = 400.0  # beyond this a renewal SCV no longer describes the trace; the replay is the referee
-    return Resolved(scenario, model, mix, uncached, rate, ca2, pools, link, link_bw,
-                    model.kv_bytes_per_token(), tuple(warnings))
+    return mix, uncached, rate, ca2, tuple(warnings)

@@ -211,31 +211,11 @@ class EngineEvaluator(Evaluator):
     def _workload_parts(self):
         """The deployment-independent half of :func:`qmodel.build.resolve`, computed once."""
         if self._workload is None:
-            import numpy as _np
-
-            from qmodel.errors import InputError
-            from qmodel.scenario import TraceArrivals
-            from qmodel.workload import LengthMix, arrival_stats, length_mix
+            from qmodel.build import resolve_workload
 
             model = self._model()
-            sc = self.scenario
-            mix = length_mix(sc.workload)
-            warnings: list[str] = []
-            too_long = mix.prompt + mix.output > model.max_context_tokens
-            if _np.any(too_long):
-                warnings.append(f"warning: {int(too_long.sum())} of {len(mix)} requests exceed {model.name}'s "
-                                f"{model.max_context_tokens}-token context and are truncated to it")
-                p = _np.minimum(mix.prompt, model.max_context_tokens - 1)
-                mix = LengthMix(p, _np.clip(mix.output, 1, model.max_context_tokens - p), mix.sha256)
-            h = sc.workload.prefix_hit_ratio
-            uncached = _np.maximum(1, _np.rint(mix.prompt * (1.0 - h))).astype(_np.int64)
-            rate, ca2 = arrival_stats(sc.workload)
-            if rate is not None and not _np.isfinite(rate):
-                raise InputError("workload.arrivals", getattr(sc.workload.arrivals, "path", "trace"),
-                                 "the trace needs at least two arrivals at distinct times")
-            if isinstance(sc.workload.arrivals, TraceArrivals) and ca2 > 400:
-                ca2 = 400.0
-            self._workload = (model, mix, uncached, rate, ca2, tuple(warnings))
+            mix, uncached, rate, ca2, warnings = resolve_workload(self.scenario, model)
+            self._workload = (model, mix, uncached, rate, ca2, warnings)
         return self._workload
 
     def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float):
