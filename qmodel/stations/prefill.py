@@ -998,12 +998,19 @@ class BulkQueue:
                 V[g][: e - k] += c_k * V[f][k:e]
         drain, cl = ks[last], coef[last]
         karr = np.array(drain)
+        # batch sizes N = k0..k0+K−1 without gaps (the usual case): the rows V_{p+k} are a slice,
+        # read in place instead of gathered into a copy on every step of this sequential recurrence
+        k0, nk = drain[0], len(drain)
+        contiguous = drain == list(range(k0, k0 + nk))
         hi = n_q - 1
         Vl = V[last]
         while hi >= 0:
             lo = max(0, hi - kmin + 1)
             if len(drain) == 1:
                 Vl[lo : hi + 1] += cl[0] * Vl[lo + drain[0] : hi + 1 + drain[0]]
+            elif contiguous:
+                for p in range(hi, lo - 1, -1):
+                    Vl[p] += np.einsum("kf,kf->f", cl, Vl[p + k0 : p + k0 + nk])
             else:
                 for p in range(hi, lo - 1, -1):
                     Vl[p] += np.einsum("kf,kf->f", cl, Vl[p + karr])
