@@ -595,7 +595,8 @@ class BulkQueue:
         jj_ = np.arange(n + 1)[:, None] + np.arange(n + 1 + b)[None, :] - b
         ok = (jj_ >= 0) & (jj_ <= n)
         for f, reg in enumerate(regs):
-            a_fit = reg.fit.arrivals_pmfs(list(range(1, b + 1)), lam, length)
+            # a fit batch empties the queue: it lands on j' = arrivals, so columns past n are never used
+            a_fit = reg.fit.arrivals_pmfs(list(range(1, b + 1)), lam, n + 1)
             live_k = [k for k in range(1, b + 1) if reg.p_n[k - 1] > 0]
             a_cut = np.zeros((b, length))
             a_cut[np.array(live_k, dtype=np.int64) - 1] = reg.cut.arrivals_pmfs(live_k, lam, length)
@@ -605,7 +606,7 @@ class BulkQueue:
             for k in range(1, b + 1):
                 acs[k - 1, b - k : b - k + length] = a_cut[k - 1]
             rows = slice(f * (n + 1), (f + 1) * (n + 1))
-            P[rows, : n + 1] += (pfit @ a_fit)[:, : n + 1]
+            P[rows, : n + 1] += pfit @ a_fit
             nxt = np.array([reg.next_after_cut(k, last) for k in range(1, b + 1)])
             for g in np.unique(nxt):  # the overflow heads the queue: its regime
                 cut_rows = (pcut * (nxt == g)[None, :]) @ acs  # [j, e]: to state j + e − b
@@ -978,6 +979,7 @@ class BulkQueue:
             return out
 
         V = [vhat(y, e) for y, e in zip(ys, ext)]
+
         def law_fft(lst: np.ndarray, n: int) -> np.ndarray:
             """rfft of every k's grid pmf at length n, batched (b, n/2+1); kept across solves."""
             key = (id(lst), n)
