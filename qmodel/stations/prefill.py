@@ -937,8 +937,10 @@ class BulkQueue:
                 pa = np.fft.rfft2(p_age[::-1], s=(lt, lq_))
             fh = np.fft.fft(np.array(lf), lt, axis=1)  # (L, lt)
             wh = np.fft.rfft(np.array(lw), lq_, axis=1)  # (L, lq_/2+1)
-            yfull = np.fft.irfft2(pa * (fh.T @ wh), s=(lt, lq_))
-            ys.append(np.clip(yfull[n_s : 2 * n_s, :n_q] * dx, 0.0, None))  # lags v = 1..n_s
+            # the 2-D inverse as its two passes (what irfft2 does), the count-axis pass only on the
+            # rows kept: lags v = 1..n_s
+            lag = np.fft.ifft(pa * (fh.T @ wh), lt, axis=0)[n_s : 2 * n_s]
+            ys.append(np.clip(np.fft.irfft(lag, lq_, axis=1)[:, :n_q] * dx, 0.0, None))
         busy_mass = 1.0 - p_idle
         ysum = sum(float(y.sum()) for y in ys)
         if ysum > 0:
