@@ -413,3 +413,15 @@ def test_grids_repeat_identically_with_cached_grid_tables() -> None:
     for got, want in ((first, fresh), (again, fresh), (mid, fresh_mid)):
         for a, b in zip(got, want):
             assert a.dx == b.dx and np.array_equal(a.pmf, b.pmf)
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.01, 0.3, 0.6747, 1.0, 1.3, 2.7])
+def test_scale_time_equals_scatter_add(scale: float) -> None:
+    # the run-by-run sums must be np.add.at's, bit for bit (same order of additions)
+    from qmodel.stations.prefill import _scale_time
+
+    g = np.random.default_rng(2).random((700, 5)) ** 6
+    idx = np.ceil(np.arange(700) * scale - 1e-9).astype(np.int64)
+    want = np.zeros((int(idx.max()) + 1, 5))
+    np.add.at(want, idx, g)
+    assert np.array_equal(_scale_time(g, scale), want)
