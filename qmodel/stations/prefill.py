@@ -974,10 +974,10 @@ class BulkQueue:
         m_own = min(b, n_q)
 
         def vhat(y: np.ndarray, e: int) -> np.ndarray:
-            ypad = np.zeros((n_s + 1, e))
-            ypad[1:] = y[:, :e]
+            ypad = np.zeros((e, n_s + 1))  # one row per count: the transforms run along rows
+            ypad[:, 1:] = y[:, :e].T
             out = np.zeros((max(e, m_own) + b, nfreq), dtype=complex)
-            out[:e] = np.fft.rfft(ypad, size, axis=0).T
+            out[:e] = np.fft.rfft(ypad, size, axis=1)
             return out
 
         V = [vhat(y, e) for y, e in zip(ys, ext)]
@@ -1051,8 +1051,8 @@ class BulkQueue:
                 live = np.nonzero(mass > 0)[0]
                 if live.size == 0:
                     continue
-                hh = np.fft.rfft(h[:, live], out_size, axis=0)  # (nfreq, live)
-                acc += np.einsum("fk,kf->f", hh, law_fft(lst, out_size)[live])
+                hh = np.fft.rfft(np.ascontiguousarray(h[:, live].T), out_size, axis=1)  # (live, nfreq)
+                acc += np.einsum("kf,kf->f", hh, law_fft(lst, out_size)[live])
                 own += mass[live] @ lst[live]
         joint = np.clip(np.fft.irfft(acc, out_size), 0.0, None)[: min(size + n_s, out_size)]
         joint /= joint.sum()
