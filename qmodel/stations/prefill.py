@@ -93,6 +93,8 @@ _DENSE_MAX = 600  # balance systems up to this size are solved dense
 #: quantiles of the fresh cut size N that split the overflow-head regimes (see from_prompts_budget)
 _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
+#: batch-time transforms kept on a law between solves (beyond it they are recomputed per solve)
+_GRID_CACHE_BYTES = 64 << 20
 
 
 def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
@@ -837,6 +839,8 @@ class BulkQueue:
         # support length of each cut pmf (index of the last nonzero bin + 1)
         lens = [np.array([len(np.trim_zeros(x, "b")) for x in lst]) for lst in fc_l]
         cache.clear()
+        if sum(x.nbytes for x in ff + fc) > _GRID_CACHE_BYTES:  # too big to hold between solves
+            return ff, fc, lens, n_s, {}
         cache.update(key=key, ff=ff, fc=fc, lens=lens, n_s=n_s, fft={})
         return ff, fc, lens, n_s, cache["fft"]
 
@@ -987,9 +991,12 @@ class BulkQueue:
             """rfft of every k's grid pmf at length n, batched (b, n/2+1); kept across solves."""
             key = (id(lst), n)
             if key not in fft_cache:
-                if len(fft_cache) >= 4 * (2 * nr):  # transform lengths follow the rate: bound memory
+                arr = np.fft.rfft(lst, n, axis=1)
+                # transform lengths follow the rate: keep what fits a memory budget across solves
+                if sum(v.nbytes for v in fft_cache.values()) + arr.nbytes > _GRID_CACHE_BYTES:
                     fft_cache.clear()
-                fft_cache[key] = np.fft.rfft(lst, n, axis=1)
+                fft_cache[key] = arr
+                return arr
             return fft_cache[key]
 
         coef = [reg.p_n[np.array(ks[f]) - 1, None] * law_fft(fc[f], size)[np.array(ks[f]) - 1]
