@@ -26,7 +26,7 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
-from ._core import Meter, Requests, Sim, step_cumsum_fn
+from ._core import Meter, Requests, Sim, pick_instance, step_cumsum_fn, truncate_run
 from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
@@ -98,16 +98,8 @@ class SinglePoolStation(ABC):
         return p - c, c
 
     def _choose(self, r: int) -> int:
-        if self.c == 1:
-            return 0
-        if self.dispatch == "round_robin":
-            i = self.rr % self.c
-            self.rr += 1
-            return i
-        if self.dispatch == "random":
-            return int(self.rng.integers(self.c))
-        loads = [d.load for d in self.inst]
-        return loads.index(min(loads))
+        i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: [d.load for d in self.inst])
+        return i
 
     def _admissible(self, d: SingleInstance, r: int) -> bool:
         return d.slots < self.max_batch and d.kv_used + self.need(r) <= self.cap
@@ -138,11 +130,7 @@ class SinglePoolStation(ABC):
             d.version += 1
             self._boundary(i, 0, t)
             return
-        j = int(np.searchsorted(d.cum, t - d.t0, side="left")) + 1
-        if j < d.kend:
-            d.kend = j
-            d.version += 1
-            self.sim.at(d.t0 + float(d.cum[j - 1]), self._run_end, (i, d.version))
+        truncate_run(self.sim, d, t, self._run_end, i)
 
     # ---- running sequences -----------------------------------------------------------------
     def _join(self, d: SingleInstance, r: int, t: float) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-__all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum", "step_cumsum_fn"]
+__all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum", "step_cumsum_fn", "pick_instance", "truncate_run"]
 
 
 class Sim:
@@ -200,3 +200,28 @@ class StepCache:
             if sel.any():
                 out[sel] = self._table(n, b)[idx[sel] - b * B]
         return out
+
+
+def pick_instance(dispatch: str, c: int, rr: int, rng: np.random.Generator,
+                  loads: Callable[[], list[float]]) -> tuple[int, int]:
+    """(instance, next round-robin counter) for one arrival: round_robin, random (seeded) or the
+    least-loaded instance by ``loads()`` (first of equals). ``loads`` is called only when needed."""
+    if c == 1:
+        return 0, rr
+    if dispatch == "round_robin":
+        return rr % c, rr + 1
+    if dispatch == "random":
+        return int(rng.integers(c)), rr
+    cur = loads()
+    return cur.index(min(cur)), rr
+
+
+def truncate_run(sim: Sim, d: Any, t: float, run_end: Callable[[Any], None], i: int) -> None:
+    """End instance ``i``'s current run of decode steps at the first step boundary at or after ``t``
+    (``d`` holds the run: start ``t0``, cumulative step ends ``cum``, steps ``kend``, ``version``);
+    the superseded end event is ignored by its stale version."""
+    j = int(np.searchsorted(d.cum, t - d.t0, side="left")) + 1
+    if j < d.kend:
+        d.kend = j
+        d.version += 1
+        sim.at(d.t0 + float(d.cum[j - 1]), run_end, (i, d.version))

@@ -34,7 +34,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from ._core import Meter, Requests, Sim, step_cumsum_fn
+from ._core import Meter, Requests, Sim, step_cumsum_fn, truncate_run
 
 __all__ = ["DecodeInstance", "DecodeStation"]
 
@@ -137,11 +137,7 @@ class DecodeStation:
             self._boundary(i, 0, t)
             return
         # truncate the current run at the first boundary at or after t
-        j = int(np.searchsorted(d.cum, t - d.t0, side="left")) + 1
-        if j < d.kend:
-            d.kend = j
-            d.version += 1
-            self.sim.at(d.t0 + float(d.cum[j - 1]), self._run_end, (i, d.version))
+        truncate_run(self.sim, d, t, self._run_end, i)
 
     def _run_end(self, arg: tuple[int, int]) -> None:
         i, version = arg

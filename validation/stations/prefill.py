@@ -32,7 +32,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from ._core import Meter, Requests, Sim
+from ._core import Meter, Requests, Sim, pick_instance
 
 __all__ = ["PrefixCache", "PrefillStation"]
 
@@ -107,16 +107,8 @@ class PrefillStation:
         self.entry, self.start_t, self.exit = req.station(self.name)
 
     def _choose(self) -> int:
-        if self.c == 1:
-            return 0
-        if self.dispatch == "round_robin":
-            i = self.rr % self.c
-            self.rr += 1
-            return i
-        if self.dispatch == "random":
-            return int(self.rng.integers(self.c))
-        out = self.outstanding
-        return out.index(min(out))
+        i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: self.outstanding)
+        return i
 
     def arrive(self, r: int) -> None:
         t = self.sim.now
