@@ -139,6 +139,26 @@ def batch_cap(max_batch_tokens: float | None, mean_prompt_tokens: float, max_bat
 # ---------------------------------------------------------------------------------------------
 # batch service law
 # ---------------------------------------------------------------------------------------------
+
+def _prompt_sample(prompt_tokens: np.ndarray, cached_tokens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(uncached prompt, cached prefix) as float arrays, checked once for every law builder."""
+    p = np.asarray(prompt_tokens, dtype=float).ravel()
+    c = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float).ravel()
+    if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or p.max() <= 0:
+        raise InputError("prompt_tokens", "sample", "prompt lengths must be finite, >= 0, not all zero")
+    if c.shape != p.shape or np.any(c < 0):
+        raise InputError("cached_tokens", "sample", "one non-negative cached length per prompt")
+    return p, c
+
+
+def _base_indices(p: np.ndarray) -> np.ndarray:
+    """The base sample of the Monte Carlo laws: ``_DRAWS`` equally spaced order statistics of a large
+    sample (pairs kept), or the whole small sample tiled up to at least ``_DRAWS``."""
+    if p.size >= _DRAWS:
+        order = np.argsort(p, kind="stable")
+        return order[((np.arange(_DRAWS) + 0.5) * p.size / _DRAWS).astype(np.int64)]
+    return np.tile(np.arange(p.size), int(math.ceil(_DRAWS / p.size)))
+
 @dataclass(frozen=True)
 class _Regime:
     """How the next batch forms: P(N = k), P(N ≥ k), fit and cut batch-time laws."""
@@ -289,19 +309,10 @@ class BatchServiceLaw:
         sample, so each position has exactly the base marginal and the means of every term that is
         linear in the per-request token sums are exact for the base sample.
         """
-        p = np.asarray(prompt_tokens, dtype=float).ravel()
-        c = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float).ravel()
-        if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or p.max() <= 0:
-            raise InputError("prompt_tokens", "sample", "prompt lengths must be finite, >= 0, not all zero")
-        if c.shape != p.shape or np.any(c < 0):
-            raise InputError("cached_tokens", "sample", "one non-negative cached length per prompt")
+        p, c = _prompt_sample(prompt_tokens, cached_tokens)
         samples = [np.asarray(service.prefill_time_s(p, p * p + 2 * p * c, np.ones_like(p)), dtype=float)]
         if b > 1:
-            if p.size >= _DRAWS:  # stratified subsample: equally spaced order statistics, pairs kept
-                order = np.argsort(p, kind="stable")
-                idx = order[((np.arange(_DRAWS) + 0.5) * p.size / _DRAWS).astype(np.int64)]
-            else:
-                idx = np.tile(np.arange(p.size), int(math.ceil(_DRAWS / p.size)))
+            idx = _base_indices(p)
             rng = np.random.default_rng(seed)
             m = idx.size
             sum_n = np.zeros(m)
@@ -329,17 +340,8 @@ class BatchServiceLaw:
         the head is size-biased; the sequences are re-headed by the previous round's overflow
         requests until that head law settles (next-fit packing of the stream in steady state).
         """
-        p = np.asarray(prompt_tokens, dtype=float).ravel()
-        c = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float).ravel()
-        if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or p.max() <= 0:
-            raise InputError("prompt_tokens", "sample", "prompt lengths must be finite, >= 0, not all zero")
-        if c.shape != p.shape or np.any(c < 0):
-            raise InputError("cached_tokens", "sample", "one non-negative cached length per prompt")
-        if p.size >= _DRAWS:
-            order = np.argsort(p, kind="stable")
-            idx = order[((np.arange(_DRAWS) + 0.5) * p.size / _DRAWS).astype(np.int64)]
-        else:
-            idx = np.tile(np.arange(p.size), int(math.ceil(_DRAWS / p.size)))
+        p, c = _prompt_sample(prompt_tokens, cached_tokens)
+        idx = _base_indices(p)
         rng = np.random.default_rng(seed)
         m = idx.size
         q = p * p + 2 * p * c
