@@ -92,6 +92,8 @@ _REGIME_MAX_N = 48.0
 _DENSE_MAX = 600  # balance systems up to this size are solved dense
 #: quantiles of the fresh cut size N that split the overflow-head regimes (see from_prompts_budget)
 _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
+#: log-pmf below which a Poisson table's remaining columns are dropped (see _poisson_matrix)
+_NEGLIGIBLE_LOG_PMF = -60.0
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
 #: batch-time transforms kept on a law between solves (beyond it they are recomputed per solve)
 _GRID_CACHE_BYTES = 64 << 20
@@ -105,18 +107,21 @@ def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
     m = np.arange(n, dtype=float)
     lg = gammaln(m + 1.0)
     # Past the mode, P(Poisson(μ) = m) falls with m and, for m > μ, rises with μ: from the first
-    # m > max μ where even the largest mean gives a log-pmf below −750, exp(·) is exactly 0.0 in
-    # every row. Only the columns before it are evaluated (identical output, most of the work
-    # when n is far past the arrivals that can occur).
+    # m > max μ where even the largest mean gives a log-pmf below −60, every row's remaining terms
+    # are below e^{−60} ≈ 1e-26 each (their sum over any n here is below 1e-21, eight orders under
+    # the chains' 1e-13 truncation target) and are left at 0. Only the columns before it are
+    # evaluated: most of the work when n is far past the arrivals that can occur.
     top = float(mu.max()) if mu.size else 0.0
     n_eval = n
     if top > 0:
-        dead = np.nonzero((m > top) & (m * math.log(top) - top - lg < -750.0))[0]
+        dead = np.nonzero((m > top) & (m * math.log(top) - top - lg < _NEGLIGIBLE_LOG_PMF))[0]
         n_eval = int(dead[0]) if dead.size else n
     me, lge = m[:n_eval], lg[:n_eval]
     safe = np.where(mu > 0, mu, 1.0)
     out = np.zeros((mu.shape[0], n))
     out[:, :n_eval] = np.exp(me[None, :] * np.log(safe) - safe - lge[None, :])
+    if mu.size and mu.min() > 0:
+        return out
     return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
 
 
@@ -201,6 +206,8 @@ class BatchServiceLaw:
     #: rate-independent grid tables of :meth:`BulkQueue.grids` for the last grid step used (the
     #: per-k pmfs and their transforms do not depend on λ; rebuilding them was ~40% of a solve)
     _grid_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: node tables of :meth:`arrivals_pmfs` by the tuple of batch sizes asked for
+    _node_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def b(self) -> int:
@@ -452,10 +459,21 @@ class BatchServiceLaw:
         the same numbers): one Poisson table over all their nodes instead of one per k."""
         if not ks:
             return np.zeros((0, n))
-        vals = [self.values_s[k - 1] for k in ks]
-        table = _poisson_matrix(lam * np.concatenate(vals), n)
-        ends = np.cumsum([v.size for v in vals])
-        return np.vstack([self.weights[k - 1] @ table[e - v.size : e] for k, v, e in zip(ks, vals, ends)])
+        nodes, mix = self._node_mix(tuple(ks))
+        return mix @ _poisson_matrix(lam * nodes, n)
+
+    def _node_mix(self, ks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(all nodes of the S_k in ``ks``, block matrix of their weights (len(ks), nodes)): the
+        rows P(A_k = ·) are then one product with one Poisson table. Rate-independent: kept."""
+        hit = self._node_cache.get(ks)
+        if hit is None:
+            vals = [self.values_s[k - 1] for k in ks]
+            ends = np.cumsum([v.size for v in vals])
+            mix = np.zeros((len(ks), int(ends[-1])))
+            for row, (k, v, e) in enumerate(zip(ks, vals, ends)):
+                mix[row, e - v.size : e] = self.weights[k - 1]
+            hit = self._node_cache[ks] = (np.concatenate(vals), mix)
+        return hit
 
     def grid_pmf(self, k: int, dx: float) -> np.ndarray:
         """S_k on the grid, rounded up (from the full sample when there is one)."""
@@ -522,24 +540,33 @@ class BulkQueue:
         kv = np.concatenate([np.full(cut.values_s[k - 1].size, float(k)) for k in ks])
         logw = np.log(w)
 
-        def g(z: float) -> float:  # log E[z^{−N} e^{λS(z−1)}] (log-sum-exp)
+        def g(z: float) -> tuple[float, float]:
+            # log E[z^{−N} e^{λS(z−1)}] (log-sum-exp) and its derivative Σ p_i (v_i − k_i/z)
             e = logw + v * (z - 1.0) - kv * math.log(z)
             top = float(e.max())
-            return top + math.log(float(np.sum(np.exp(e - top))))
+            p = np.exp(e - top)
+            tot = float(p.sum())
+            return top + math.log(tot), float(p @ (v - kv / z)) / tot
 
         lo, hi = 1.0, 2.0
-        while g(hi) < 0:
+        while g(hi)[0] < 0:
             lo, hi = hi, 2.0 * hi
-        # g < 0 just right of 1 (ρ < 1) and convex: bisect the positive root.
-        lo = 1.0 + 1e-12
-        for _ in range(200):
-            mid = 0.5 * (lo + hi)
-            if g(mid) < 0:
-                lo = mid
+        # g(1) = 0, g'(1) = λE[S_N] − E[N] < 0 (ρ < 1) and g is convex in z: Newton from the right
+        # of the positive root falls onto it monotonically (quadratically; bisection needed ~40
+        # evaluations). The bracket [lo, hi] guards the iterates; bisection if Newton stalls.
+        lo = max(lo, 1.0 + 1e-12)
+        z = hi
+        for _ in range(100):
+            gz, dg = g(z)
+            if gz < 0:
+                lo = z
             else:
-                hi = mid
-            if hi - lo < 1e-12 * hi:
+                hi = z
+            if hi - lo < 1e-12 * hi or gz == 0.0:
                 break
+            step = z - gz / dg if dg > 0 else 0.5 * (lo + hi)
+            z = step if lo < step < hi else 0.5 * (lo + hi)
+        hi = z if g(z)[0] >= 0 else hi
         logz = math.log(hi)
         object.__setattr__(self, "_z0", hi)
         n = int(math.ceil(2 * self.b + 40 + math.log(1.0 / _TAIL) / max(logz, 1e-12)))
@@ -641,7 +668,7 @@ class BulkQueue:
             raise NumericalError(f"prefill chain needs {n} solved states at load {self.rho_full:.4f}; too close to 1")
         b = self.b
         P, kern = self._transitions(n)
-        A = P.T - np.eye(nr * (n + 1))  # A[i, j] = P[j, i] for the balance equation of state i
+        A = _balance_matrix(P)  # A[i, j] = P[j, i] − δ_ij for the balance equation of state i
         # states N+m (m >= 1, homogeneous, last regime) jump to i >= N + m − b with kernel[i − N − m + b]
         zinv = 1.0 / z0
         top = nr * (n + 1) - 1
@@ -670,7 +697,7 @@ class BulkQueue:
         nr = len(self._regimes)
         P, _ = self._transitions(n)
         P[:, -1] += np.clip(1.0 - P.sum(axis=1), 0.0, None)  # overflow lumped into the last state
-        A = P.T - np.eye(nr * (n + 1))
+        A = _balance_matrix(P)
         A[-1, :] = 1.0
         rhs = np.zeros(nr * (n + 1))
         rhs[-1] = 1.0
@@ -865,6 +892,13 @@ class BulkQueue:
         regs = self._regimes
         nr = len(regs)
         pis = self._pi_flags
+        # The chain keeps states out to a 1e-13 tail for its moments; the grids need only the
+        # states carrying mass the grid can resolve. Dropping those whose total is below 1e-15
+        # (renormalised below) shrinks the count axis of every transform, often 3x.
+        tail = np.cumsum(pis.sum(axis=0)[::-1])[::-1]
+        n_st = max(int(np.count_nonzero(tail >= 1e-15)), 1)
+        pis = pis[:, :n_st]
+        mix = [(pfit[:n_st], pcut[:n_st]) for pfit, pcut in self._mix_pi]
         cyc = self._cycle["cycle_s"]
         p_idle = self.p_idle
         ks = [[k for k in range(1, b + 1) if reg.p_n[k - 1] > 0] for reg in regs]
@@ -894,17 +928,16 @@ class BulkQueue:
         # Time weights of "in a batch with this time law and r left waiting", per unit service time,
         # grouped by the regime the *next* batch forms in (fit -> 0, cut -> last).
         kk = np.arange(1, b + 1)
-        n_st = pis.shape[1]
         rr = np.arange(n_st)[:, None] - kk[None, :]
         groups: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(nr)]
         r_max = 1
         cut_w = []
-        for f, (pi, (pfit, pcut)) in enumerate(zip(pis, self._mix_pi)):
+        for f, (pi, (pfit, pcut)) in enumerate(zip(pis, mix)):
             live = pcut > 0
             if live.any():
                 r_max = max(r_max, int(rr[live].max()) + 1)
             cut_w.append((live, pi, pcut))
-        for f, (pi, (pfit, pcut)) in enumerate(zip(pis, self._mix_pi)):
+        for f, (pi, (pfit, pcut)) in enumerate(zip(pis, mix)):
             w_fit = (pi @ pfit) / cyc  # leftover 0, next batch fresh
             groups[0][0].append(w_fit @ ff[f])
             groups[0][1].append(np.eye(1, r_max)[0])
@@ -1084,6 +1117,14 @@ def _fast_len(n: int) -> int:
     from scipy.fft import next_fast_len
 
     return int(next_fast_len(int(n), real=True))
+
+
+def _balance_matrix(P: np.ndarray) -> np.ndarray:
+    """Pᵀ − I as a fresh C-ordered array (one transposing copy, the diagonal lowered in place:
+    no identity matrix built and subtracted)."""
+    A = np.ascontiguousarray(P.T)
+    A.flat[:: A.shape[0] + 1] -= 1.0
+    return A
 
 
 def _solve_balance(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
