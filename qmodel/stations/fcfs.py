@@ -157,6 +157,11 @@ def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> t
         hi *= 2.0
         if hi > 1e300:
             raise NumericalError("Cramér–Lundberg root not bracketed")
+    # Far right of the root f grows like e^{η·max S}, and a Newton step there moves η by only
+    # ~1/max S (a crawl: batch-compound work put the guess 1000x too far). Halve down to within a
+    # factor 2 of the root first (f(hi/2) > 0 means hi/2 is still right of it).
+    while hi > 1e-300 and f(0.5 * hi) > 0:
+        hi *= 0.5
     eta = _newton_right(f, lambda e: lam * scale * service.mgf_s(e * scale) - 1.0, hi)
     if eta is not None:
         const = (1.0 - rho) / (lam * scale * service.mgf_s(eta * scale) - 1.0)
@@ -177,6 +182,7 @@ def _newton_right(f, df, x: float, max_iter: int = 100) -> float | None:
     """Root of a convex f from x with f(x) > 0 (the root left of x, f' > 0 there); None if the
     iterates leave (0, x] or do not settle (the caller then brackets and uses Brent)."""
     x0 = x
+    prev = math.inf
     for _ in range(max_iter):
         fx = f(x)
         if fx <= 0.0:  # at the root to round-off
@@ -185,11 +191,15 @@ def _newton_right(f, df, x: float, max_iter: int = 100) -> float | None:
         if not (d > 0.0 and math.isfinite(d)):
             return None
         step = fx / d
+        if step >= prev and step <= 1e-12 * x:
+            # exact Newton steps on a convex f shrink monotonically; one that does not is round-off
+            return x
         x -= step
         if not 0.0 < x <= x0:
             return None
         if step <= 1e-15 * x:
             return x
+        prev = step
     return None
 
 
