@@ -1079,43 +1079,24 @@ class BulkQueue:
         # W + S_own: W's support is within `length` (past it the mass is < 1e-12), so a transform of
         # length + n_s does not wrap
         out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
-        nfreq_out = out_size // 2 + 1
-        acc = np.zeros(nfreq_out, dtype=complex)
+        acc = np.zeros(out_size // 2 + 1, dtype=complex)
         own = np.zeros(n_s)
         wpmf = np.zeros(size)
-        # The (time, k) weights of every (regime, fit/cut, k) law are transformed along time in a
-        # few stacked FFTs rather than one call per law; blocks stay under ~64 MB of transforms.
-        block: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        held = 0
-
-        def flush() -> None:
-            nonlocal acc, own, held
-            if not block:
-                return
-            hcols = np.concatenate([x[0] for x in block])  # (J, size), one row per law
-            hh = np.fft.rfft(hcols, out_size, axis=1)
-            acc += np.einsum("jf,jf->f", hh, np.concatenate([x[1] for x in block]))
-            own += np.concatenate([x[2] for x in block]) @ np.concatenate([x[3] for x in block])
-            block.clear()
-            held = 0
-
         for f, (u, reg) in enumerate(zip(us, regs)):
-            wpmf += u @ reg.s_n[:m_own]
+            wpmf += (u * reg.s_n[None, :m_own]).sum(axis=1)
             uh = np.fft.rfft(u, lb, axis=1)
             h_fit = np.clip(np.fft.irfft(uh * qh, lb, axis=1)[:, :b], 0.0, None) * reg.s_n[None, :]
             h_cut = np.clip(np.fft.irfft(uh * th, lb, axis=1)[:, :b], 0.0, None) * reg.p_n[None, :]
             if f == 0:
                 h_fit[0, 0] += p_idle  # an arrival to an idle engine runs alone, fresh
-            for h, lst in ((h_fit, ff[f]), (h_cut, fc[f])):
-                mass = h.sum(axis=0)
+            mf, mc = h_fit.sum(axis=0), h_cut.sum(axis=0)
+            for h, lst, mass in ((h_fit, ff[f], mf), (h_cut, fc[f], mc)):
                 live = np.nonzero(mass > 0)[0]
                 if live.size == 0:
                     continue
-                block.append((h[:, live].T, law_fft(lst, out_size)[live], mass[live], lst[live]))
-                held += live.size * nfreq_out * 16
-                if held > _GRID_CACHE_BYTES:
-                    flush()
-        flush()
+                hh = np.fft.rfft(np.ascontiguousarray(h[:, live].T), out_size, axis=1)  # (live, nfreq)
+                acc += np.einsum("kf,kf->f", hh, law_fft(lst, out_size)[live])
+                own += mass[live] @ lst[live]
         joint = np.clip(np.fft.irfft(acc, out_size), 0.0, None)[: min(size + n_s, out_size)]
         joint /= joint.sum()
 
