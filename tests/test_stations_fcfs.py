@@ -165,6 +165,29 @@ def test_kingman_klb_qna() -> None:
     assert qna_departure_scv(0.5, 1.0, 0.0, 4) == pytest.approx(1 - 0.25 / 2)
 
 
+def test_qna_delay_probability_against_exact_gi_m1() -> None:
+    from scipy.optimize import brentq
+
+    from qmodel.stations.fcfs import qna_delay_probability
+
+    # PASTA: Poisson arrivals wait with probability ρ, whatever the service
+    assert qna_delay_probability(0.37, 1.0, 0.2) == pytest.approx(0.37, abs=1e-15)
+    # GI/M/1 (μ = 1, λ = ρ): P(W > 0) = σ, the root in (0, 1) of σ = A*(1 − σ)
+    rho = 0.5
+    d_m1 = brentq(lambda s: s - math.exp(-(1 - s) / rho), 1e-9, 1 - 1e-9)  # D/M/1: A*(s) = e^{-s/λ}
+    e2_m1 = (3 - math.sqrt(5)) / 2  # E2/M/1 at ρ = 0.5: σ(2 − σ)² = 1
+    h2 = brentq(lambda s: s - (0.5 * 0.25 / (0.25 + 1 - s) + 0.5 * 1.75 / (1.75 + 1 - s)), 1e-9, 1 - 1e-9)
+    # interpolation error measured here: D/M/1 -1.6%, E2/M/1 -6.5%, H2/M/1 (c_a² 2.1, ρ 0.44) -6.4%
+    assert qna_delay_probability(rho, 0.0, 1.0) == pytest.approx(d_m1, rel=0.02)
+    assert qna_delay_probability(rho, 0.5, 1.0) == pytest.approx(e2_m1, rel=0.07)
+    p1, p2, m1, m2 = 0.5, 0.5, 1 / 0.25, 1 / 1.75  # H2 interarrival: rates 0.25 and 1.75 -> mean 2.29
+    mean = p1 * m1 + p2 * m2
+    ca2 = (2 * (p1 * m1**2 + p2 * m2**2)) / mean**2 - 1
+    lam = 1 / mean
+    assert qna_delay_probability(lam, ca2, 1.0) == pytest.approx(h2, rel=0.07)
+    assert qna_delay_probability(0.0, 0.5, 1.0) == 0.0 and qna_delay_probability(1.0, 0.5, 1.0) == 1.0
+
+
 # ---- §6.6 M/G/c with a prefill-like service ---------------------------------------------------
 def _prefill_like_service() -> ServiceSample:
     from scipy.special import ndtri

@@ -54,6 +54,7 @@ __all__ = [
     "allen_cunneen",
     "cosmetatos_mdc",
     "qna_departure_scv",
+    "qna_delay_probability",
     "mx_g1_mean_wait",
     "cramer_lundberg",
     "erlang_md1_cdf",
@@ -625,6 +626,27 @@ def klb_factor(rho: float, ca2: float, cs2: float) -> float:
     if ca2 < 1.0:
         return math.exp(-2.0 * (1.0 - rho) * (1.0 - ca2) ** 2 / (3.0 * rho * (ca2 + cs2)))
     return math.exp(-(1.0 - rho) * (ca2 - 1.0) / (ca2 + 4.0 * cs2))
+
+
+def qna_delay_probability(rho: float, ca2: float, cs2: float) -> float:
+    """P(W > 0) in GI/G/1 by Whitt's QNA interpolation (Whitt 1983, §4; approximate):
+
+        P(W > 0) ≈ ρ + (c_a² − 1) ρ (1 − ρ) h(ρ, c_a², c_s²),
+        h = (1 + c_a² + ρc_s²) / (1 + ρ(c_s² − 1) + ρ²(4c_a² + c_s²))     for c_a² ≤ 1,
+        h = 4ρ / (c_a² + ρ²(4c_a² + c_s²))                                  for c_a² ≥ 1,
+
+    clipped to [0, 1]. It is ρ exactly for Poisson arrivals (PASTA). Against exact GI/M/1 values
+    (σ = A*(μ(1 − σ))): D/M/1 at ρ = 0.5 0.2000 vs 0.2032; E2/M/1 at ρ = 0.5 0.357 vs 0.382.
+    """
+    if rho <= 0.0:
+        return 0.0
+    if rho >= 1.0:
+        return 1.0
+    if ca2 <= 1.0:
+        h = (1.0 + ca2 + rho * cs2) / (1.0 + rho * (cs2 - 1.0) + rho * rho * (4.0 * ca2 + cs2))
+    else:
+        h = 4.0 * rho / (ca2 + rho * rho * (4.0 * ca2 + cs2))
+    return min(max(rho + (ca2 - 1.0) * rho * (1.0 - rho) * h, 0.0), 1.0)
 
 
 def allen_cunneen(lam: float, mean_s: float, c: int, ca2: float, cs2: float) -> float:
