@@ -4,6 +4,7 @@ Targets (issue): a disaggregated solve with p50/p90/p99 <= 1 ms median; one good
 
     .venv/bin/python -m pytest benchmarks/bench_engine.py --benchmark-enable -q
     .venv/bin/python benchmarks/bench_engine.py [--repeat 15] [--examples a,b]
+    .venv/bin/python benchmarks/bench_engine.py --against e051a84 [--rounds 3]   # speedup vs a revision
 
 What is timed:
 
@@ -106,18 +107,67 @@ def _median_cpu_ms(fn, repeat: int) -> float:
     return 1e3 * statistics.median(times)
 
 
+def _measure(names: list[str], repeat: int) -> dict[str, dict[str, float]]:
+    return {name: {"solve": _median_cpu_ms(case_solve(name), repeat),
+                   "cold": _median_cpu_ms(case_cold_solve(name), max(3, repeat // 3)),
+                   "goodput": _median_cpu_ms(case_goodput(name), max(3, repeat // 3))} for name in names}
+
+
+def _against(rev: str, names: list[str], repeat: int, rounds: int) -> None:
+    """Time ``rev`` (a git worktree of it, on PYTHONPATH) and this tree in alternating subprocesses on
+    the same machine, and print both medians and their ratio: on a shared machine absolute CPU
+    times drift by tens of percent between runs, the ratio much less."""
+    import json
+    import subprocess
+    import tempfile
+
+    from qmodel.settings import data_dir
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if data_dir() is not None:
+        env["QMODEL_DATA_DIR"] = str(data_dir())  # the old tree looks for data beside itself
+    args = [sys.executable, str(Path(__file__).resolve()), "--json", "--repeat", str(repeat), "--examples", ",".join(names)]
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "baseline"
+        subprocess.run(["git", "-C", str(_ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+        try:
+            runs: dict[str, list[dict]] = {"baseline": [], "current": []}
+            for _ in range(rounds):
+                for label, extra in (("baseline", {"PYTHONPATH": str(tree)}), ("current", {})):
+                    out = subprocess.run(args, env={**env, **extra}, check=True, capture_output=True, text=True).stdout
+                    runs[label].append(json.loads(out))
+        finally:
+            subprocess.run(["git", "-C", str(_ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    print(f"{'example':26s} {'case':8s} {rev[:10]:>10s} {'current':>10s} {'speedup':>8s}   (median CPU ms over {rounds} rounds)")
+    for name in names:
+        for case in ("solve", "cold", "goodput"):
+            b = statistics.median(r[name][case] for r in runs["baseline"])
+            c = statistics.median(r[name][case] for r in runs["current"])
+            print(f"{name:26s} {case:8s} {b:10.2f} {c:10.2f} {b / c:7.2f}x", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15, help="timed calls per case (goodput: a third of it, at least 3)")
     ap.add_argument("--examples", default=",".join(EXAMPLES), help="comma-separated example names (examples/<name>.yaml)")
+    ap.add_argument("--json", action="store_true", help="print the medians as JSON")
+    ap.add_argument("--against", metavar="REV", help="also time git revision REV, alternating, and print the ratio")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds with --against")
     args = ap.parse_args()
+    names = args.examples.split(",")
+    if args.against:
+        _against(args.against, names, args.repeat, args.rounds)
+        return
+    if args.json:
+        import json
+
+        print(json.dumps(_measure(names, args.repeat)))
+        return
     print(f"{'example':26s} {'solve':>10s} {'cold':>10s} {'goodput':>10s}   (median CPU ms, 1 BLAS thread; "
           "targets: solve <= 1, goodput <= 20)")
-    for name in args.examples.split(","):
-        s = _median_cpu_ms(case_solve(name), args.repeat)
-        c = _median_cpu_ms(case_cold_solve(name), max(3, args.repeat // 3))
-        g = _median_cpu_ms(case_goodput(name), max(3, args.repeat // 3))
-        print(f"{name:26s} {s:10.2f} {c:10.2f} {g:10.2f}", flush=True)
+    for name in names:
+        m = _measure([name], args.repeat)[name]
+        print(f"{name:26s} {m['solve']:10.2f} {m['cold']:10.2f} {m['goodput']:10.2f}", flush=True)
 
 
 if __name__ == "__main__":
