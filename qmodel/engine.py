@@ -314,15 +314,14 @@ class Solver:
                 f"at utilization {busiest.utilization:.2f}")
 
     def validity(self, c: Composition) -> str:
-        rho = max(s.utilization for s in c.stations)
-        exact = all(s.exact for s in c.stations)
-        if self._topology != "disaggregated":
-            return f"approximate ({self._topology}: tail within about ±30% of the replay; check with --check)"
-        if rho < 0.8:
-            return "good: all stations below 0.8 utilization" + (" and solved exactly" if exact else "")
-        if rho < 0.95:
-            return f"fair: utilization {rho:.2f}; tails near the knee carry 10-20% error; check with --check"
-        return f"poor: utilization {rho:.2f} >= 0.95; use the replay (--check)"
+        """Expected agreement with the replay: the validation suite's measured errors for this
+        topology at this load (:mod:`qmodel.validity`)."""
+        from qmodel.validity import validity_label
+
+        label = validity_label(self._topology, c.rate_per_s / self.max_stable_rate()[0])
+        if all(s.exact for s in c.stations):
+            label += " (every station here is solved exactly for its stated model)"
+        return label
 
     def _link_report(self, c: Composition) -> LinkReport | None:
         r = self.resolved

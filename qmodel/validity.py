@@ -1,0 +1,62 @@
+"""How far the analytical engine is from the replay, as measured: the validity label of a result.
+
+The numbers are the validation suite's (``benchmarks/run_validation.py validation --suite full``,
+72 scenarios: 3 topologies x 2 arrival processes x utilization 0.3-0.95, empirical Azure 2023
+lengths; docs/validation.md, "Per topology and utilization band"). Each cell is (median, 90th
+percentile) of |relative error| against the replay over the scenarios of that topology and band.
+``tests/test_validity.py`` checks this table against the one in docs/validation.md, so a rerun of
+the suite that moves the numbers fails until they are copied here.
+
+The label of a solved scenario is read off its topology and its load u = rate / the smallest
+station stability limit (the suite's definition), from the largest median |error| of TTFT and
+TPOT p90/p99 in that cell: good up to 5%, fair up to 15%, poor above; the line also gives the
+90th percentile of the errors there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BANDS", "MEASURED_AT", "MEASURED", "band_of", "validity_label"]
+
+#: commit of the validation run the table comes from
+MEASURED_AT = "c4c80bf"
+
+#: the suite's load bands: (name, lower, upper); u above the last upper bound falls in the last band
+BANDS = (("u<=0.5", 0.0, 0.5), ("0.5<u<=0.8", 0.5, 0.8), ("u>0.8", 0.8, 1.0))
+
+_METRICS = ("ttft_p90", "ttft_p99", "tpot_p90", "tpot_p99")
+
+#: (topology, band) -> metric -> (median, p90) of |relative error| against the replay
+MEASURED: dict[tuple[str, str], dict[str, tuple[float, float]]] = {
+    ("chunked", "u<=0.5"): {"ttft_p90": (0.048, 0.076), "ttft_p99": (0.054, 0.086), "tpot_p90": (0.108, 0.239), "tpot_p99": (0.107, 0.241)},
+    ("chunked", "0.5<u<=0.8"): {"ttft_p90": (0.031, 0.092), "ttft_p99": (0.081, 0.121), "tpot_p90": (0.103, 0.267), "tpot_p99": (0.066, 0.321)},
+    ("chunked", "u>0.8"): {"ttft_p90": (0.138, 0.258), "ttft_p99": (0.171, 0.336), "tpot_p90": (0.024, 0.177), "tpot_p99": (0.021, 0.075)},
+    ("colocated", "u<=0.5"): {"ttft_p90": (0.047, 0.136), "ttft_p99": (0.117, 0.268), "tpot_p90": (0.098, 0.353), "tpot_p99": (0.081, 0.309)},
+    ("colocated", "0.5<u<=0.8"): {"ttft_p90": (0.270, 0.571), "ttft_p99": (0.498, 0.703), "tpot_p90": (0.289, 0.769), "tpot_p99": (0.253, 0.490)},
+    ("colocated", "u>0.8"): {"ttft_p90": (0.644, 0.838), "ttft_p99": (0.704, 0.931), "tpot_p90": (0.495, 0.848), "tpot_p99": (0.264, 0.667)},
+    ("disaggregated", "u<=0.5"): {"ttft_p90": (0.027, 0.041), "ttft_p99": (0.038, 0.113), "tpot_p90": (0.006, 0.013), "tpot_p99": (0.009, 0.024)},
+    ("disaggregated", "0.5<u<=0.8"): {"ttft_p90": (0.045, 0.110), "ttft_p99": (0.083, 0.166), "tpot_p90": (0.009, 0.022), "tpot_p99": (0.033, 0.082)},
+    ("disaggregated", "u>0.8"): {"ttft_p90": (0.085, 0.266), "ttft_p99": (0.150, 0.371), "tpot_p90": (0.022, 0.040), "tpot_p99": (0.077, 0.134)},
+}
+
+
+def band_of(u: float) -> str:
+    """The suite's utilization band of load u."""
+    for name, lo, hi in BANDS:
+        if lo < u <= hi or (lo == 0.0 and u <= hi):
+            return name
+    return BANDS[-1][0]
+
+
+def validity_label(topology: str, u: float) -> str:
+    """One line: good / fair / poor, the band, and the measured errors that back it."""
+    band = band_of(u)
+    cell = MEASURED.get((topology, band))
+    if cell is None:
+        return f"unmeasured: no validation cell for {topology}; check with --check"
+    typical = max(cell[m][0] for m in _METRICS)
+    worst = max(cell[m][1] for m in _METRICS)
+    grade = "good" if typical <= 0.05 else "fair" if typical <= 0.15 else "poor"
+    pct = " / ".join(f"{cell[m][0] * 100:.0f}" for m in _METRICS)
+    return (f"{grade}: at load {u:.2f} ({band}) the validation suite measured median |error| {pct}% "
+            f"on TTFT p90 / p99 and TPOT p90 / p99 against the replay, 90th percentile up to "
+            f"{worst * 100:.0f}% (suite at {MEASURED_AT}); check this scenario with --check")
