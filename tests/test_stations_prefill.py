@@ -356,6 +356,17 @@ def test_geometric_tail_boundary_matches_dense_chain(load: float) -> None:
         np.testing.assert_allclose(q.pi, q._pi_dense(q._size), atol=1e-13)
 
 
+@pytest.mark.parametrize("load", [0.3, 0.8])
+def test_censored_regime_solve_matches_dense_chain(load: float) -> None:
+    # Token budget over varied prompts: several head regimes. The solve censors the middle ones
+    # (entered only from the fresh regime, left after one batch) and solves on {fresh, settled}
+    # with the geometric boundary; the full truncated chain over every regime must agree per state.
+    law = BatchServiceLaw.from_prompts_budget(LinearPrefill(), _prompts(), 8192.0, 256)
+    assert len(law.regimes()) > 2  # the censoring is exercised
+    q = BulkQueue(load * law.mean_drain[0] / law.mean_drain[1], law)
+    np.testing.assert_allclose(q._pi_flags, q._pi_dense_flags(q._size), atol=1e-12)
+
+
 def test_own_batch_time_per_prompt_is_aligned() -> None:
     # For the KV station's layer-wise overlap: request i's own batch time, paired with prompt i.
     prompts, svc = _prompts(), LinearPrefill()
