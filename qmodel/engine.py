@@ -318,7 +318,7 @@ class Solver:
         topology at this load (:mod:`qmodel.validity`)."""
         from qmodel.validity import validity_label
 
-        label = validity_label(self._topology, c.rate_per_s / self.max_stable_rate()[0])
+        label = validity_label(self._topology, c.rate_per_s / self.max_stable_rate()[0], self.resolved.ca2)
         if all(s.exact for s in c.stations):
             label += " (every station here is solved exactly for its stated model)"
         return label

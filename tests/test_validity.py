@@ -50,3 +50,6 @@ def test_bands_and_grades() -> None:
     assert validity_label("colocated", 0.7).startswith("poor")
     assert "90th percentile up to 77%" in validity_label("colocated", 0.7)  # TPOT p90, 0.769
     assert validity_label("nowhere", 0.3).startswith("unmeasured")
+    # burstier arrivals than any suite scenario: the label says so, with what was seen beyond it
+    assert "caution" not in validity_label("colocated", 0.3, 4.0)
+    assert "caution: arrival SCV 173 is burstier" in validity_label("colocated", 0.3, 173.0)
