@@ -177,6 +177,20 @@ def test_jsq_wait_is_exact_for_mmc():
     assert jsq_wait(w, rho, 1) is w
 
 
+def test_pk_wait_covers_a_long_tail():
+    # rho = 0.99 with a residual on a 1 ms step: the wait's tail reaches thousands of seconds, far
+    # past 2^18 steps. The transform runs on a coarser step covering all of it (mass split between
+    # neighbouring steps), so the M/M/1 law P(W > t) = rho exp(-(1 - rho) t) holds at every scale;
+    # a transform cut at 2^18 steps (262 s) wrapped ~7% of the mass around onto short waits.
+    dx, rho = 1e-3, 0.99
+    x = np.arange(40000) * dx
+    res = GridDist(dx, np.diff(1.0 - np.exp(-x), prepend=0.0), 1.0)
+    w = _pk_wait(res, rho)
+    assert w.pmf[0] == pytest.approx(1.0 - rho, abs=1e-12)  # the atom is untouched
+    for t in (1.0, 50.0, 300.0, 1000.0):
+        assert w.sf(t) == pytest.approx(rho * math.exp(-(1 - rho) * t), abs=2e-3)
+
+
 def test_renewal_excess_erlang2_exact():
     # Erlang-2 renewal (SCV 1/2) at rate lam: U(t) = lam t - 1/4 + exp(-4 lam t)/4 (closed form);
     # the series of regularised incomplete gammas is exact up to float round-off.

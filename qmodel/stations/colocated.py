@@ -391,20 +391,44 @@ def _grid_pmf(values: np.ndarray, dx: float) -> np.ndarray:
     return pmf / pmf.sum()
 
 
+#: largest number of grid steps the Pollaczek–Khinchine transform spans (see _pk_wait)
+_PK_MAX_BINS = 1 << 15
+
+
 def _pk_wait(residual: GridDist, rho: float) -> GridDist:
     """M/G/1 FCFS wait: sum_k (1 - rho) rho^k R^{*k} (Pollaczek–Khinchine), by FFT on a padded grid.
 
     The grid reaches well past the mean (the tail is geometric-compound, decaying at least like
-    rho^k), so the wrap-around mass of the cyclic FFT is below 1e-12 for rho <= 0.9.
+    rho^k), so the wrap-around mass of the cyclic FFT is below 1e-12 for rho <= 0.9; beyond
+    _PK_MAX_BINS steps of the residual's grid the transform runs on a coarser step instead.
     """
     er = residual.mean_s
     mean_w = rho * er / (1.0 - rho)
     span = mean_w * 60.0 + residual.n * residual.dx * 4.0
     from scipy import fft as sfft
 
+    if span / residual.dx > _PK_MAX_BINS:
+        # A wait hundreds of residuals long (high load) does not need the residual's own step: put
+        # the residual on a step of span / _PK_MAX_BINS, each bin's mass split between the two
+        # nearest coarse points (mean kept exactly; rounding up would bias W by
+        # K·dx/2 with K ~ 1/(1 - rho) terms). The transform then covers the whole span in
+        # ~_PK_MAX_BINS points; before, up to 2^18 points covered only part of it and the rest of
+        # the compound-geometric tail wrapped around.
+        dxc = span / _PK_MAX_BINS
+        pos = np.arange(residual.n) * (residual.dx / dxc)
+        j = np.floor(pos).astype(np.int64)
+        f = pos - j
+        coarse = (np.bincount(j, weights=residual.pmf * (1.0 - f), minlength=int(j[-1]) + 2)
+                  + np.bincount(j + 1, weights=residual.pmf * f, minlength=int(j[-1]) + 2))
+        residual = GridDist(dxc, coarse, er, exact=False)
     size = min(_fast_len(int(span / residual.dx) + 2), 1 << 18)
     phi = sfft.rfft(residual.pmf, size)
     pmf = np.clip(sfft.irfft((1.0 - rho) / (1.0 - rho * phi), size), 0.0, None)
+    if pmf[0] > 1.0 - rho:
+        # P(W = 0) is exactly 1 - rho. A residual below one coarse step keeps part of its mass at
+        # 0, which inflates the atom: that excess is waits shorter than a step, moved to the first.
+        pmf[1] += pmf[0] - (1.0 - rho)
+        pmf[0] = 1.0 - rho
     keep = int(min(size, 1 << 16))
     pmf = pmf[:keep]
     tail = max(0.0, 1.0 - float(pmf.sum()))
