@@ -25,6 +25,7 @@ __all__ = ["goodput", "goodput_search", "sensitivities"]
 
 REL_TOL = 1e-3  # bisection stops when the bracket is 0.1 % of the rate: far below model error
 _CLIMB = (0.75, 0.9, 0.97, 0.99, 0.999)  # load fractions probed above half load, cheapest first
+_DESCEND = (0.25, 0.05, 1e-4)  # and below it, dearest first (the last: the system nearly idle)
 
 
 def _y(a: float) -> float:
@@ -94,10 +95,17 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     seen: list[tuple[float, float]] = [(mid, a_mid)]
     if a_mid < goal:
         hi, a_hi = mid, a_mid
-        lo = lam_max * 1e-4
-        a_lo = attainment(lo)
-        seen.append((lo, a_lo))
-        if a_lo < goal:
+        # Descend in steps whose solves get cheaper, stopping at the first rate that meets the
+        # goal: a bracket [λmax/4, λmax/2] needs fewer Brent steps than [λmax·1e-4, λmax/2], and
+        # the near-idle point is solved only when everything above it misses.
+        for frac in _DESCEND:
+            lo = lam_max * frac
+            a_lo = attainment(lo)
+            seen.append((lo, a_lo))
+            if a_lo >= goal:
+                break
+            hi, a_hi = lo, a_lo
+        else:
             _check_monotone(seen)
             return 0.0, a_lo
     else:
@@ -130,6 +138,16 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     lo = max(x for x, a in seen if a >= goal)
     a_lo = max(a for x, a in seen if x == lo)
     hi = min(x for x, a in seen if a < goal)
+    if hi - lo > REL_TOL * hi:
+        # Brent stops at once on a point that meets the goal exactly (g = 0 there), leaving a wide
+        # bracket: that point is the root if the curve is smooth, so probe just above it first.
+        x = min(lo * (1.0 + 0.9 * REL_TOL), 0.5 * (lo + hi))
+        a = attainment(x)
+        seen.append((x, a))
+        if a >= goal:
+            lo, a_lo = x, a
+        else:
+            hi = x
     while hi - lo > REL_TOL * hi:
         mid = 0.5 * (lo + hi)
         a = attainment(mid)

@@ -191,6 +191,25 @@ def test_pk_wait_covers_a_long_tail():
         assert w.sf(t) == pytest.approx(rho * math.exp(-(1 - rho) * t), abs=2e-3)
 
 
+@pytest.mark.parametrize("kw", [{"ca2": 4.0}, {"instances": 2, "dispatch": "least_loaded"}])
+def test_coarse_pk_step_keeps_the_station_answer(monkeypatch, kw):
+    # The P-K wait moves to a coarser step past _PK_MAX_BINS; everything downstream (the prompts
+    # co-batched while waiting, whose costs live on the station's own step) must follow the step,
+    # mean kept. Forcing an 8x coarser step here moved TTFT p50/p90/p99 by +3.0/+0.7/+0.5% (bursty)
+    # (the own prefill is still rounded up to the coarse step by the final convolution); gate 4%.
+    import qmodel.stations.colocated as col
+
+    st_ = _station(**kw)
+    lam = 0.8 * st_.max_stable_rate_per_s()
+    ref = st_.solve(lam).delay
+    monkeypatch.setattr(col, "_PK_MAX_BINS", 1 << 12)
+    coarse = _station(**kw).solve(lam).delay
+    assert coarse.dx > ref.dx  # the coarse path ran
+    for q in (0.5, 0.9, 0.99):
+        assert coarse.quantile(q) == pytest.approx(ref.quantile(q), rel=0.04)
+    assert coarse.mean_s == pytest.approx(ref.mean_s, rel=1e-9)
+
+
 def test_renewal_excess_erlang2_exact():
     # Erlang-2 renewal (SCV 1/2) at rate lam: U(t) = lam t - 1/4 + exp(-4 lam t)/4 (closed form);
     # the series of regularised incomplete gammas is exact up to float round-off.

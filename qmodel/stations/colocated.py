@@ -344,13 +344,13 @@ class ColocatedStation:
             dres = decode_residual(gd, wd, 1.0, 1.0, dxs)
             wait = mixture([GridDist.point(0.0, dxs), iter_res, dres],
                            [max(1.0 - rho_p - busy_dec, 0.0), rho_p, busy_dec])
-            wait_co = _add_arrivals_during(wait, 2.0 * lam, marginal, max(self.mean_t1 - t0, 0.0))
+            wait_co = _add_arrivals_during(wait, 2.0 * lam, marginal, max(self.mean_t1 - t0, 0.0), dxs)
         else:
             dec_part = decode_residual(gd, wd, 1.0 - rho_p, busy_frac, dxs)
             wait = convolve(pk, dec_part)
             # Prompts arriving while the request waits join its batch (FCFS order puts the earlier ones in
             # W already): given W = w, K ~ Poisson(lam w) of them, each adding its marginal prefill cost.
-            wait_co = _add_arrivals_during(wait, lam, marginal, max(self.mean_t1 - t0, 0.0))
+            wait_co = _add_arrivals_during(wait, lam, marginal, max(self.mean_t1 - t0, 0.0), dxs)
         own = GridDist(dxs, jump, self.mean_t1, exact=False)
         ttft = convolve(wait_co, own)
         resid = wait
@@ -409,18 +409,14 @@ def _pk_wait(residual: GridDist, rho: float) -> GridDist:
 
     if span / residual.dx > _PK_MAX_BINS:
         # A wait hundreds of residuals long (high load) does not need the residual's own step: put
-        # the residual on a step of span / _PK_MAX_BINS, each bin's mass split between the two
-        # nearest coarse points (mean kept exactly; rounding up would bias W by
-        # K·dx/2 with K ~ 1/(1 - rho) terms). The transform then covers the whole span in
-        # ~_PK_MAX_BINS points; before, up to 2^18 points covered only part of it and the rest of
-        # the compound-geometric tail wrapped around.
-        dxc = span / _PK_MAX_BINS
-        pos = np.arange(residual.n) * (residual.dx / dxc)
-        j = np.floor(pos).astype(np.int64)
-        f = pos - j
-        coarse = (np.bincount(j, weights=residual.pmf * (1.0 - f), minlength=int(j[-1]) + 2)
-                  + np.bincount(j + 1, weights=residual.pmf * f, minlength=int(j[-1]) + 2))
-        residual = GridDist(dxc, coarse, er, exact=False)
+        # the residual on a coarser one, each bin's mass split between the two nearest coarse
+        # points (mean kept exactly; rounding up would bias W by K·dx/2 with K ~ 1/(1 - rho) terms).
+        # The transform then covers the whole span in at most _PK_MAX_BINS points; before, up to
+        # 2^18 points covered only part of it and the rest of the compound-geometric tail wrapped
+        # around. The step is a power-of-two multiple of the residual's: constant over wide ranges
+        # of the rate, so attainment moves monotonically with the rate under a goodput search.
+        dxc = residual.dx * 2.0 ** math.ceil(math.log2(span / residual.dx / _PK_MAX_BINS))
+        residual = GridDist(dxc, _split_regrid(residual.pmf, residual.dx, dxc), er, exact=False)
     size = min(_fast_len(int(span / residual.dx) + 2), 1 << 18)
     phi = sfft.rfft(residual.pmf, size)
     pmf = np.clip(sfft.irfft((1.0 - rho) / (1.0 - rho * phi), size), 0.0, None)
@@ -567,17 +563,22 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
     return GridDist(dx, pmf, float(mean_tpot), tail=lost, tail_rate=1.0 / max(mean_tpot, 1e-12), exact=False)
 
 
-def _split_pmf(values: np.ndarray, dx: float) -> np.ndarray:
-    """Equal-weight sample -> pmf on a grid, each value split between its two neighbouring points so
-    the mean is kept exactly (a compound sum of many jumps would otherwise inherit a rounding bias per
-    jump; the split only adds at most dx^2/4 variance per jump)."""
+def _split_pmf(values: np.ndarray, dx: float, weights: np.ndarray | None = None) -> np.ndarray:
+    """Sample (equal weights unless ``weights``) -> pmf on a grid, each value split between its two
+    neighbouring points so the mean is kept exactly (a compound sum of many jumps would otherwise
+    inherit a rounding bias per jump; the split only adds at most dx^2/4 variance per jump)."""
     u = np.maximum(values, 0.0) / dx
     k = np.floor(u).astype(np.int64)
     f = u - k
-    w = 1.0 / len(u)
+    w = np.full(len(u), 1.0 / len(u)) if weights is None else np.asarray(weights, dtype=float)
     pmf = np.bincount(k, weights=(1.0 - f) * w, minlength=int(k.max()) + 2)
     pmf += np.bincount(k + 1, weights=f * w, minlength=len(pmf))[: len(pmf)]
     return pmf
+
+
+def _split_regrid(pmf: np.ndarray, dx_from: float, dx_to: float) -> np.ndarray:
+    """A pmf on the grid dx_from moved onto the grid dx_to, mean kept (see :func:`_split_pmf`)."""
+    return _split_pmf(np.arange(len(pmf)) * dx_from, dx_to, pmf)
 
 
 _BP_POINTS = 1024
@@ -623,14 +624,20 @@ def decode_residual(gd: np.ndarray, wd: np.ndarray, slow: float, busy: float, dx
 _W_STRATA = 16
 
 
-def _add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump: float) -> GridDist:
+def _add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump: float,
+                         jump_dx: float | None = None) -> GridDist:
     """W + sum_{j <= K} J_j with K ~ Poisson(lam W) given W (mixed Poisson), on W's grid.
+
+    ``jump`` is the pmf of J on the grid ``jump_dx`` (default: W's); it is moved onto W's grid
+    first when they differ (a long wait may come on a coarser step, see :func:`_pk_wait`).
 
     W is cut into 16 equal-probability strata (boundary bins split, so the result moves continuously
     with the rate); within stratum s the count is Poisson(lam w_s) at the stratum mean w_s. In Fourier
     space: sum_s FFT(pmf_W restricted to s) exp(lam w_s (phi_J - 1)), one inverse FFT.
     """
     wait = wait.trimmed(1e-12)
+    if jump_dx is not None and abs(jump_dx - wait.dx) > 1e-12 * wait.dx:
+        jump = _split_regrid(jump, jump_dx, wait.dx)  # mean kept: K ~ Poisson(lam W) jumps add up
     p = wait.pmf
     x = np.arange(wait.n) * wait.dx
     hi_c = np.cumsum(p)
