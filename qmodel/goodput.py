@@ -138,24 +138,19 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     lo = max(x for x, a in seen if a >= goal)
     a_lo = max(a for x, a in seen if x == lo)
     hi = min(x for x, a in seen if a < goal)
-    if hi - lo > REL_TOL * hi:
+    first = True
+    while hi - lo > REL_TOL * hi:
         # Brent stops at once on a point that meets the goal exactly (g = 0 there), leaving a wide
-        # bracket: that point is the root if the curve is smooth, so probe just above it first.
-        x = min(lo * (1.0 + 0.9 * REL_TOL), 0.5 * (lo + hi))
+        # bracket; that point is the root if the curve is smooth, so the first probe sits just above
+        # it, and the rest bisect.
+        x = min(lo * (1.0 + 0.9 * REL_TOL), 0.5 * (lo + hi)) if first else 0.5 * (lo + hi)
+        first = False
         a = attainment(x)
         seen.append((x, a))
         if a >= goal:
             lo, a_lo = x, a
         else:
             hi = x
-    while hi - lo > REL_TOL * hi:
-        mid = 0.5 * (lo + hi)
-        a = attainment(mid)
-        seen.append((mid, a))
-        if a >= goal:
-            lo, a_lo = mid, a
-        else:
-            hi = mid
     _check_monotone(seen)
     return lo, a_lo
 
