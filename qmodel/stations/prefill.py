@@ -932,8 +932,8 @@ class BulkQueue:
         # The chain keeps states out to a 1e-13 tail for its moments; the grids need only the
         # states carrying mass the grid can resolve. Dropping those whose total is below 1e-15
         # (renormalised below) shrinks the count axis of every transform, often 3x.
-        tail = np.cumsum(pis.sum(axis=0)[::-1])[::-1]
-        n_st = max(int(np.count_nonzero(tail >= 1e-15)), 1)
+        mass_from = np.cumsum(pis.sum(axis=0)[::-1])[::-1]  # mass in states j and above
+        n_st = max(int(np.count_nonzero(mass_from >= 1e-15)), 1)
         pis = pis[:, :n_st]
         mix = [(pfit[:n_st], pcut[:n_st]) for pfit, pcut in self._mix_pi]
         cyc = self._cycle["cycle_s"]
