@@ -99,10 +99,19 @@ class GridDist:
     def summary(self) -> dict[str, float]:
         return {"mean": self.mean_s, "p50": self.quantile(0.5), "p90": self.quantile(0.9), "p99": self.quantile(0.99)}
 
-    def regrid(self, dx: float) -> "GridDist":
-        """Re-express on a coarser grid (dx >= self.dx), rounding up."""
+    def regrid(self, dx: float, keep_mean: bool = False) -> "GridDist":
+        """Re-express on a coarser grid (dx >= self.dx), rounding up; ``keep_mean`` splits each
+        bin's mass between the two nearest coarse points instead (mean kept exactly; for a term
+        much shorter than the coarse step, where rounding up would add most of a step to it)."""
         if abs(dx - self.dx) <= 1e-15 * max(dx, 1.0):
             return self
+        if keep_mean and dx > self.dx:
+            pos = np.arange(self.n) * (self.dx / dx)
+            j = np.floor(pos + 1e-9).astype(np.int64)
+            f = np.clip(pos - j, 0.0, None)
+            n = int(j[-1]) + 2
+            pmf = np.bincount(j, weights=self.pmf * (1.0 - f), minlength=n) + np.bincount(j + 1, weights=self.pmf * f, minlength=n)
+            return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
         if dx < self.dx:
             # Finer grid: put each bin's mass at its upper edge (conservative, keeps the mean within dx).
             ratio = self.dx / dx

@@ -194,7 +194,11 @@ class Solver:
                     raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
             sd = dec.solve(rate)
             parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
-            ttft = convolve(*parts)
+            # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
+            # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
+            # TTFT, so the finer terms move to the common step with their mean kept.
+            step = max(p.dx for p in parts)
+            ttft = convolve(*(p.regrid(step, keep_mean=True) for p in parts))
             tpot = sd.tpot
             if self.scenario.deployment.first_token_from == "prefill":
                 # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed

@@ -99,3 +99,30 @@ def test_goodput_meets_goal_and_is_below_stability():
     assert g.attainment_at_goodput >= 0.9
     assert 0 < g.goodput_rps < g.max_stable_rate_per_s
     assert g.goodput_per_gpu == pytest.approx(g.goodput_rps / g.gpus)
+
+
+def test_short_transfer_is_not_rounded_up_to_a_prefill_step():
+    """The exposed KV transfer (~1 ms) sits on a finer grid than the prefill delay (~7 ms step).
+    Composed by rounding up, it added a whole step to every TTFT; moved with its mean kept, the
+    TTFT's grid mean is the sum of the parts' means to within round-off, and its p50 lies within
+    one prefill step of the prefill delay's p50 plus the transfer's mean."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from qmodel.dist import GridDist
+    from qmodel.scenario import load_scenario
+
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "examples" / "llama3-70b-disagg-h100.yaml")
+    c = Solver(sc).compose(6.0)
+    sp, st_ = c.stations[0].delay, c.stations[1].delay
+    assert st_.dx < sp.dx and st_.mean_s < 0.2 * sp.dx  # the case in point
+    grid_mean = lambda d: float(np.arange(d.n) @ d.pmf) * d.dx  # noqa: E731
+    assert grid_mean(c.ttft) == pytest.approx(grid_mean(sp) + grid_mean(st_), rel=1e-6)
+    assert c.ttft.quantile(0.5) <= sp.quantile(0.5) + st_.mean_s + sp.dx
+    # the regrid itself: a point at 0.7 ms onto a 7 ms step keeps its mean and its atom share
+    pt = GridDist.point(0.0007, 0.00025)
+    moved = pt.regrid(0.007, keep_mean=True)
+    assert grid_mean(moved) == pytest.approx(0.00075, rel=1e-12)  # 3 fine steps of 0.25 ms
+    assert moved.pmf[0] == pytest.approx(1 - 0.75 / 7, rel=1e-12) and moved.pmf.sum() == pytest.approx(1.0)
+    assert pt.regrid(0.007).pmf[1] == 1.0  # rounding up: a whole step
