@@ -17,7 +17,10 @@ Model (derived here from §2.9's sketch and checked against a step-level DES, te
   (the attention of a chunk over an evenly chunked prompt averages c P), k = 1 + c/E[P], plus
   (1 - rho_c) extra_n(P) when the prompt is alone and its last iteration carries only r = P mod c of
   its tokens (extra_n = T_p(n + r) + Delta - (r/c)(T_p(B_c) + Delta); rho_c solved in closed form);
-  the stall it adds to decoding sequences is X_n(P) = S_n(P) - (P/c) t_d(n);
+  the stall it adds to decoding sequences is X_n(P) = S_n(P) - [P/c + (1 - rho_c)(1 - r/c)] t_d(n):
+  every iteration, the partial one included, gives each running sequence a token (counting only the
+  fluid P/c iterations overstated TPOT: against the replay, chunked TPOT p90 median |error| 8.0% ->
+  2.9%, mistral7b goodput -10.5% -> -4.3%);
 * decode occupancy: GPS chain with per-state step time g(n) = t_d(n) / (1 - rho_x(n)),
   rho_x(n) = lam E[X_n(P)] (every iteration gives each sequence one token; a fraction of them
   is stretched by chunks); when the prefill share rho_c(n) = lam E[S_n] reaches 1 every iteration
@@ -135,6 +138,10 @@ class ChunkedStation:
                 - r / cc * base[:, None])
         self._extra = np.where(r > 0, np.maximum(part, 0.0), 0.0)
         self.mean_extra = self._extra @ wu
+        # That partial iteration is still one iteration: every running sequence gets a token from it,
+        # (1 - r/c) of an iteration more than the fluid P/c counts. Paid with the same 1 - rho_c.
+        self._extra_iters = np.where(r > 0, 1.0 - r / cc, 0.0)
+        self.mean_extra_iters = self._extra_iters @ wu
         # mean mixed work per prompt S_n and stall X_n (means over the sample), per state, full packing
         self.mean_S = self.mean_p * self.lin_per_token + self.mean_quad
         self.mean_X = self.mean_S - self.mean_p / c * self.td
@@ -161,7 +168,7 @@ class ChunkedStation:
         """Per state: mean mixed work per prompt and mean stall per prompt at rate lam."""
         share = 1.0 - np.minimum(self._rho_c(lam), 1.0)
         s_mean = self.mean_S + share * self.mean_extra
-        return s_mean, s_mean - (self.mean_S - self.mean_X)
+        return s_mean, s_mean - (self.mean_S - self.mean_X) - share * self.mean_extra_iters * self.td
 
     def _step(self, lam: float):
         n_all = np.arange(self.cap + 1, dtype=float)
@@ -262,7 +269,9 @@ class ChunkedStation:
         # stall samples at the mean state (they vary little across N nodes; one FFT per L group)
         j1 = int(min(nbar + 1, self.cap))
         w_1 = work(j1)
-        x = np.maximum(w_1 - self.p / (self.chunk_tokens - j1) * self.td[j1], 0.0)
+        share_1 = 1.0 - min(float(rho_all[j1]), 1.0)
+        iters_1 = self.p / (self.chunk_tokens - j1) + share_1 * self._extra_iters[j1][self._inv]
+        x = np.maximum(w_1 - iters_1 * self.td[j1], 0.0)
         rc_1 = min(float(rho_all[j1]), 0.99)
         y = _busy_period_stalls(w_1, x, rc_1, m_burst)
         # bursty arrivals: the members of the tagged request's batch behind it on its instance
