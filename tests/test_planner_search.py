@@ -12,7 +12,7 @@ import math
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from qmodel.errors import InputError
 from qmodel.planner import Budget, SearchSpace, plan
@@ -227,6 +227,9 @@ def test_bad_inputs_are_one_line_errors(scenario):
 
 @settings(max_examples=15, deadline=None)
 @given(P0=st.floats(1.0, 8.0), D0=st.floats(2.0, 12.0), K0=st.floats(2.0, 40.0), n=st.integers(2, 14))
+# found by this test: a 10-GPU plan 0.3% below the best 11-GPU one was ranked first when ties were
+# goodputs equal to 3 significant digits
+@example(P0=4.65625, D0=5.125, K0=7.0, n=11)
 def test_max_goodput_property(repo_root, P0, D0, K0, n):
     """Random fake hardware and GPU budgets: the planner's best goodput is the brute-force best."""
     sc = load_scenario(repo_root / "examples" / "llama3-70b-disagg-h100.yaml")

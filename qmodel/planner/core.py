@@ -171,6 +171,19 @@ def _sig3(x: float) -> float:
     return float(f"{x:.3g}")
 
 
+def _rank_ties(rows: list) -> list:
+    """Rows (found, goodput, ...) by goodput, best first; the rows within FINAL_REL_TOL of the best
+    one left form a tie group, ordered by GPUs then label, and the rest follow the same way."""
+    rest = sorted(rows, key=lambda t: (-t[1], t[0].plan.gpus, t[0].plan.label))
+    out = []
+    while rest:
+        top = rest[0][1]
+        tied = [t for t in rest if t[1] >= top * (1.0 - FINAL_REL_TOL)]
+        out += sorted(tied, key=lambda t: (t[0].plan.gpus, t[0].plan.label))
+        rest = rest[len(tied):]
+    return out
+
+
 def _kth(values: list[float], k: int, reverse: bool) -> float | None:
     if len(values) < k:
         return None
@@ -455,9 +468,10 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
             continue
         g, m, knee, _ = o
         rows.append((f, g, m, knee))
-    # goodputs within the search tolerance are ties: rank them at 3 significant digits, then by GPUs
+    # goodputs within the refinement tolerance of the best left are ties, ranked by GPUs (a 3-digit
+    # rounding, used before, tied goodputs 0.8% apart and could put a plan 0.3% below the best first)
     if ctx.objective == "max-goodput":
-        rows.sort(key=lambda t: (-_sig3(t[1]), t[0].plan.gpus, t[0].plan.label))
+        rows = _rank_ties(rows)
     else:
         rows.sort(key=lambda t: (t[0].cost, -_sig3(t[1]), t[0].plan.label))
     rows = rows[: ctx.top_k]
