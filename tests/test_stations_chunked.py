@@ -166,3 +166,16 @@ def test_gamma_arrivals_against_des():
         assert abs(mv / dv - 1.0) <= band
     for mv, dv, band in zip(model_tp, tp, (0.09, 0.08, 0.22)):
         assert abs(mv / dv - 1.0) <= band
+
+
+def test_tables_read_at_fractional_states():
+    # the station reads its per-state tables at the mean decode batch without rounding it (a rounded
+    # state made attainment jump where it flipped): exact at integers, linear between, rows for 2-D
+    from qmodel.stations.chunked import _at
+
+    t1 = np.array([1.0, 3.0, 7.0])
+    t2 = np.array([[0.0, 10.0], [2.0, 20.0], [4.0, 30.0]])
+    assert _at(t1, 1.0) == 3.0 and _at(t1, 0.25) == pytest.approx(1.5) and _at(t1, 1.5) == pytest.approx(5.0)
+    assert _at(t1, 2.0) == 7.0 and _at(t1, 2.7) == 7.0  # clipped at the last state
+    np.testing.assert_allclose(_at(t2, 0.5), [1.0, 15.0])
+    assert isinstance(_at(t1, 0.5), float)

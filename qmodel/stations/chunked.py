@@ -72,6 +72,17 @@ from qmodel.stations.decode import GPSChain, mean_context_tokens
 
 __all__ = ["ChunkedStation"]
 
+
+def _at(table: np.ndarray, v: float):
+    """table[v] for a fractional state v (rows of a 2-D table), linear between the neighbours."""
+    j = int(math.floor(v))
+    f = v - j
+    if f <= 0.0 or j + 1 >= len(table):
+        row = table[min(j, len(table) - 1)]
+        return float(row) if np.ndim(row) == 0 else row
+    out = (1.0 - f) * table[j] + f * table[j + 1]
+    return float(out) if np.ndim(out) == 0 else out
+
 _W_NODES = 1
 
 
@@ -220,15 +231,20 @@ class ChunkedStation:
         m = len(pi) - 1
         nn = np.arange(m + 1)
         mean_n = float(np.dot(nn, pi))
-        nbar = int(min(round(mean_n), self.cap))
+        # The per-state tables are read at fractional states (linear between the two neighbours):
+        # rounding the mean decode batch to an integer made attainment jump where it flipped, which
+        # cost the goodput search many solves around such a step.
+        nbar = min(mean_n, float(self.cap))
         rho_all = self._rho_c(lam)
-        rho_c = float(rho_all[nbar])
+        rho_c = _at(rho_all, nbar)
         if rho_c >= 1.0:
             raise UnstableError(self.name, rho_c, rate_per_s, lam_max, "prompt backlog at the mean decode batch")
 
-        def work(j: int) -> np.ndarray:
-            share = 1.0 - min(float(rho_all[j]), 1.0)
-            return self.p * self.lin_per_token[j] + (self._quad[j] + share * self._extra[j])[self._inv]
+        def share(v: float) -> float:
+            return 1.0 - min(_at(rho_all, v), 1.0)
+
+        def work(v: float) -> np.ndarray:
+            return self.p * _at(self.lin_per_token, v) + (_at(self._quad, v) + share(v) * _at(self._extra, v))[self._inv]
 
         # ---- TTFT: M/G/1 prompt backlog + decode residual + own chunks -------------------------
         s_own = work(nbar)
@@ -255,7 +271,7 @@ class ChunkedStation:
         wait = convolve(pk, dec_part)
         # packed prompts end mid-iteration in the fluid view; the token comes at the iteration's end
         c_bar = self.chunk_tokens - nbar
-        half_iter = 0.5 * rho_c * float(self.lin_per_token[nbar] * c_bar + self.mean_quad[nbar] * c_bar / self.mean_p)
+        half_iter = 0.5 * rho_c * float(_at(self.lin_per_token, nbar) * c_bar + _at(self.mean_quad, nbar) * c_bar / self.mean_p)
         own = GridDist(dxs, own_pmf, mean_s, exact=False)
         ttft = convolve(wait, own, GridDist.point(half_iter, dxs))
 
@@ -267,12 +283,11 @@ class ChunkedStation:
         w_nodes, w_wts = _dist_nodes(wait, _W_NODES)
         jumps, rhos, tds, caps, owns, node_w, life, rates = [], [], [], [], [], [], [], []
         # stall samples at the mean state (they vary little across N nodes; one FFT per L group)
-        j1 = int(min(nbar + 1, self.cap))
+        j1 = min(nbar + 1.0, float(self.cap))
         w_1 = work(j1)
-        share_1 = 1.0 - min(float(rho_all[j1]), 1.0)
-        iters_1 = self.p / (self.chunk_tokens - j1) + share_1 * self._extra_iters[j1][self._inv]
-        x = np.maximum(w_1 - iters_1 * self.td[j1], 0.0)
-        rc_1 = min(float(rho_all[j1]), 0.99)
+        iters_1 = self.p / (self.chunk_tokens - j1) + share(j1) * _at(self._extra_iters, j1)[self._inv]
+        x = np.maximum(w_1 - iters_1 * _at(self.td, j1), 0.0)
+        rc_1 = min(_at(rho_all, j1), 0.99)
         y = _busy_period_stalls(w_1, x, rc_1, m_burst)
         # bursty arrivals: the members of the tagged request's batch behind it on its instance
         # (floor(J/c), J ~ Geometric_0(1 - 1/m)) are queued behind it too; added to the own window as
@@ -280,7 +295,7 @@ class ChunkedStation:
         qb = (1.0 - 1.0 / m_burst) ** (self.instances if ll else 1)
         behind_s = qb / (1.0 - qb) / lam
         for v, wv in zip(nodes, wts):
-            j = int(min(round(v) + 1, self.cap))
+            j = min(v + 1.0, float(self.cap))
             c = self.chunk_tokens - j
             w_j = work(j)
             rc_j = rc_1
@@ -289,7 +304,7 @@ class ChunkedStation:
                 rates.append((1.0 - rc_j) / m_burst)
                 jumps.append(x)
                 rhos.append(min(lam * float(x.mean()), 0.999))
-                tds.append(float(self.td[j]))
+                tds.append(_at(self.td, j))
                 # every iteration emits a token: a gap is at most one full mixed iteration
                 caps.append(float(np.mean(w_j)) * c / self.mean_p)
                 owns.append(wn + behind_s)
