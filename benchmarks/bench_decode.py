@@ -11,7 +11,6 @@ mean 200), decode 10 ms + 0.1 ms/seq + 1e-7 s per context token, prefill 20 ms +
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -103,13 +102,6 @@ def test_bench_chunked_solve(benchmark) -> None:
 
 
 if __name__ == "__main__":
-    for name, make in CASES.items():
-        fn = make()
-        fn()
-        reps, t0, c0 = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - t0 < 1.0:
-            fn()
-            reps += 1
-        wall = 1e3 * (time.perf_counter() - t0) / reps
-        cpu = 1e3 * (time.process_time() - c0) / reps  # CPU time: less sensitive to a busy machine
-        print(f"{name:24s} {wall:9.3f} ms/call wall {cpu:9.3f} ms/call cpu  ({reps} calls)")
+    from _timing import print_table  # beside this script (sys.path[0] when run as one)
+
+    print_table(CASES, width=24)

@@ -167,27 +167,90 @@ def _arrivals(rate: float, horizon_s: float, rng: np.random.Generator, cv: float
     return arr[arr < horizon_s]
 
 
+class _Pool:
+    """One engine's bookkeeping shared by the colocated and chunked simulators: arrivals, the decode
+    batch (count, summed context, finish step per request), and the time averages after warm-up."""
+
+    def __init__(self, rate: float, lengths, horizon_s: float, seed: int, warmup_frac: float, arrival_cv: float):
+        rng = np.random.default_rng(seed)
+        self.arr = _arrivals(rate, horizon_s, rng, arrival_cv)
+        self.P, self.L = (np.asarray(v, dtype=np.int64) for v in lengths(rng, len(self.arr)))
+        self.nreq = len(self.arr)
+        self.t_first = np.full(self.nreq, np.nan)
+        self.t_last = np.full(self.nreq, np.nan)
+        self.finish: dict[int, list[int]] = {}
+        self.running, self.ctx, self.dstep, self.i, self.t = 0, 0.0, 0, 0, 0.0
+        self.warm = warmup_frac * horizon_s
+        self.area_run = self.t_busy = self.t_obs = 0.0
+
+    def arrivals(self) -> list[int]:
+        """Requests arrived by now, in order."""
+        out = []
+        while self.i < self.nreq and self.arr[self.i] <= self.t:
+            out.append(self.i)
+            self.i += 1
+        return out
+
+    def spend(self, dt: float, busy: bool) -> None:
+        """Advance the clock by one iteration of dt (``busy``: it carried prefill work)."""
+        if self.t >= self.warm:
+            self.area_run += self.running * dt
+            if busy:
+                self.t_busy += dt
+            self.t_obs += dt
+        self.t += dt
+
+    def tokens(self) -> None:
+        """Every running sequence got a token at the end of the iteration just spent."""
+        self.ctx += self.running
+        for j in self.finish.pop(self.dstep, []):
+            self.t_last[j] = self.t
+            self.running -= 1
+            self.ctx -= self.P[j] + self.L[j]
+        self.dstep += 1
+
+    def first_token(self, j: int) -> None:
+        """Request j's prefill ended now: first token, then decode (or done when L = 1)."""
+        self.t_first[j] = self.t
+        if self.L[j] <= 1:
+            self.t_last[j] = self.t
+        else:
+            self.running += 1
+            self.ctx += self.P[j] + 1
+            self.finish.setdefault(self.dstep + int(self.L[j]) - 2, []).append(j)
+
+    def decode_step(self, service: ServiceTimeModel) -> None:
+        self.spend(float(service.decode_step_time_s(self.running, self.ctx)), False)
+        self.tokens()
+
+    def idle(self) -> bool:
+        """Jump to the next arrival; False when none is left."""
+        if self.i >= self.nreq:
+            return False
+        if self.t >= self.warm:
+            self.t_obs += self.arr[self.i] - self.t
+        self.t = self.arr[self.i]
+        return True
+
+    def result(self, sizes: np.ndarray) -> EngineRun:
+        ok = (self.arr >= self.warm) & np.isfinite(self.t_last)
+        multi = ok & (self.L >= 2)
+        return EngineRun((self.t_first - self.arr)[ok],
+                         (self.t_last[multi] - self.t_first[multi]) / (self.L[multi] - 1),
+                         self.area_run / self.t_obs, self.t_busy / self.t_obs, sizes)
+
+
 def simulate_colocated(rate: float, lengths, service: ServiceTimeModel, horizon_s: float, seed: int = 0,
                        budget_tokens: int = 8192, warmup_frac: float = 0.1, arrival_cv: float = 1.0) -> EngineRun:
     """vLLM-v0-like engine: if prompts wait, prefill all of them (FCFS, token budget, >= 1 prompt) in
     one iteration; else one decode step of every running sequence. ``lengths(rng, k)`` -> (P, L).
     The first token is emitted by the prefill; the remaining L - 1 by decode steps."""
-    rng = np.random.default_rng(seed)
-    arr = _arrivals(rate, horizon_s, rng, arrival_cv)
-    P, L = (np.asarray(v, dtype=np.int64) for v in lengths(rng, len(arr)))
-    nreq = len(arr)
-    t_first = np.full(nreq, np.nan)
-    t_last = np.full(nreq, np.nan)
+    e = _Pool(rate, lengths, horizon_s, seed, warmup_frac, arrival_cv)
+    P = e.P
     waiting: deque[int] = deque()
-    finish: dict[int, list[int]] = {}
-    running, ctx, dstep, i, t = 0, 0.0, 0, 0, 0.0
-    warm = warmup_frac * horizon_s
-    area_run = t_pref = t_obs = 0.0
     sizes: list[int] = []
     while True:
-        while i < nreq and arr[i] <= t:
-            waiting.append(i)
-            i += 1
+        waiting.extend(e.arrivals())
         if waiting:
             batch, tok = [], 0
             while waiting and (not batch or tok + P[waiting[0]] <= budget_tokens):
@@ -195,44 +258,16 @@ def simulate_colocated(rate: float, lengths, service: ServiceTimeModel, horizon_
                 batch.append(j)
                 tok += int(P[j])
             pp = P[batch].astype(float)
-            dt = float(service.prefill_time_s(pp.sum(), float(np.dot(pp, pp)), len(batch)))
-            if t >= warm:
-                area_run += running * dt
-                t_pref += dt
-                t_obs += dt
+            if e.t >= e.warm:
                 sizes.append(len(batch))
-            t += dt
+            e.spend(float(service.prefill_time_s(pp.sum(), float(np.dot(pp, pp)), len(batch))), True)
             for j in batch:
-                t_first[j] = t
-                if L[j] <= 1:
-                    t_last[j] = t
-                else:
-                    running += 1
-                    ctx += P[j] + 1
-                    finish.setdefault(dstep + int(L[j]) - 2, []).append(j)
-            continue
-        if running:
-            dt = float(service.decode_step_time_s(running, ctx))
-            if t >= warm:
-                area_run += running * dt
-                t_obs += dt
-            t += dt
-            ctx += running
-            for j in finish.pop(dstep, []):
-                t_last[j] = t
-                running -= 1
-                ctx -= P[j] + L[j]
-            dstep += 1
-            continue
-        if i >= nreq:
+                e.first_token(j)
+        elif e.running:
+            e.decode_step(service)
+        elif not e.idle():
             break
-        if t >= warm:
-            t_obs += arr[i] - t
-        t = arr[i]
-    ok = (arr >= warm) & np.isfinite(t_last)
-    multi = ok & (L >= 2)
-    return EngineRun((t_first - arr)[ok], (t_last[multi] - t_first[multi]) / (L[multi] - 1),
-                     area_run / t_obs, t_pref / t_obs, np.asarray(sizes))
+    return e.result(np.asarray(sizes))
 
 
 def simulate_chunked(rate: float, lengths, service: ServiceTimeModel, horizon_s: float, seed: int = 0,
@@ -246,22 +281,12 @@ def simulate_chunked(rate: float, lengths, service: ServiceTimeModel, horizon_s:
 
     and a decode-only iteration decode_step_time_s(n, S). The first token comes at the end of the
     iteration that computes the last prompt token."""
-    rng = np.random.default_rng(seed)
-    arr = _arrivals(rate, horizon_s, rng, arrival_cv)
-    P, L = (np.asarray(v, dtype=np.int64) for v in lengths(rng, len(arr)))
-    nreq = len(arr)
-    t_first = np.full(nreq, np.nan)
-    t_last = np.full(nreq, np.nan)
+    e = _Pool(rate, lengths, horizon_s, seed, warmup_frac, arrival_cv)
+    P = e.P
     backlog: deque[list[int]] = deque()  # [request, tokens done]
-    finish: dict[int, list[int]] = {}
-    running, ctx, dstep, i, t = 0, 0.0, 0, 0, 0.0
-    warm = warmup_frac * horizon_s
-    area_run = t_mixed = t_obs = 0.0
     while True:
-        while i < nreq and arr[i] <= t:
-            backlog.append([i, 0])
-            i += 1
-        room = budget_tokens - running
+        backlog.extend([j, 0] for j in e.arrivals())
+        room = budget_tokens - e.running
         if backlog and room > 0:
             chunks = []
             for item in backlog:
@@ -272,52 +297,18 @@ def simulate_chunked(rate: float, lengths, service: ServiceTimeModel, horizon_s:
                 room -= c
             s1 = sum(c for _, c in chunks)
             s2 = float(sum(c * c + 2 * c * it[1] for it, c in chunks))
-            dt = float(service.prefill_time_s(float(s1 + running), s2, float(len(chunks))))
-            if running:
-                dt += float(service.decode_step_time_s(running, ctx)) - float(service.decode_step_time_s(running, 0.0))
-            if t >= warm:
-                area_run += running * dt
-                t_mixed += dt
-                t_obs += dt
-            t += dt
-            if running:
-                ctx += running
-                for j in finish.pop(dstep, []):
-                    t_last[j] = t
-                    running -= 1
-                    ctx -= P[j] + L[j]
-                dstep += 1
+            dt = float(service.prefill_time_s(float(s1 + e.running), s2, float(len(chunks))))
+            if e.running:
+                dt += float(service.decode_step_time_s(e.running, e.ctx)) - float(service.decode_step_time_s(e.running, 0.0))
+            e.spend(dt, True)
+            if e.running:
+                e.tokens()
             for it, c in chunks:
                 it[1] += c
             while backlog and backlog[0][1] >= P[backlog[0][0]]:
-                j = backlog.popleft()[0]
-                t_first[j] = t
-                if L[j] <= 1:
-                    t_last[j] = t
-                else:
-                    running += 1
-                    ctx += P[j] + 1
-                    finish.setdefault(dstep + int(L[j]) - 2, []).append(j)
-            continue
-        if running:
-            dt = float(service.decode_step_time_s(running, ctx))
-            if t >= warm:
-                area_run += running * dt
-                t_obs += dt
-            t += dt
-            ctx += running
-            for j in finish.pop(dstep, []):
-                t_last[j] = t
-                running -= 1
-                ctx -= P[j] + L[j]
-            dstep += 1
-            continue
-        if i >= nreq:
+                e.first_token(backlog.popleft()[0])
+        elif e.running:
+            e.decode_step(service)
+        elif not e.idle():
             break
-        if t >= warm:
-            t_obs += arr[i] - t
-        t = arr[i]
-    ok = (arr >= warm) & np.isfinite(t_last)
-    multi = ok & (L >= 2)
-    return EngineRun((t_first - arr)[ok], (t_last[multi] - t_first[multi]) / (L[multi] - 1),
-                     area_run / t_obs, t_mixed / t_obs, np.zeros(0))
+    return e.result(np.zeros(0))

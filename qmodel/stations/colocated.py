@@ -416,7 +416,7 @@ def _pk_wait(residual: GridDist, rho: float) -> GridDist:
         # around. The step is a power-of-two multiple of the residual's: constant over wide ranges
         # of the rate, so attainment moves monotonically with the rate under a goodput search.
         dxc = residual.dx * 2.0 ** math.ceil(math.log2(span / residual.dx / _PK_MAX_BINS))
-        residual = GridDist(dxc, _split_regrid(residual.pmf, residual.dx, dxc), er, exact=False)
+        residual = residual.regrid(dxc, keep_mean=True)
     size = min(_fast_len(int(span / residual.dx) + 2), 1 << 18)
     phi = sfft.rfft(residual.pmf, size)
     pmf = np.clip(sfft.irfft((1.0 - rho) / (1.0 - rho * phi), size), 0.0, None)
@@ -563,22 +563,17 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
     return GridDist(dx, pmf, float(mean_tpot), tail=lost, tail_rate=1.0 / max(mean_tpot, 1e-12), exact=False)
 
 
-def _split_pmf(values: np.ndarray, dx: float, weights: np.ndarray | None = None) -> np.ndarray:
-    """Sample (equal weights unless ``weights``) -> pmf on a grid, each value split between its two
-    neighbouring points so the mean is kept exactly (a compound sum of many jumps would otherwise
-    inherit a rounding bias per jump; the split only adds at most dx^2/4 variance per jump)."""
+def _split_pmf(values: np.ndarray, dx: float) -> np.ndarray:
+    """Equal-weight sample -> pmf on a grid, each value split between its two neighbouring points so
+    the mean is kept exactly (a compound sum of many jumps would otherwise inherit a rounding bias per
+    jump; the split only adds at most dx^2/4 variance per jump)."""
     u = np.maximum(values, 0.0) / dx
     k = np.floor(u).astype(np.int64)
     f = u - k
-    w = np.full(len(u), 1.0 / len(u)) if weights is None else np.asarray(weights, dtype=float)
+    w = 1.0 / len(u)
     pmf = np.bincount(k, weights=(1.0 - f) * w, minlength=int(k.max()) + 2)
     pmf += np.bincount(k + 1, weights=f * w, minlength=len(pmf))[: len(pmf)]
     return pmf
-
-
-def _split_regrid(pmf: np.ndarray, dx_from: float, dx_to: float) -> np.ndarray:
-    """A pmf on the grid dx_from moved onto the grid dx_to, mean kept (see :func:`_split_pmf`)."""
-    return _split_pmf(np.arange(len(pmf)) * dx_from, dx_to, pmf)
 
 
 _BP_POINTS = 1024
@@ -637,7 +632,8 @@ def _add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump
     """
     wait = wait.trimmed(1e-12)
     if jump_dx is not None and abs(jump_dx - wait.dx) > 1e-12 * wait.dx:
-        jump = _split_regrid(jump, jump_dx, wait.dx)  # mean kept: K ~ Poisson(lam W) jumps add up
+        # mean kept: K ~ Poisson(lam W) jumps add up
+        jump = GridDist(jump_dx, jump, mean_jump, exact=False).regrid(wait.dx, keep_mean=True).pmf
     p = wait.pmf
     x = np.arange(wait.n) * wait.dx
     hi_c = np.cumsum(p)
