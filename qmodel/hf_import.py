@@ -13,7 +13,6 @@ computes them from the architecture with :func:`~qmodel.specs.count_params`.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ from pydantic import ValidationError
 
 from qmodel.errors import DataError
 from qmodel.specs import ModelSpec
+from qmodel.toml_out import toml_value
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "config_to_entry", "entry_to_toml", "import_hf_config", "read_config"]
 
@@ -256,22 +256,6 @@ def config_to_entry(config: Mapping[str, Any], name: str, *, source: str, hf_id:
     return entry
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError("TOML cannot hold a non-finite number here")
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # JSON string escapes are valid TOML basic-string escapes
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def entry_to_toml(entry: Mapping[str, Any], table: str = "model") -> str:
     """One ``[[table]]`` with nested ``[table.sub]`` tables for dict values."""
     lines = [f"[[{table}]]"]
@@ -280,10 +264,10 @@ def entry_to_toml(entry: Mapping[str, Any], table: str = "model") -> str:
         if isinstance(v, Mapping):
             subs.append((k, v))
         elif v is not None:
-            lines.append(f"{k} = {_toml_value(v)}")
+            lines.append(f"{k} = {toml_value(v, k)}")
     for k, sub in subs:
         lines.append(f"[{table}.{k}]")
-        lines.extend(f"{sk} = {_toml_value(sv)}" for sk, sv in sub.items() if sv is not None)
+        lines.extend(f"{sk} = {toml_value(sv, f'{k}.{sk}')}" for sk, sv in sub.items() if sv is not None)
     return "\n".join(lines) + "\n"
 
 

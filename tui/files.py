@@ -11,11 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any, Iterable
 
 from qmodel.errors import DataError, InputError
+from qmodel.toml_out import toml_value
 
 __all__ = ["read_raw", "dump_scenario", "write_scenario", "to_toml", "write_json", "write_csv", "SCENARIO_SUFFIXES"]
 
@@ -34,22 +34,6 @@ def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, 
     return data
 
 
-def _toml_value(v: Any, where: str) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise InputError(where, v, "TOML files hold finite numbers only")
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x, where) for x in v) + "]"
-    raise InputError(where, v, "cannot be written as TOML")
-
-
 def to_toml(data: dict[str, Any], _prefix: str = "") -> str:
     """Nested dicts of scalars as TOML (tables for sub-dicts; None values are left out)."""
     lines: list[str] = []
@@ -60,7 +44,7 @@ def to_toml(data: dict[str, Any], _prefix: str = "") -> str:
         if isinstance(v, dict):
             tables.append((k, v))
         else:
-            lines.append(f"{k} = {_toml_value(v, _prefix + k)}")
+            lines.append(f"{k} = {toml_value(v, _prefix + k)}")
     out = "\n".join(lines)
     for k, v in tables:
         name = f"{_prefix}{k}"
