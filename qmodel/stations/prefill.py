@@ -74,8 +74,9 @@ DistServe (Zhong et al., OSDI 2024) for the M/D/1 special case D + λD²/(2(1−
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import functools
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -174,6 +175,23 @@ def _base_indices(p: np.ndarray) -> np.ndarray:
         return order[((np.arange(_DRAWS) + 0.5) * p.size / _DRAWS).astype(np.int64)]
     return np.tile(np.arange(p.size), int(math.ceil(_DRAWS / p.size)))
 
+@functools.lru_cache(maxsize=256)
+def _strata(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first index, count, weight) of each stratum of :meth:`BatchServiceLaw._nodes` for a sorted
+    sample of ``size``: they depend on the size alone, and the laws ask for the same few sizes."""
+    u = list(np.linspace(0.0, 0.9, 28)[:-1])
+    tail = 0.1
+    while tail * size >= 1.0 and len(u) < _NODES:
+        u.append(1.0 - tail)
+        tail /= 2.0
+    cuts = np.unique(np.round(np.array(u + [1.0]) * size).astype(np.int64))
+    counts = np.diff(cuts).astype(float)
+    out = cuts[:-1], counts, counts / counts.sum()
+    for a in out:  # shared between laws: read-only
+        a.flags.writeable = False
+    return out
+
+
 @dataclass(frozen=True)
 class _Regime:
     """How the next batch forms: P(N = k), P(N ≥ k), fit and cut batch-time laws."""
@@ -270,16 +288,9 @@ class BatchServiceLaw:
         s = np.sort(np.asarray(samples, dtype=float).ravel())
         if s[-1] - s[0] <= 1e-12 * max(s[-1], 1e-300):
             return np.array([float(s.mean())]), np.array([1.0])
-        u = list(np.linspace(0.0, 0.9, 28)[:-1])
-        tail = 0.1
-        while tail * s.size >= 1.0 and len(u) < _NODES:
-            u.append(1.0 - tail)
-            tail /= 2.0
-        cuts = np.unique(np.round(np.array(u + [1.0]) * s.size).astype(np.int64))
+        starts, counts, w = _strata(s.size)
         # strictly increasing cuts ending at s.size: one reduceat gives every stratum's sum
-        counts = np.diff(cuts).astype(float)
-        vals = np.add.reduceat(s, cuts[:-1]) / counts
-        return vals, counts / counts.sum()
+        return np.add.reduceat(s, starts) / counts, w
 
     @staticmethod
     def from_samples(samples: list[np.ndarray]) -> "BatchServiceLaw":
@@ -362,36 +373,36 @@ class BatchServiceLaw:
         def one_round(head: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], list[int], np.ndarray]:
             """Prefixes of sequences starting at ``head``: fit samples per k, cut samples per k,
             counts of N = k, and each sequence's overflow request (the next batch's head)."""
-            sum_n, sum_sq = p[head].copy(), q[head].copy()
-            alive = np.ones(m, dtype=bool)  # sequences whose first k fit (N ≥ k)
+            # Only the sequences still growing (first k fit) are carried, compacted in index
+            # order: the batch-time model is evaluated on them alone (most stop within a few k).
+            live = np.arange(m)
+            sum_n, sum_sq = p[head], q[head]
             t_prev = np.asarray(service.prefill_time_s(sum_n, sum_sq, np.ones(m)), dtype=float)
             fit, cut, counts = [t_prev], [], []
             nxt = head.copy()
             n_of = np.zeros(m, dtype=np.int64)
             k = 1
             while True:
-                pick = idx[rng.permutation(m)]
+                pick = idx[rng.permutation(m)][live]  # one permutation per k, as every sequence sees
                 if k == cap:  # capped: N = cap, the next request heads the next batch
-                    cut.append(t_prev[alive])
-                    counts.append(int(alive.sum()))
-                    nxt[alive] = pick[alive]
-                    n_of[alive] = k
+                    cut.append(t_prev)
+                    counts.append(int(live.size))
+                    nxt[live] = pick
+                    n_of[live] = k
                     break
                 n2, q2 = sum_n + p[pick], sum_sq + q[pick]
-                stays = alive & (n2 <= budget_tokens)
-                stop = alive & ~stays
+                stays = n2 <= budget_tokens
+                stop = ~stays
                 cut.append(t_prev[stop])
                 counts.append(int(stop.sum()))
-                nxt[stop] = pick[stop]
-                n_of[stop] = k
+                nxt[live[stop]] = pick[stop]
+                n_of[live[stop]] = k
                 if not stays.any():
                     break
                 k += 1
-                alive = stays
-                sum_n, sum_sq = np.where(alive, n2, sum_n), np.where(alive, q2, sum_sq)
-                t_prev = np.where(alive, np.asarray(service.prefill_time_s(sum_n, sum_sq, np.full(m, float(k))),
-                                                    dtype=float), t_prev)
-                fit.append(t_prev[alive])
+                live, sum_n, sum_sq = live[stays], n2[stays], q2[stays]
+                t_prev = np.asarray(service.prefill_time_s(sum_n, sum_sq, np.full(live.size, float(k))), dtype=float)
+                fit.append(t_prev)
             return fit, cut, counts, nxt, n_of
 
         rounds = [one_round(idx[rng.permutation(m)])]
