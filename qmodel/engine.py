@@ -188,7 +188,7 @@ class Solver:
             reserved = inflight_bytes / self.resolved.kv_bytes_per_token / self.scenario.deployment.decode.instances
             if reserved > 0:
                 # KV of transfers in flight is reserved on the decode side (Little: mean in flight x tokens).
-                dec = dataclasses.replace(dec, kv_reserved_tokens=reserved)
+                dec = dec.with_reserved_kv(reserved)
                 lim = dec.max_stable_rate_per_s()
                 if rate >= lim:
                     raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")

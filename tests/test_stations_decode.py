@@ -90,6 +90,25 @@ def test_slot_cap_table(n_max, kind, des_wait):
     assert s.wait.mean_s == pytest.approx(des_wait, rel=0.15)
 
 
+@pytest.mark.parametrize("max_batch,reserved", [(None, 500 * 30), (256, 500 * 30), (None, 0.0), (None, 1.0)])
+def test_with_reserved_kv_equals_a_rebuilt_station(max_batch, reserved):
+    # The per-rate variant shares the rate-independent parts; its answers must be the rebuilt
+    # station's to the last bit (cap moved: 450 -> 420 slots; cap held by max_batch 256; none; a
+    # token too few to move the cap).
+    svc, P, L = LinearService(A, B), np.full(1000, 300.0), np.full(1000, EL)
+    base = DecodeStation(svc, P, L, kv_capacity_tokens=500 * 450, max_batch=max_batch)
+    base.solve(20.0)  # warm the shared chain's caches
+    fast = base.with_reserved_kv(reserved)
+    slow = DecodeStation(svc, P, L, kv_capacity_tokens=500 * 450, max_batch=max_batch, kv_reserved_tokens=reserved)
+    assert fast.n_max == slow.n_max and fast.chain.cap == slow.chain.cap
+    assert fast.max_stable_rate_per_s() == slow.max_stable_rate_per_s()
+    a, b = fast.solve(30.0), slow.solve(30.0)
+    assert a.extra == b.extra
+    for x, y in ((a.delay, b.delay), (a.wait, b.wait), (a.tpot, b.tpot)):
+        assert x.dx == y.dx and np.array_equal(x.pmf, y.pmf) and x.mean_s == y.mean_s
+    assert base.kv_reserved_tokens == 0.0 and base.n_max == (max_batch or 450)  # the base is untouched
+
+
 def test_kv_capacity_sets_cap_and_reserved_reduces_it():
     P, L = np.full(100, 300.0), np.full(100, 200.0)
     svc = LinearService(A, B)

@@ -38,6 +38,7 @@ NegBin with r = 1 + c a/beta and the same x; derived, an approximation.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Literal
@@ -176,17 +177,7 @@ class DecodeStation:
         self.mean_context = mean_context_tokens(p, L)
         peak = float(p.mean() + (self.max_output_tokens if self.max_output_tokens else L.mean()))
         self.context_peak = peak
-        n_max: int | None = self.max_batch
-        if self.kv_capacity_tokens is not None:
-            usable = float(self.kv_capacity_tokens) - float(self.kv_reserved_tokens)
-            by_kv = int(math.floor(usable / peak)) if peak > 0 else None
-            if by_kv is not None and by_kv < 1:
-                raise InputError("decode.kv_capacity_tokens",
-                                 f"{self.kv_capacity_tokens:g} (minus {self.kv_reserved_tokens:g} reserved)",
-                                 f"room for at least one sequence of {peak:.0f} tokens")
-            if by_kv is not None:
-                n_max = by_kv if n_max is None else min(n_max, by_kv)
-        self.n_max = n_max
+        self.n_max = n_max = self._n_max(self.kv_reserved_tokens)
         c = self.instances
         self.pooled = self.dispatch == "least_loaded" and c > 1
         scale = 1.0 / c if self.pooled else 1.0
@@ -196,16 +187,56 @@ class DecodeStation:
             m = n * scale
             return np.asarray(self.service.decode_step_time_s(m, m * C), dtype=float)
 
+        self._step = step
         # Asymptotic slope for the uncapped stability limit: secant far out on the step-time curve.
         n1, n2 = 1 << 15, 1 << 16
         t1, t2 = (float(self.service.decode_step_time_s(float(v), float(v) * C)) for v in (n1, n2))
         slope = (t2 - t1) / (n2 - n1)
         self._slope_per_instance = slope
-        cap = None if n_max is None else (n_max * c if self.pooled else n_max)
-        self.chain = GPSChain(step, cap=cap, slope_inf=slope * scale)
+        self.chain = GPSChain(step, cap=self._cap(n_max), slope_inf=slope * scale)
+        self.a_s, self.beta_s = self._affine(n_max)
+
+    def _affine(self, n_max: int | None) -> tuple[float, float]:
+        """(a, beta) of t(n) ~ a + beta n fitted over the reachable batch sizes (the NegBin guess)."""
         fit_n = np.arange(1, max(2, min(n_max or 512, 4096)) + 1, dtype=float)
-        t_fit = np.asarray(self.service.decode_step_time_s(fit_n, fit_n * C), dtype=float)
-        self.a_s, self.beta_s = fit_affine(fit_n, t_fit)
+        t_fit = np.asarray(self.service.decode_step_time_s(fit_n, fit_n * self.mean_context), dtype=float)
+        return fit_affine(fit_n, t_fit)
+
+    def _n_max(self, reserved_tokens: float) -> int | None:
+        """Sequences per instance: the slot cap, and what the KV memory less ``reserved_tokens``
+        holds at the mean peak context."""
+        n_max: int | None = self.max_batch
+        if self.kv_capacity_tokens is not None:
+            peak = self.context_peak
+            usable = float(self.kv_capacity_tokens) - float(reserved_tokens)
+            by_kv = int(math.floor(usable / peak)) if peak > 0 else None
+            if by_kv is not None and by_kv < 1:
+                raise InputError("decode.kv_capacity_tokens",
+                                 f"{self.kv_capacity_tokens:g} (minus {reserved_tokens:g} reserved)",
+                                 f"room for at least one sequence of {peak:.0f} tokens")
+            if by_kv is not None:
+                n_max = by_kv if n_max is None else min(n_max, by_kv)
+        return n_max
+
+    def _cap(self, n_max: int | None) -> int | None:
+        """The chain's state cap: per instance, or the pool's when pooled."""
+        return None if n_max is None else (n_max * self.instances if self.pooled else n_max)
+
+    def with_reserved_kv(self, tokens: float) -> "DecodeStation":
+        """This station with ``tokens`` of KV per instance held for transfers in flight; what does not
+        depend on them (lengths, fit, slope, and the chain itself while the cap is unchanged) is
+        shared rather than rebuilt (the engine asks for this at every rate)."""
+        tokens = float(tokens)
+        if tokens == self.kv_reserved_tokens:
+            return self
+        n_max = self._n_max(tokens)
+        out = copy.copy(self)
+        out.kv_reserved_tokens = tokens
+        if n_max != self.n_max:
+            out.n_max = n_max
+            out.chain = GPSChain(self._step, cap=self._cap(n_max), slope_inf=self.chain.slope_inf)
+            out.a_s, out.beta_s = self._affine(n_max)
+        return out
 
     # ---- stability -------------------------------------------------------------------------
     def max_stable_rate_per_s(self) -> float:
