@@ -22,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import cached_property
+from typing import Callable
 
 import numpy as np
 
 from qmodel.build import Resolved, resolve
-from qmodel.dist import GridDist, convolve, mixture
+from qmodel.dist import GridDist, convolve, mixture, sum_cdf
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.result import DistSummary, LinkReport, Result
 from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, Scenario, scenario_sha256
@@ -39,18 +40,42 @@ __all__ = ["Solver", "solve", "Composition"]
 _RECENT = 4  # compositions kept by Solver.attainment (a goodput search's bracket ends)
 
 
-@dataclasses.dataclass(frozen=True)
 class Composition:
-    """The solved pieces at one rate (for the TUI, the validation harness and --explain)."""
+    """The solved pieces at one rate (for the TUI, the validation harness and --explain).
 
-    rate_per_s: float
-    stations: list[StationSolution]
-    ttft: GridDist
-    tpot: GridDist
-    ttft_attainment: float
-    tpot_attainment: float
-    attainment: float
-    bounds: tuple[float, float]
+    ``ttft`` and ``tpot`` are built on first use: the attainments come from the terms directly
+    (:func:`~qmodel.dist.sum_cdf`), and a goodput search, which reads nothing else at most of its
+    rates, never pays for the composed laws there.
+    """
+
+    __slots__ = ("rate_per_s", "stations", "ttft_attainment", "tpot_attainment", "attainment", "bounds",
+                 "_laws", "__dict__")
+
+    def __init__(self, rate_per_s: float, stations: list[StationSolution],
+                 ttft: GridDist | Callable[[], GridDist], tpot: GridDist | Callable[[], GridDist],
+                 ttft_attainment: float, tpot_attainment: float, attainment: float,
+                 bounds: tuple[float, float]) -> None:
+        self.rate_per_s = rate_per_s
+        self.stations = stations
+        self.ttft_attainment = ttft_attainment
+        self.tpot_attainment = tpot_attainment
+        self.attainment = attainment
+        self.bounds = bounds
+        self._laws = {"ttft": ttft, "tpot": tpot}
+
+    def _law(self, name: str) -> GridDist:
+        law = self._laws[name]
+        if not isinstance(law, GridDist):
+            law = self._laws[name] = law()
+        return law
+
+    @property
+    def ttft(self) -> GridDist:
+        return self._law("ttft")
+
+    @property
+    def tpot(self) -> GridDist:
+        return self._law("tpot")
 
 
 class Solver:
@@ -198,18 +223,22 @@ class Solver:
             # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
             # TTFT, so the finer terms move to the common step with their mean kept.
             step = max(p.dx for p in parts)
-            ttft = convolve(*(p.regrid(step, keep_mean=True) for p in parts))
-            tpot = sd.tpot
+            ttft_terms = [p.regrid(step, keep_mean=True) for p in parts]
+            tpot_terms = [sd.tpot]
             if self.scenario.deployment.first_token_from == "prefill":
                 # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
                 # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
-                tpot = self._tpot_with_handoff(sd.tpot, convolve(st.delay, sd.wait or sd.delay))
+                tpot_terms = self._tpot_terms(sd.tpot, convolve(st.delay, sd.wait or sd.delay))
             stations = [sp, st, sd]
+            a = sum_cdf(ttft_terms, slo.ttft_s)
+            b = sum_cdf(tpot_terms, slo.tpot_s)
+            ttft = lambda: convolve(*ttft_terms)  # noqa: E731 (built on first use)
+            tpot = (lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
         else:
             s = self._single_pool.solve(rate)
             ttft, tpot, stations = s.delay, s.tpot, [s]
-        a = float(ttft.cdf(slo.ttft_s))
-        b = float(tpot.cdf(slo.tpot_s))
+            a = float(ttft.cdf(slo.ttft_s))
+            b = float(tpot.cdf(slo.tpot_s))
         if self._topology == "disaggregated":
             point, bounds = a * b, (max(0.0, a + b - 1.0), min(a, b))
         else:
@@ -228,17 +257,18 @@ class Solver:
         groups = np.array_split(order, min(_HANDOFF_GROUPS, order.size))
         return np.array([g.mean() for g in groups]), np.array([g.size for g in groups], dtype=float)
 
-    def _tpot_with_handoff(self, decode_tpot: GridDist, handoff: GridDist) -> GridDist:
-        """TPOT = decode TPOT + handoff/(L-1), mixed over output-length groups (independent terms)."""
+    def _tpot_terms(self, decode_tpot: GridDist, handoff: GridDist) -> list[GridDist]:
+        """TPOT = decode TPOT + handoff/(L-1), mixed over output-length groups (independent terms),
+        as the list of terms to convolve."""
         scale, weight = self._handoff_groups
         if scale.size == 0 or handoff.mean_s <= 0:
-            return decode_tpot
+            return [decode_tpot]
         scaled = [GridDist(handoff.dx * s, handoff.pmf, handoff.mean_s * s, handoff.tail,
                            handoff.tail_rate / s if math.isfinite(handoff.tail_rate) else math.inf,
                            handoff.exact) for s in scale]
         # Convolution is linear: Σ w_g (T ⊕ H_g) = T ⊕ Σ w_g H_g, one FFT convolution instead of
         # one per group (all on the grid max(T.dx, max_g H_g.dx) either way).
-        return convolve(decode_tpot, mixture(scaled, weight))
+        return [decode_tpot, mixture(scaled, weight)]
 
     def attainment(self, rate: float) -> float:
         """Attainment at ``rate``; 0 where the system is unstable.

@@ -83,7 +83,7 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     enough; :func:`_brent`): 4-8 solves instead of 14 on the shipped examples. The bracket comes
     from half load, then steps up (0.75, 0.9, ... of λmax) or down (0.25, 0.05, 1e-4) to the first
     rate on the other side of the goal. Brent stops with
-    a bracket of at most 0.9·REL_TOL·b between evaluated rates; any rest is finished by
+    a bracket of at most REL_TOL·b between evaluated rates; any rest is finished by
     bisection. The result is the bracket's lower end, as before, so it differs from bisection's
     by less than REL_TOL.
     """
@@ -136,7 +136,7 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
         seen.append((x, a))
         return g(a)
 
-    _brent(f, lo, hi, g(a_lo), g(a_hi), 0.45 * REL_TOL)
+    _brent(f, lo, hi, g(a_lo), g(a_hi), 0.5 * REL_TOL)
     lo = max(x for x, a in seen if a >= goal)
     a_lo = max(a for x, a in seen if x == lo)
     hi = min(x for x, a in seen if a < goal)
