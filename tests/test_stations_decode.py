@@ -252,3 +252,21 @@ def test_attainment_monotone_in_rate():
     dl = [float(s.delay.cdf(0.08)) for s in sols]
     assert all(y <= x + 1e-9 for x, y in zip(tp, tp[1:]))
     assert all(y <= x + 1e-9 for x, y in zip(dl, dl[1:]))
+
+
+@pytest.mark.parametrize("load", [0.3, 0.5, 0.7, 0.9])
+def test_admission_wait_grid_covers_the_slot_wait_while_its_mass_matters(load):
+    # The slot wait's exponential tail is gridded to 1e-6 of P(slot wait), or to where < 1e-10 is
+    # left when that comes first; the rest is the law's tail (exponential at the slot rate). At 0.3
+    # load P(slot wait) ~ 3e-19: the grid is just the residual step (was ~13x longer); at 0.9 the
+    # tail left is 1e-6 of it, as before.
+    s = _station(max_batch=64)
+    r = s.solve(load * s.max_stable_rate_per_s())
+    p = r.extra["p_slot_wait"]
+    assert r.wait.tail <= max(1e-10, 1e-6 * p) * 1.05
+    step_max = A + B * 64  # the longest step: the residual's support
+    slot_rate = 1.0 / r.extra["mean_slot_wait_s"] * p if p > 0 else math.inf
+    span = step_max + (min(math.log(1e6), math.log(p / 1e-10)) / slot_rate if p > 1e-10 else 0.0)
+    assert r.wait.n <= span / r.wait.dx + 4
+    # what lies past the grid is still in the law: P(W > end) is its tail mass
+    assert r.wait.sf((r.wait.n - 1) * r.wait.dx) == pytest.approx(r.wait.tail, abs=1e-15)
