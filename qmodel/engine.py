@@ -106,6 +106,7 @@ class Solver:
             dispatch=dep.prefill.dispatch,
             ca2=r.ca2,
             cached_tokens=cached if np.any(cached > 0) else None,
+            own_batch_times=dep.transfer_mode == "layerwise",
         )
 
     @cached_property

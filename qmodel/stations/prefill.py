@@ -1256,6 +1256,9 @@ class PrefillStation:
     max_batch_size: int | None = None
     dx: float | None = None
     law_override: BatchServiceLaw | None = field(default=None, repr=False)
+    #: report each prompt's own batch time at the solved rate (``extra["own_batch_time_per_prompt_s"]``,
+    #: what a layer-wise KV transfer hides behind); a serialized transfer never reads it
+    own_batch_times: bool = True
 
     name: str = field(default="prefill", init=False)
 
@@ -1433,7 +1436,8 @@ class PrefillStation:
                 "own_batch_time": own,
                 "own_batch_pmf": q.own_batch_pmf,
                 "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(q.own_batch_pmf,
-                                                                              mean_s=q.mean_own_batch_s),
+                                                                              mean_s=q.mean_own_batch_s)
+                if self.own_batch_times else None,
                 "mean_wait_s": q.mean_wait_s * scale,
                 "per_instance_rate_per_s": q.lam,
                 "instance_arrival_scv": ca2_i,
@@ -1487,7 +1491,8 @@ class PrefillStation:
                 "batch_cap": 1,
                 "own_batch_time": own,
                 "own_batch_pmf": np.array([1.0]),
-                "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(np.array([1.0])),
+                "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(np.array([1.0]))
+                if self.own_batch_times else None,
                 "mean_wait_s": model.mean_s * scale,
                 "per_instance_rate_per_s": rate_per_s / c,
                 "instance_arrival_scv": self.ca2,
