@@ -471,3 +471,20 @@ def test_scale_time_equals_scatter_add(scale: float) -> None:
     want = np.zeros((int(idx.max()) + 1, 5))
     np.add.at(want, idx, g)
     assert np.array_equal(_scale_time(g, scale), want)
+
+
+@pytest.mark.parametrize("load", [0.3, 0.7, 0.93])
+def test_sparse_batch_time_correlation_equals_fft(load: float, monkeypatch) -> None:
+    # Deterministic batch times are one or two grid bins: their age correlation is done by shifted
+    # adds instead of FFTs; the distributions must be the FFT path's to round-off.
+    import qmodel.stations.prefill as prefill
+
+    law = BatchServiceLaw.deterministic_times([0.2 + 0.25 * k for k in range(1, 5)])
+    lam = load * law.mean_drain[0] / law.mean_drain[1]
+    sparse = BulkQueue(lam, law).grids(0.013)
+    monkeypatch.setattr(prefill, "_SPARSE_LAW_BINS", -1)
+    dense = BulkQueue(lam, law).grids(0.013)
+    for a, b in zip(sparse, dense):
+        assert a.dx == b.dx and a.n == b.n
+        np.testing.assert_allclose(a.pmf, b.pmf, rtol=0, atol=1e-13)
+        assert a.mean_s == pytest.approx(b.mean_s, rel=1e-12)

@@ -108,6 +108,8 @@ _NEGLIGIBLE_LOG_PMF = -60.0
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
 #: batch-time transforms kept on a law between solves (beyond it they are recomputed per solve)
 _GRID_CACHE_BYTES = 64 << 20
+#: batch-time grid laws with at most this many nonzero bins are correlated by shifted adds, not FFTs
+_SPARSE_LAW_BINS = 8
 
 
 def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
@@ -1017,8 +1019,16 @@ class BulkQueue:
                 for fk, wk in zip(lf, lw):
                     cols = p_age if not wk[1:].any() else np.fft.irfft(
                         np.fft.rfft(p_age, lq_, axis=1) * np.fft.rfft(wk, lq_)[None, :], lq_, axis=1)[:, :n_q]
+                    w0 = wk[0] if not wk[1:].any() else 1.0
+                    nz = np.flatnonzero(fk)
+                    if nz.size <= _SPARSE_LAW_BINS:
+                        # a (near-)deterministic batch time is a few grid bins: the correlation
+                        # y[v−1] = Σ_s f[s] cols[s − v], v = 1..s, is that many shifted row blocks
+                        for s in nz[nz >= 1]:
+                            y[:s] += (fk[s] * w0) * cols[s - 1 :: -1]
+                        continue
                     c = np.fft.irfft(np.fft.rfft(fk, lt)[:, None] * np.conj(np.fft.rfft(cols, lt, axis=0)), lt, axis=0)
-                    y += c[1 : n_s + 1] * (wk[0] if not wk[1:].any() else 1.0)
+                    y += c[1 : n_s + 1] * w0
                 ys.append(np.clip(y * dx, 0.0, None))
                 continue
             if pa is None:  # reversed in age: the correlation becomes a convolution
