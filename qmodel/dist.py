@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["GridDist", "convolve", "sum_cdf", "mixture", "MAX_POINTS"]
+__all__ = ["GridDist", "convolve", "sum_cdf", "mixture", "fast_len", "MAX_POINTS"]
 
 MAX_POINTS = 1 << 16
 
@@ -133,6 +133,15 @@ class GridDist:
         return GridDist(self.dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
 
 
+def fast_len(n: int) -> int:
+    """Smallest 5-smooth transform length >= n. A linear convolution needs only n points to avoid
+    wrap-around; a 5-smooth length is as fast per point as a power of two and up to 2x shorter
+    (4x on a 2-D table)."""
+    from scipy.fft import next_fast_len  # (scipy.fft: light, and only once a transform is needed)
+
+    return int(next_fast_len(max(int(n), 2), real=True))
+
+
 def _tail_rate_guess(v: np.ndarray, w: np.ndarray) -> float:
     m = float(np.dot(v, w))
     return 1.0 / m if m > 0 else math.inf
@@ -146,7 +155,7 @@ def convolve(*dists: GridDist) -> GridDist:
     parts = [d.regrid(dx).trimmed() for d in dists]
     n = sum(p.n for p in parts) - len(parts) + 1
     n_out = min(n, MAX_POINTS)
-    size = 1 << int(math.ceil(math.log2(max(n, 2))))
+    size = fast_len(n)
     acc = np.ones(size // 2 + 1, dtype=complex)
     for p in parts:
         acc *= np.fft.rfft(p.pmf, size)

@@ -80,7 +80,7 @@ from typing import Literal
 
 import numpy as np
 
-from qmodel.dist import GridDist, convolve, mixture
+from qmodel.dist import GridDist, convolve, fast_len as _fast_len, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
@@ -109,13 +109,6 @@ def compound_poisson_pmf(jump_pmf: np.ndarray, mu: np.ndarray, size: int,
         expo += np.outer(m, sfft.rfft(jp, nfft) - 1.0)
     out = sfft.irfft(np.exp(expo), nfft, axis=-1)[:, :size]
     return np.clip(out, 0.0, None)
-
-
-def _fast_len(n: int) -> int:
-    """Smallest 5-smooth length >= n (FFT as fast as a power of two, with less padding)."""
-    from scipy import fft as sfft
-
-    return int(sfft.next_fast_len(max(int(n), 2), real=True))
 
 
 def check_pool_inputs(name: str, prompt_tokens: np.ndarray, output_tokens: np.ndarray, instances: int, ca2: float,

@@ -46,7 +46,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, convolve
+from qmodel.dist import MAX_POINTS, GridDist, convolve, fast_len
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
 from qmodel.stations.base import StationSolution
@@ -374,7 +374,7 @@ class KVTransferStation:
         #   Σ_k c_k/k Σ_{i<k} F^i = Σ_{i<b} d_i F^i,  d_i = Σ_{k>i} c_k/k  (Horner in F)
         d = np.cumsum(pk[::-1])[::-1] / ek  # c_k/k = P(K = k)/E[K]
         length = min(nb * (s_pmf.size - 1) + 1, int(math.ceil(reach / dx)) + s_pmf.size)
-        size = 1 << int(math.ceil(math.log2(max(length, 2))))
+        size = fast_len(length)
         f = np.fft.rfft(s_pmf, size)
         acc = np.full_like(f, d[-1])
         for di in d[-2::-1]:

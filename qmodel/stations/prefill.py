@@ -83,7 +83,7 @@ from typing import Literal
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist
+from qmodel.dist import MAX_POINTS, GridDist, fast_len as _fast_len
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
@@ -1173,15 +1173,6 @@ class BulkQueue:
         delay = GridDist(dx, joint, wq + own_mean, exact=exact).trimmed()
         own_d = GridDist(dx, own / own.sum(), own_mean, exact=exact).trimmed()
         return wait, delay, own_d
-
-
-def _fast_len(n: int) -> int:
-    """Smallest 5-smooth transform length >= n. The transforms only need n points to avoid
-    wrap-around; a 5-smooth length is as fast per point as a power of two and up to 2x shorter
-    per axis (4x on the 2-D age table)."""
-    from scipy.fft import next_fast_len
-
-    return int(next_fast_len(int(n), real=True))
 
 
 def _balance_matrix(P: np.ndarray) -> np.ndarray:
