@@ -179,16 +179,19 @@ class Solver:
         return [self._single_pool]
 
     # ---- stability ---------------------------------------------------------------------------
+    @cached_property
+    def _limits(self) -> list[tuple[float, str]]:
+        """(largest stable total rate, name) per station: rate-independent, so computed once."""
+        return [(float(s.max_stable_rate_per_s()), s.name) for s in self._stations()]
+
     def max_stable_rate(self) -> tuple[float, str]:
         """(largest stable total rate, the station that sets it)."""
-        limits = [(float(s.max_stable_rate_per_s()), s.name) for s in self._stations()]
-        return min(limits)
+        return min(self._limits)
 
     def _check_stable(self, rate: float) -> None:
-        for st in self._stations():
-            lim = float(st.max_stable_rate_per_s())
+        for lim, name in self._limits:
             if rate >= lim:
-                raise UnstableError(st.name, rate / lim if lim > 0 else math.inf, rate, lim)
+                raise UnstableError(name, rate / lim if lim > 0 else math.inf, rate, lim)
 
     # ---- solving -----------------------------------------------------------------------------
     def compose(self, rate: float) -> Composition:

@@ -488,3 +488,19 @@ def test_sparse_batch_time_correlation_equals_fft(load: float, monkeypatch) -> N
         assert a.dx == b.dx and a.n == b.n
         np.testing.assert_allclose(a.pmf, b.pmf, rtol=0, atol=1e-13)
         assert a.mean_s == pytest.approx(b.mean_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("load", [0.3, 0.8])
+def test_direct_count_convolution_equals_fft(load: float, monkeypatch) -> None:
+    # a plain cap of 4: the own-batch count convolution (m_own x b = 16 products) is summed
+    # directly; it must equal the FFT path to round-off
+    import qmodel.stations.prefill as prefill
+
+    law = BatchServiceLaw.deterministic_times([0.2 + 0.25 * k for k in range(1, 5)])
+    lam = load * law.mean_drain[0] / law.mean_drain[1]
+    direct = BulkQueue(lam, law).grids(0.013)
+    monkeypatch.setattr(prefill, "_DIRECT_COUNT_TERMS", 0)
+    fft = BulkQueue(lam, law).grids(0.013)
+    for a, b in zip(direct, fft):
+        assert a.dx == b.dx and a.n == b.n
+        np.testing.assert_allclose(a.pmf, b.pmf, rtol=0, atol=1e-14)

@@ -132,6 +132,11 @@ class ServiceSample:
         """E[S e^{ηS}]."""
         return float(np.dot(self.weights, self.values_s * np.exp(np.minimum(eta * self.values_s, 700.0))))
 
+    def expm1_mgf_and_slope(self, eta: float) -> tuple[float, float]:
+        """(E[e^{ηS}] − 1, E[S e^{ηS}]) from one exponential per value (a root finder wants both)."""
+        em1 = np.expm1(np.minimum(eta * self.values_s, 700.0))
+        return float(np.dot(self.weights, em1)), float(np.dot(self.weights * self.values_s, em1 + 1.0))
+
 
 def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> tuple[float, float]:
     """(η, C) of the M/G/1 tail P(W > t) ~ C e^{−ηt} for service ``scale``·S.
@@ -184,7 +189,7 @@ def _newton_log(lam: float, service: ServiceSample, scale: float, hi: float,
     does not settle."""
     lo, x = 0.0, hi
     for _ in range(max_iter):
-        e = service.expm1_mgf(x * scale)
+        e, slope = service.expm1_mgf_and_slope(x * scale)
         fx = lam * e - x
         if fx > 0.0:
             hi = x
@@ -196,7 +201,7 @@ def _newton_log(lam: float, service: ServiceSample, scale: float, hi: float,
             return None
         # g = ln(λe) − ln x, g' = s E[S e^{ηsS}]/e − 1/x
         g = math.log(lam * e / x)
-        dg = scale * service.mgf_s(x * scale) / e - 1.0 / x
+        dg = scale * slope / e - 1.0 / x
         step = g / dg if dg > 0.0 and math.isfinite(dg) else math.nan
         if abs(step) <= 1e-15 * x:  # at the root to round-off (where g's sign may disagree with f's)
             return x - step

@@ -131,6 +131,12 @@ class _CompoundWork(ServiceSample):
         m = 1.0 + self._base.expm1_mgf(eta)
         return float(self._pk @ (self._k * self._pow(m, 1.0))) * self._base.mgf_s(eta)
 
+    def expm1_mgf_and_slope(self, eta: float) -> tuple[float, float]:
+        # (E[e^{ηB}] − 1, Σ p_k k M^{k−1} M') from one base evaluation and one power table
+        m1, slope = self._base.expm1_mgf_and_slope(eta)
+        pows = self._pow(1.0 + m1)  # M^k (capped as in expm1_mgf)
+        return float(self._pk @ pows) - 1.0, float(self._pk @ (self._k * pows)) / (1.0 + m1) * slope
+
     @property
     def mean_s(self) -> float:
         return self.moment(1)

@@ -110,6 +110,8 @@ _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most 
 _GRID_CACHE_BYTES = 64 << 20
 #: batch-time grid laws with at most this many nonzero bins are correlated by shifted adds, not FFTs
 _SPARSE_LAW_BINS = 8
+#: count-axis convolutions of at most this many products (m_own x b) are summed directly, not by FFT
+_DIRECT_COUNT_TERMS = 64
 
 
 def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
@@ -1137,8 +1139,12 @@ class BulkQueue:
         # own batch: k = min(N', m + 1 + Poisson(λW)), N' ~ N | N ≥ m + 1
         qm = _poisson_matrix(lam * t, b)  # (size, b): P(Poisson(λW) = i), i < b
         tail = np.clip(1.0 - np.cumsum(qm, axis=1), 0.0, 1.0)  # P(Poisson > i)
-        lb = _fast_len(m_own + b)  # a linear convolution of m_own and b terms along the count axis
-        qh, th = np.fft.rfft(qm, lb, axis=1), np.fft.rfft(tail, lb, axis=1)
+        # h[t, i] = Σ_j u[t, j] q[t, i − j], i < b: a linear convolution of m_own and b terms along
+        # the count axis, by FFT, or directly when that is only a few vector steps (plain caps)
+        direct = m_own * b <= _DIRECT_COUNT_TERMS
+        if not direct:
+            lb = _fast_len(m_own + b)
+            qh, th = np.fft.rfft(qm, lb, axis=1), np.fft.rfft(tail, lb, axis=1)
         # W + S_own: W's support is within `length` (past it the mass is < 1e-12), so a transform of
         # length + n_s does not wrap
         out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
@@ -1147,9 +1153,17 @@ class BulkQueue:
         wpmf = np.zeros(size)
         for f, (u, reg) in enumerate(zip(us, regs)):
             wpmf += (u * reg.s_n[None, :m_own]).sum(axis=1)
-            uh = np.fft.rfft(u, lb, axis=1)
-            h_fit = np.clip(np.fft.irfft(uh * qh, lb, axis=1)[:, :b], 0.0, None) * reg.s_n[None, :]
-            h_cut = np.clip(np.fft.irfft(uh * th, lb, axis=1)[:, :b], 0.0, None) * reg.p_n[None, :]
+            if direct:
+                h_fit, h_cut = np.zeros((size, b)), np.zeros((size, b))
+                for j in range(m_own):
+                    h_fit[:, j:] += u[:, j : j + 1] * qm[:, : b - j]
+                    h_cut[:, j:] += u[:, j : j + 1] * tail[:, : b - j]
+                h_fit *= reg.s_n[None, :]
+                h_cut *= reg.p_n[None, :]
+            else:
+                uh = np.fft.rfft(u, lb, axis=1)
+                h_fit = np.clip(np.fft.irfft(uh * qh, lb, axis=1)[:, :b], 0.0, None) * reg.s_n[None, :]
+                h_cut = np.clip(np.fft.irfft(uh * th, lb, axis=1)[:, :b], 0.0, None) * reg.p_n[None, :]
             if f == 0:
                 h_fit[0, 0] += p_zero  # an arrival to an idle engine runs alone, fresh
             mf, mc = h_fit.sum(axis=0), h_cut.sum(axis=0)
