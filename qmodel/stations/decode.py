@@ -56,6 +56,8 @@ Dispatch = Literal["random", "round_robin", "least_loaded"]
 
 _LOG_TAIL = 40.0  # truncate the chain where pi(n)/max pi < e^-40 (~4e-18): far below any reported quantile
 _MAX_STATES = 1 << 22
+_ADMISSION_STEPS = 400.0  # admission-wait grid: the one-sequence step t(1) over this (before power-of-two coarsening)
+_TPOT_STEPS = 2000.0  # TPOT grid: t(1) over this
 
 
 def mean_context_tokens(prompt: np.ndarray, output: np.ndarray) -> float:
@@ -318,7 +320,7 @@ class DecodeStation:
 
         delay, wait = self._admission_dists(g, pi, tail, capped, p_wait, slot_rate, mean_resid + mean_slot,
                                             mean_first)
-        tpot = _discrete_dist(tp_val, tp_w, mean_tpot, float(g[1]) / 2000.0)
+        tpot = _discrete_dist(tp_val, tp_w, mean_tpot, float(g[1]) / _TPOT_STEPS)
         notes = ["quasi-static TPOT rule t(N+1) (±~1% vs step DES at E[L]~200; conservative for very long outputs)"]
         exact = True
         if capped:
@@ -392,7 +394,7 @@ class DecodeStation:
         mean_tot = mean_wait + mean_first
         # rate-independent base step (power-of-two coarsening past 16000 points), so P(delay <= x)
         # moves monotonically with the rate under goodput bisection
-        dx = _pow2_grid(float(g[1]) / 400.0, span, 16000)
+        dx = _pow2_grid(float(g[1]) / _ADMISSION_STEPS, span, 16000)
         size = int(math.ceil(span / dx)) + 3
 
         def build(shift: np.ndarray | None) -> np.ndarray:

@@ -60,6 +60,7 @@ Mode = Literal["serialized", "layerwise"]
 # At most this many bins span the delay's support (the 1 − 1e-9 quantile): a bound on the grids'
 # and FFTs' size that costs resolution only for laws far wider than their mean.
 _SPAN_POINTS = 16384
+_STEPS_PER_MEAN = 400.0  # default grid step: the mean delay over this
 
 
 def _end(mg1: MG1) -> float:
@@ -330,7 +331,7 @@ class KVTransferStation:
         span = float(np.max(exposed_s)) + wait_end_s
         if self.dx:
             return max(self.dx, span / MAX_POINTS)
-        return max(max(float(np.mean(exposed_s)) + wait_mean_s, 1e-9) / 400.0, span / _SPAN_POINTS)
+        return max(max(float(np.mean(exposed_s)) + wait_mean_s, 1e-9) / _STEPS_PER_MEAN, span / _SPAN_POINTS)
 
     def _fcfs_wait(self, lam_p: float, svc: ServiceSample, notes: list[str],
                    exposed_s: np.ndarray) -> tuple[float, GridDist, str, bool]:

@@ -105,6 +105,7 @@ _DENSE_MAX = 600  # balance systems up to this size are solved dense
 _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 #: log-pmf below which a Poisson table's remaining columns are dropped (see _poisson_matrix)
 _NEGLIGIBLE_LOG_PMF = -60.0
+_STEPS_PER_SHORTEST = 16.0  # default time grid: at least this many steps in the shortest mean batch time
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
 #: batch-time transforms kept on a law between solves (beyond it they are recomputed per solve)
 _GRID_CACHE_BYTES = 64 << 20
@@ -974,7 +975,7 @@ class BulkQueue:
         if dx is None:
             # ≥ 16 bins for the shortest batch, and the horizon within _GRID_POINTS points (time and
             # memory grow with it; quantiles are conservative by at most dx per term)
-            dx = max(min_mean / 16.0, horizon / _GRID_POINTS)
+            dx = max(min_mean / _STEPS_PER_SHORTEST, horizon / _GRID_POINTS)
         ff, fc, lens, n_s, fft_cache = self._grid_tables(dx)
 
         # Time weights of "in a batch with this time law and r left waiting", per unit service time,
