@@ -13,13 +13,13 @@ carry no discretisation error.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["GridDist", "convolve", "sum_cdf", "mixture", "fast_len", "MAX_POINTS"]
+__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "fast_len", "MAX_POINTS"]
 
 MAX_POINTS = 1 << 16
 
@@ -131,6 +131,29 @@ class GridDist:
         pmf = self.pmf[: self.n - drop].copy()
         pmf[-1] += c[drop - 1]
         return GridDist(self.dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
+
+
+class LazyGridDist(GridDist):
+    """A :class:`GridDist` built on first use: ``LazyGridDist(build)`` with ``build()`` returning the
+    law. Its fields (and so every query) are the built law's; until one is read nothing is
+    computed. For a law a station reports but the composition never reads (the KV link's wait
+    alone, next to its wait + transfer), which a goodput search would otherwise build at every rate.
+    """
+
+    def __init__(self, build: Callable[[], GridDist] | None = None, **values) -> None:
+        if build is None:  # dataclasses.replace() passes the fields: an already built law
+            super().__init__(**values)
+            build = lambda: self  # noqa: E731
+        object.__setattr__(self, "_build", build)
+
+    def __getattr__(self, name: str):
+        # reached only for attributes not set yet: the dataclass fields before the first build
+        if name.startswith("__") or name == "_build":
+            raise AttributeError(name)
+        law = object.__getattribute__(self, "_build")()
+        for f in fields(GridDist):
+            object.__setattr__(self, f.name, getattr(law, f.name))
+        return object.__getattribute__(self, name)
 
 
 def fast_len(n: int) -> int:

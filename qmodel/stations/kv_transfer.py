@@ -46,7 +46,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, convolve, fast_len
+from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, fast_len
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
 from qmodel.stations.base import StationSolution
@@ -276,24 +276,35 @@ class KVTransferStation:
             method = "M/G/1-PS per path: E[T|x] = (x/C)/(1-rho) (Kleinrock), mixed over x"
             exact = False  # the mean is exact; the PS sojourn law is approximated by its conditional mean
             wait_mean = 0.0
-            wait = None
+            wait_terms: list[GridDist] = []
         else:
             g = self._transfer_time(self.bandwidth_bytes_per_s)
             if self.sharing == "dedicated":
                 method = "dedicated path: pure delay"
-                wait_mean, wait = 0.0, None
+                wait_mean, wait_terms = 0.0, []
             else:
-                wait_mean, wait, method, exact = self._fcfs_wait(lam_p, svc, notes, g + self.latency_s)
+                wait_mean, wait_terms, method, exact = self._fcfs_wait(lam_p, svc, notes, g + self.latency_s)
         exposed = g + self.latency_s
-        dx = wait.dx if wait is not None else self._grid_dx(exposed, 0.0, 0.0)
+        dx = wait_terms[0].dx if wait_terms else self._grid_dx(exposed, 0.0, 0.0)
         own = GridDist.from_samples(exposed, dx)
         own = GridDist(dx, own.pmf, float(np.mean(exposed)), own.tail, own.tail_rate)
-        if wait is None:
+        if not wait_terms:
             delay = own
             wait_dist = GridDist.point(0.0, dx)
         else:
-            wait_dist = wait
-            delay = convolve(wait_dist, own)
+            # the wait is a sum of independent terms (the batch's wait, the work ahead in it); the
+            # delay convolves them with the transfer in one pass, and the wait alone, which only
+            # the station report reads, is built if it is asked for
+            d = convolve(*wait_terms, own)
+            delay = GridDist(d.dx, d.pmf, wait_mean + own.mean_s, d.tail, d.tail_rate, exact=d.exact)
+            if len(wait_terms) == 1:
+                wait_dist = wait_terms[0]
+            else:
+                def _wait(terms: list[GridDist] = wait_terms, mean: float = wait_mean) -> GridDist:
+                    w = convolve(*terms)
+                    return GridDist(w.dx, w.pmf, mean, w.tail, w.tail_rate, exact=False)
+
+                wait_dist = LazyGridDist(_wait)
         if self.mode == "layerwise":
             notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
         in_flight = rate_per_s * float(np.mean(occupancy))
@@ -334,8 +345,9 @@ class KVTransferStation:
         return max(max(float(np.mean(exposed_s)) + wait_mean_s, 1e-9) / _STEPS_PER_MEAN, span / _SPAN_POINTS)
 
     def _fcfs_wait(self, lam_p: float, svc: ServiceSample, notes: list[str],
-                   exposed_s: np.ndarray) -> tuple[float, GridDist, str, bool]:
-        """(mean, law on the station's grid, method, exact) of the FCFS link wait.
+                   exposed_s: np.ndarray) -> tuple[float, list[GridDist], str, bool]:
+        """(mean, independent terms whose sum is the wait (on the station's grid), method, exact) of
+        the FCFS link wait.
 
         The mean and the tail (Cramér–Lundberg) are closed forms, so the grid step is chosen from
         them before any grid is built (:meth:`_grid_dx`).
@@ -352,7 +364,7 @@ class KVTransferStation:
             # the unscaled law on the step dx/scale, relabelled: W·scale on the grid dx
             w = mg1.grid(dx / scale)
             w = GridDist(dx, w.pmf, mean, w.tail, w.tail_rate / scale, exact=scale == 1.0 and w.exact)
-            return mean, w, "M/G/1 per path: Pollaczek-Khinchine mean, Cramer-Lundberg tail", False
+            return mean, [w], "M/G/1 per path: Pollaczek-Khinchine mean, Cramer-Lundberg tail", False
         # batch arrivals per path: the batch waits as one M/G/1 customer with the batch's total work;
         # within the batch a request waits for those released ahead of it.
         pk = np.asarray(self.batch_size_pmf, dtype=float)
@@ -389,10 +401,8 @@ class KVTransferStation:
         pos = np.clip(np.fft.irfft(acc, size)[:length], 0.0, None)
         pos_mean = float(svc.mean_s) * float(pk @ (k * (k - 1))) / (2.0 * ek)
         pos_d = GridDist(dx, pos / pos.sum(), pos_mean, exact=False).trimmed()
-        w = convolve(wb, pos_d)
-        w = GridDist(w.dx, w.pmf, mean, w.tail, w.tail_rate, exact=False)
         notes.append("batch releases from prefill: M^X/G/1 with Poisson batch arrivals (QNA-style; approximate)")
-        return mean, w, "M^X/G/1 per path: exact mean for Poisson batches, Cramer-Lundberg batch tail", False
+        return mean, [wb, pos_d], "M^X/G/1 per path: exact mean for Poisson batches, Cramer-Lundberg batch tail", False
 
     # ---- reports ------------------------------------------------------------------------
     def link_report(self, rate_per_s: float, solution: StationSolution | None = None) -> LinkReport:
