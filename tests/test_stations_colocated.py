@@ -36,11 +36,12 @@ def _check_against_des(lam: float, horizon: float) -> None:
         return model / des - 1.0
 
     tp = np.quantile(run.tpot, [0.5, 0.9, 0.99])
-    # Bands: the errors measured at 60000 s (module doc of colocated.py: mean −5…0%, p90 −5…0%,
-    # p99 −14…−3%), widened by the DES noise of these run lengths (~1% mean, ~2% p90, ~4% p99).
-    assert abs(rel(s.tpot.mean_s, run.tpot.mean())) <= 0.06
-    assert -0.08 <= rel(s.tpot.quantile(0.9), tp[1]) <= 0.05
-    assert -0.22 <= rel(s.tpot.quantile(0.99), tp[2]) <= 0.05
+    # Bands: the errors measured at 2 x 20000 s (module doc of colocated.py, rho_p <= 0.35: mean
+    # −1.7…+0.3%, p90 −2.8…0%, p99 −5.7…+0.3%), widened by the DES noise of these run lengths (~1%
+    # mean, ~2% p90, ~4% p99). Before the own-window busy periods the p99 band had to reach −22%.
+    assert abs(rel(s.tpot.mean_s, run.tpot.mean())) <= 0.04
+    assert -0.06 <= rel(s.tpot.quantile(0.9), tp[1]) <= 0.04
+    assert -0.11 <= rel(s.tpot.quantile(0.99), tp[2]) <= 0.06
     tt = np.quantile(run.ttft, [0.5, 0.9, 0.99])
     # TTFT (priority M/G/1 wait + own + co-batched prompts): measured at 60000 s within +4.7% (mean),
     # +7.8% (p90) and +7.2% (p99) at rho_p <= 0.36; bands add the DES noise.
@@ -64,13 +65,19 @@ def test_against_des_table(lam):
     _check_against_des(lam, 60000.0)
 
 
-def test_design_table_mean_tpot():
-    # The design's evaluation of the same mean model (§2.9 table, model column): mean TPOT ms.
-    # The mean does not depend on how stalls cluster, so it must agree within the 2% the batching
-    # correction (mean prompts per iteration 1.02-1.11 here) can move it.
+def test_design_table_tpot_against_its_des():
+    # The design's §2.9 table, DES column (ms): mean / p90 / p99 TPOT at rho_p 0.12 / 0.24 / 0.36.
+    # Measured: mean −0.5/+0.2/−2.1%, p90 −0.4/−1.1/−3.0%, p99 −3.7/+1.9/−4.5%. The design's own
+    # model (its model column, 12.13/14.75/18.57 mean and 46.4 p99 at 0.36) stops the stall at the
+    # prompts queued during the request's prefill; here they start a prefill busy period, which took
+    # the p99 at 0.36 from −16% to −4.5%. Bands: those errors plus ~1 point for the DES's noise.
     st_ = _station()
-    for lam, m in {1.0: 12.13, 2.0: 14.75, 3.0: 18.57}.items():
-        assert st_.solve(lam).tpot.mean_s * 1e3 == pytest.approx(m, rel=0.02)
+    des = {1.0: (12.24, 14.14, 25.6), 2.0: (14.97, 18.79, 39.3), 3.0: (19.44, 25.73, 64.0)}
+    for lam, (mean, p90, p99) in des.items():
+        s = st_.solve(lam)
+        assert s.tpot.mean_s * 1e3 == pytest.approx(mean, rel=0.03)
+        assert s.tpot.quantile(0.9) * 1e3 == pytest.approx(p90, rel=0.04)
+        assert s.tpot.quantile(0.99) * 1e3 == pytest.approx(p99, rel=0.06)
 
 
 def test_stability_limit_and_error():
@@ -246,9 +253,10 @@ def test_batch_wait_mx_m1_exact():
 
 def test_gamma_arrivals_against_des():
     # Gamma(CV 2) arrivals, ca2 = 4, 0.3 of the limit, 4 seeds x 4000 s of the step-level DES.
-    # Measured (model vs DES): TTFT mean −8.7%, p50 −16.5%, p90 −5.2%, p99 +5.9%; TPOT mean −9.6%,
-    # p50 −1.3%, p90 −12.7%; the Poisson-only treatment gave TTFT −28/−46/−3/+74% and TPOT mean
-    # −24%, p90 −30%. Bands: the measured errors plus 3 standard errors of the DES (1–3%).
+    # Measured (model vs DES): TTFT mean −8.7%, p50 −16.5%, p90 −5.2%, p99 +5.9%; TPOT mean −2.8%,
+    # p50 +0.7%, p90 −6.7% (−9.6 / −1.3 / −12.7% before the own-window busy periods); the
+    # Poisson-only treatment gave TTFT −28/−46/−3/+74% and TPOT mean −24%, p90 −30%. Bands: the
+    # measured errors plus 3 standard errors of the DES (1–3%).
     st_ = _station(ca2=4.0)
     lam = 0.3 * st_.max_stable_rate_per_s()
     s = st_.solve(lam)
@@ -262,7 +270,7 @@ def test_gamma_arrivals_against_des():
     model_tp = [s.tpot.mean_s, s.tpot.quantile(0.5), s.tpot.quantile(0.9)]
     for mv, dv, band in zip(model_tt, tt, (0.15, 0.23, 0.13, 0.17)):
         assert abs(mv / dv - 1.0) <= band
-    for mv, dv, band in zip(model_tp, tp, (0.16, 0.05, 0.20)):
+    for mv, dv, band in zip(model_tp, tp, (0.06, 0.04, 0.10)):
         assert abs(mv / dv - 1.0) <= band
 
 
