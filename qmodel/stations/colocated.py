@@ -74,8 +74,10 @@ Accuracy against the step-level DES (2 x 20000 s, rho_p = 0.12/0.24/0.35/0.53): 
 +0.3/−0.3/−1.7/−5.4%, p90 0.0/−1.1/−2.8/−7.0%, p99 −2.5/+0.3/−5.7/−10.9% (TTFT: see above); Gamma
 CV 2 at 0.3/0.6 of the limit: mean −2.8/−13.6%, p90 −6.7/−14.4%, p99 −3.3/−23.8%. Against the replay
 (roofline llama-3.1-8b/H100, Azure conv, 1 instance at 7.35/s, 3 seeds x 20000): TPOT mean 0.0%,
-p90 −1.5%, p99 −3.3%. Where the replay batches far more prompts per iteration than the fixed point
-for k (qwen2.5-32b, Azure code: 1.51 against 1.04), rho_p and so TPOT run high (docs/validation.md).
+p90 −1.5%, p99 −3.3%. least_loaded pools: TPOT is modelled as for a random split, while the
+replay's dispatch (fewest outstanding tokens, reserved KV included) steers prompts away from the
+instance whose decodes are running: there TPOT runs high (qwen2.5-32b, Azure code, 2 instances:
+mean +9% for the longest outputs; with random dispatch mean −7..−1%, p90 −7..+2% at every output length).
 """
 
 from __future__ import annotations
