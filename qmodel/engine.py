@@ -48,9 +48,6 @@ class Composition:
     rates, never pays for the composed laws there.
     """
 
-    __slots__ = ("rate_per_s", "stations", "ttft_attainment", "tpot_attainment", "attainment", "bounds",
-                 "_laws", "__dict__")
-
     def __init__(self, rate_per_s: float, stations: list[StationSolution],
                  ttft: GridDist | Callable[[], GridDist], tpot: GridDist | Callable[[], GridDist],
                  ttft_attainment: float, tpot_attainment: float, attainment: float,

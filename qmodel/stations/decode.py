@@ -388,8 +388,8 @@ class DecodeStation:
         # or to where under 1e-10 is left when that comes first (at moderate load p_wait is ~1e-10
         # to 1e-30, and a full 1e-6 span made the grid 5-10x longer for no mass). What lies
         # past the grid is kept as its tail (exponential at the slot rate, exact in quantiles).
-        tail_decades = min(math.log(1e6), math.log(p_wait / 1e-10)) if capped and p_wait > 1e-10 else 0.0
-        span_wait = hi + tail_decades / slot_rate
+        tail_efolds = min(math.log(1e6), math.log(p_wait / 1e-10)) if capped and p_wait > 1e-10 else 0.0
+        span_wait = hi + tail_efolds / slot_rate
         span = span_wait + (hi if self.first_step_in_ttft else 0.0)
         mean_tot = mean_wait + mean_first
         # rate-independent base step (power-of-two coarsening past 16000 points), so P(delay <= x)
