@@ -388,7 +388,7 @@ class BatchServiceLaw:
             n_of = np.zeros(m, dtype=np.int64)
             k = 1
             while True:
-                pick = idx[rng.permutation(m)][live]  # one permutation per k, as every sequence sees
+                pick = idx[rng.permutation(m)][live]  # a whole permutation per k: the same random stream
                 if k == cap:  # capped: N = cap, the next request heads the next batch
                     cut.append(t_prev)
                     counts.append(int(live.size))
