@@ -504,3 +504,23 @@ def test_direct_count_convolution_equals_fft(load: float, monkeypatch) -> None:
     for a, b in zip(direct, fft):
         assert a.dx == b.dx and a.n == b.n
         np.testing.assert_allclose(a.pmf, b.pmf, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("load", [0.5, 0.9])
+def test_wait_horizon_folds_at_most_its_tail(load: float, monkeypatch) -> None:
+    # The time grid stops where the wait's tail bound drops below _WAIT_TAIL (1e-9); against a grid
+    # reaching 1e-12 (same step) the laws differ by at most that mass at any point.
+    import qmodel.stations.prefill as prefill
+
+    rng = np.random.default_rng(5)
+    prompts = np.exp(rng.normal(np.log(800.0), 0.8, 2000))
+    law = PrefillStation(2, LinearPrefill(), prompts, max_batch_tokens=8192).law
+    lam = load * law.mean_drain[0] / law.mean_drain[1]
+    short = BulkQueue(lam, law).grids()
+    monkeypatch.setattr(prefill, "_WAIT_TAIL", 1e-12)
+    long_ = BulkQueue(lam, law).grids()
+    for a, b in zip(short, long_):
+        assert a.dx == b.dx and a.n <= b.n
+        ca, cb = np.cumsum(a.pmf), np.cumsum(b.pmf)
+        assert np.max(np.abs(ca - cb[: a.n])) <= 2e-9
+        assert a.mean_s == b.mean_s

@@ -106,6 +106,8 @@ _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 #: log-pmf below which a Poisson table's remaining columns are dropped (see _poisson_matrix)
 _NEGLIGIBLE_LOG_PMF = -60.0
 _STEPS_PER_SHORTEST = 16.0  # default time grid: at least this many steps in the shortest mean batch time
+#: the prefill wait's time grid reaches where at most this much mass is left (folded into its last bin)
+_WAIT_TAIL = 1e-9
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
 #: batch-time transforms kept on a law between solves (beyond it they are recomputed per solve)
 _GRID_CACHE_BYTES = 64 << 20
@@ -964,18 +966,20 @@ class BulkQueue:
         min_mean = float(min(reg.fit.mean_s.min() for reg in regs))
         n_q = pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
         # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), ln z0 E[N]/E[S_N])
-        # (z0 the chain's decay root); keep t up to where it is below ~1e-12. Mass past the horizon
-        # is at most that and is folded into the last bin.
+        # (z0 the chain's decay root); the time grid reaches where it is below _WAIT_TAIL (the mass
+        # past it, at most that, is folded into the last bin; the KV link's grids stop at the same
+        # 1 − 1e-9). The default step is set from the 1e-12 horizon, as it always was: where the
+        # horizon sets the step, a shorter one would move every quantile by a grid step.
         z0 = self._z0 if self._size else 1.0
         en, esn = self.law.mean_drain
         eta = min(lam * (z0 - 1.0), en * math.log(z0) / esn)
         own_mean = self.mean_own_batch_s
         # (the chain's own W: ``wait_scale`` stretches the result afterwards, not the drain grid)
-        horizon = max_s + math.log(1e12) / max(eta, 1e-300) + own_mean
+        horizon = max_s + math.log(1.0 / _WAIT_TAIL) / max(eta, 1e-300) + own_mean
         if dx is None:
-            # ≥ 16 bins for the shortest batch, and the horizon within _GRID_POINTS points (time and
-            # memory grow with it; quantiles are conservative by at most dx per term)
-            dx = max(min_mean / _STEPS_PER_SHORTEST, horizon / _GRID_POINTS)
+            # ≥ 16 bins for the shortest batch, and the 1e-12 horizon within _GRID_POINTS points
+            # (time and memory grow with it; quantiles are conservative by at most dx per term)
+            dx = max(min_mean / _STEPS_PER_SHORTEST, (max_s + math.log(1e12) / max(eta, 1e-300) + own_mean) / _GRID_POINTS)
         ff, fc, lens, n_s, fft_cache = self._grid_tables(dx)
 
         # Time weights of "in a batch with this time law and r left waiting", per unit service time,
@@ -1054,7 +1058,7 @@ class BulkQueue:
         # Drain, top down in blocks of the smallest N (all of a plain cap's b at once)
         kmin = min(min(x) for x in ks)
         nsb = max(int(lens[f][k - 1]) for f in range(nr) for k in ks[f])
-        # at most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < 1e-12
+        # at most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < _WAIT_TAIL
         length = min(n_s + 1 + int(math.ceil(n_q / kmin)) * nsb + 1, int(math.ceil(horizon / dx)) + n_s + 2)
         size = _fast_len(max(length, 2 * n_s + 2))
         if size > 4 * MAX_POINTS:
@@ -1146,7 +1150,7 @@ class BulkQueue:
         if not direct:
             lb = _fast_len(m_own + b)
             qh, th = np.fft.rfft(qm, lb, axis=1), np.fft.rfft(tail, lb, axis=1)
-        # W + S_own: W's support is within `length` (past it the mass is < 1e-12), so a transform of
+        # W + S_own: W's support is within `length` (past it the mass is < _WAIT_TAIL), so a transform of
         # length + n_s does not wrap
         out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
         acc = np.zeros(out_size // 2 + 1, dtype=complex)
