@@ -106,6 +106,10 @@ _HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 #: log-pmf below which a Poisson table's remaining columns are dropped (see _poisson_matrix)
 _NEGLIGIBLE_LOG_PMF = -60.0
 _STEPS_PER_SHORTEST = 16.0  # default time grid: at least this many steps in the shortest mean batch time
+#: the wait grids drop the chain states (and counts ahead) whose total mass is below these: three
+#: orders under the 1e-9 the time grid resolves (_WAIT_TAIL); the chain itself is solved to 1e-13
+_STATE_MASS = 1e-12
+_COUNT_MASS = 1e-12
 #: the prefill wait's time grid reaches where at most this much mass is left (folded into its last bin)
 _WAIT_TAIL = 1e-9
 _GRID_POINTS = 8192.0  # default time grid: the waiting-time horizon in at most this many bins
@@ -948,10 +952,10 @@ class BulkQueue:
         nr = len(regs)
         pis = self._pi_flags
         # The chain keeps states out to a 1e-13 tail for its moments; the grids need only the
-        # states carrying mass the grid can resolve. Dropping those whose total is below 1e-15
+        # states carrying mass the grid can resolve. Dropping those whose total is below _STATE_MASS
         # (renormalised below) shrinks the count axis of every transform, often 3x.
         mass_from = np.cumsum(pis.sum(axis=0)[::-1])[::-1]  # mass in states j and above
-        n_st = max(int(np.count_nonzero(mass_from >= 1e-15)), 1)
+        n_st = max(int(np.count_nonzero(mass_from >= _STATE_MASS)), 1)
         pis = pis[:, :n_st]
         mix = [(pfit[:n_st], pcut[:n_st]) for pfit, pcut in self._mix_pi]
         cyc = self._cycle["cycle_s"]
@@ -1051,7 +1055,7 @@ class BulkQueue:
         if ysum > 0:
             ys = [y * (busy_mass / ysum) for y in ys]
         col = sum(y.sum(axis=0) for y in ys)
-        nz = np.nonzero(col > 1e-14 * busy_mass)[0]
+        nz = np.nonzero(col > _COUNT_MASS * busy_mass)[0]
         n_q = int(nz[-1]) + 1 if nz.size else 1
         ys = [y[:, :n_q] for y in ys]
 
@@ -1070,7 +1074,7 @@ class BulkQueue:
         # (fit batches leave nothing waiting, so the fresh regime's rows stop at ~λ max S)
         ext = []
         for f in range(nr):
-            nzf = np.nonzero(ys[f].sum(axis=0) > 1e-15 * busy_mass)[0]
+            nzf = np.nonzero(ys[f].sum(axis=0) > _STATE_MASS * busy_mass)[0]
             e = int(nzf[-1]) + 1 if nzf.size else 0
             for h in range(f):
                 if any(regs[h].next_after_cut(k, last) == f for k in ks[h]):
