@@ -286,7 +286,7 @@ class ColocatedStation:
         # The prompts queued behind the request when its prefill ends (and its burst members) are
         # prefilled before its next decode step, and so is everything that arrives meanwhile: each
         # starts a prefill busy period (mean x/(1 - rho_p) for initial work x), not a lone stall.
-        own_bp = _busy_period_stalls(self.t1, self.t1, rho_p)
+        own_bp = _busy_period_stalls(self.t1, self.t1, rho_p, points=_OWN_BP_POINTS)
         tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [own_bp] * len(td),
                           node_own=[behind_s] * len(td),
                           node_life_jumps=[bp] * len(td), node_life_rate=[(1.0 - rho_p) / m_burst] * len(td),
@@ -582,9 +582,11 @@ def _split_pmf(values: np.ndarray, dx: float) -> np.ndarray:
 
 
 _BP_POINTS = 1024
+_OWN_BP_POINTS = 256  # strata of the own-window busy period (its top one at the 0.998 quantile)
 
 
-def _busy_period_stalls(work: np.ndarray, stall: np.ndarray, rho: float, batch_mean: float = 1.0) -> np.ndarray:
+def _busy_period_stalls(work: np.ndarray, stall: np.ndarray, rho: float, batch_mean: float = 1.0,
+                        points: int = _BP_POINTS) -> np.ndarray:
     """Stall added by one whole prompt-backlog busy period (deterministic quantile sample).
 
     Prompt backlogs form M/G/1 busy periods B that start at rate lam (1 - rho), with
@@ -606,7 +608,7 @@ def _busy_period_stalls(work: np.ndarray, stall: np.ndarray, rho: float, batch_m
     eb, eb2 = es / (1.0 - rho), es2 / (1.0 - rho) ** 3
     var = max(eb2 - eb * eb, 1e-30)
     shape, scale = eb * eb / var, var / eb
-    q = (np.arange(_BP_POINTS) + 0.5) / _BP_POINTS
+    q = (np.arange(points) + 0.5) / points
     b = gammaincinv(shape, q) * scale
     b *= eb / float(b.mean())  # exact mean after stratification
     return b * stall_per_work
