@@ -22,12 +22,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import cached_property
-from typing import Callable
 
 import numpy as np
 
 from qmodel.build import Resolved, resolve
-from qmodel.dist import GridDist, convolve, mixture, sum_cdf
+from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, sum_cdf
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.result import DistSummary, LinkReport, Result
 from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, Scenario, scenario_sha256
@@ -40,39 +39,23 @@ __all__ = ["Solver", "solve", "Composition"]
 _RECENT = 4  # compositions kept by Solver.attainment (a goodput search's bracket ends)
 
 
+@dataclasses.dataclass(frozen=True)
 class Composition:
     """The solved pieces at one rate (for the TUI, the validation harness and --explain).
 
-    ``ttft`` and ``tpot`` are built on first use: the attainments come from the terms directly
-    (:func:`~qmodel.dist.sum_cdf`), and a goodput search, which reads nothing else at most of its
-    rates, never pays for the composed laws there.
+    Disaggregated ``ttft`` and ``tpot`` are :class:`~qmodel.dist.LazyGridDist`: the attainments come
+    from the terms directly (:func:`~qmodel.dist.sum_cdf`), and a goodput search, which reads
+    nothing else at most of its rates, never pays for the composed laws there.
     """
 
-    def __init__(self, rate_per_s: float, stations: list[StationSolution],
-                 ttft: GridDist | Callable[[], GridDist], tpot: GridDist | Callable[[], GridDist],
-                 ttft_attainment: float, tpot_attainment: float, attainment: float,
-                 bounds: tuple[float, float]) -> None:
-        self.rate_per_s = rate_per_s
-        self.stations = stations
-        self.ttft_attainment = ttft_attainment
-        self.tpot_attainment = tpot_attainment
-        self.attainment = attainment
-        self.bounds = bounds
-        self._laws = {"ttft": ttft, "tpot": tpot}
-
-    def _law(self, name: str) -> GridDist:
-        law = self._laws[name]
-        if not isinstance(law, GridDist):
-            law = self._laws[name] = law()
-        return law
-
-    @property
-    def ttft(self) -> GridDist:
-        return self._law("ttft")
-
-    @property
-    def tpot(self) -> GridDist:
-        return self._law("tpot")
+    rate_per_s: float
+    stations: list[StationSolution]
+    ttft: GridDist
+    tpot: GridDist
+    ttft_attainment: float
+    tpot_attainment: float
+    attainment: float
+    bounds: tuple[float, float]
 
 
 class Solver:
@@ -233,8 +216,8 @@ class Solver:
             stations = [sp, st, sd]
             a = sum_cdf(ttft_terms, slo.ttft_s)
             b = sum_cdf(tpot_terms, slo.tpot_s)
-            ttft = lambda: convolve(*ttft_terms)  # noqa: E731 (built on first use)
-            tpot = (lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
+            ttft = LazyGridDist(lambda: convolve(*ttft_terms))
+            tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
         else:
             s = self._single_pool.solve(rate)
             ttft, tpot, stations = s.delay, s.tpot, [s]

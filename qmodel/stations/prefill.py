@@ -979,11 +979,14 @@ class BulkQueue:
         eta = min(lam * (z0 - 1.0), en * math.log(z0) / esn)
         own_mean = self.mean_own_batch_s
         # (the chain's own W: ``wait_scale`` stretches the result afterwards, not the drain grid)
-        horizon = max_s + math.log(1.0 / _WAIT_TAIL) / max(eta, 1e-300) + own_mean
+        def reach(log_tail: float) -> float:  # time by which the tail bound is below e^{-log_tail}
+            return max_s + log_tail / max(eta, 1e-300) + own_mean
+
+        horizon = reach(math.log(1.0 / _WAIT_TAIL))
         if dx is None:
             # ≥ 16 bins for the shortest batch, and the 1e-12 horizon within _GRID_POINTS points
             # (time and memory grow with it; quantiles are conservative by at most dx per term)
-            dx = max(min_mean / _STEPS_PER_SHORTEST, (max_s + math.log(1e12) / max(eta, 1e-300) + own_mean) / _GRID_POINTS)
+            dx = max(min_mean / _STEPS_PER_SHORTEST, reach(math.log(1e12)) / _GRID_POINTS)
         ff, fc, lens, n_s, fft_cache = self._grid_tables(dx)
 
         # Time weights of "in a batch with this time law and r left waiting", per unit service time,
