@@ -185,7 +185,7 @@ def convolve(*dists: GridDist) -> GridDist:
     pmf = np.clip(np.fft.irfft(acc, size)[:n], 0.0, None)
     spill = float(pmf[n_out:].sum()) if n > n_out else 0.0
     pmf = pmf[:n_out]
-    mass_on_grid = float(np.prod([1.0 - p.tail for p in parts]))
+    mass_on_grid = math.prod(1.0 - p.tail for p in parts)
     s = pmf.sum()
     if s > 0:
         pmf *= (mass_on_grid - spill) / s if mass_on_grid > spill else 1.0

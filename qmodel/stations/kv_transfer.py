@@ -307,7 +307,9 @@ class KVTransferStation:
                 wait_dist = LazyGridDist(_wait)
         if self.mode == "layerwise":
             notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
-        in_flight = rate_per_s * float(np.mean(occupancy))
+        mean_occ = float(np.mean(occupancy))
+        mean_x_occ = float(np.mean(self.x * occupancy))
+        in_flight = rate_per_s * mean_occ
         return StationSolution(
             name="kv_transfer",
             utilization=rho,
@@ -316,12 +318,12 @@ class KVTransferStation:
             wait=wait_dist,
             method=method,
             exact=exact,
-            mean_in_system=rate_per_s * (wait_mean + float(np.mean(occupancy))),
+            mean_in_system=rate_per_s * (wait_mean + mean_occ),
             notes=tuple(notes),
             extra={
                 "in_flight_mean": in_flight,
-                "in_flight_bytes_mean": rate_per_s * float(np.mean(self.x * occupancy)),
-                "in_flight_mean_bytes_each": float(np.mean(self.x * occupancy) / max(np.mean(occupancy), 1e-300)),
+                "in_flight_bytes_mean": rate_per_s * mean_x_occ,
+                "in_flight_mean_bytes_each": mean_x_occ / max(mean_occ, 1e-300),
                 "bandwidth_needed_bytes_per_s": self.bandwidth_needed_bytes_per_s(rate_per_s),
                 "bandwidth_available_bytes_per_s": self.paths * self.bandwidth_bytes_per_s,
                 "mean_transfer_bytes": self.mean_bytes,

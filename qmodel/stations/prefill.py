@@ -121,13 +121,21 @@ _SPARSE_LAW_BINS = 8
 _DIRECT_COUNT_TERMS = 64
 
 
-def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
-    """pmf[i, m] = P(Poisson(mu_i) = m), m < n (log-space: no overflow for large means)."""
+@functools.lru_cache(maxsize=64)
+def _log_factorials(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(m, ln m!) for m = 0..n−1, read-only: every Poisson table of a solve asks for a few n."""
     from scipy.special import gammaln
 
-    mu = np.asarray(mu, dtype=float)[:, None]
     m = np.arange(n, dtype=float)
     lg = gammaln(m + 1.0)
+    m.flags.writeable = lg.flags.writeable = False
+    return m, lg
+
+
+def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
+    """pmf[i, m] = P(Poisson(mu_i) = m), m < n (log-space: no overflow for large means)."""
+    mu = np.asarray(mu, dtype=float)[:, None]
+    m, lg = _log_factorials(int(n))
     # Past the mode, P(Poisson(μ) = m) falls with m and, for m > μ, rises with μ: from the first
     # m > max μ where even the largest mean gives a log-pmf below −60, every row's remaining terms
     # are below e^{−60} ≈ 1e-26 each (their sum over any n here is below 1e-21, eight orders under
@@ -213,6 +221,8 @@ class _Regime:
     cut: "BatchServiceLaw"
     #: regime of the next batch after a cut at k (index k − 1); None: the last regime
     after_cut: np.ndarray | None = None
+    #: BulkQueue._mix tables by (states, a), shared by the solves at every rate
+    mix_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def next_after_cut(self, k: int, last: int) -> int:
         return last if self.after_cut is None else int(self.after_cut[k - 1])
@@ -256,7 +266,9 @@ class BatchServiceLaw:
     def token_aware(self) -> bool:
         return self.n_pmf is not None
 
-    @property
+    # The law is immutable and the chain reads these at every rate (several times per solve):
+    # computed once per law.
+    @cached_property
     def p_n(self) -> np.ndarray:
         """P(N = k), k = 1..b."""
         if self.n_pmf is None:
@@ -265,7 +277,7 @@ class BatchServiceLaw:
             return out
         return self.n_pmf
 
-    @property
+    @cached_property
     def s_n(self) -> np.ndarray:
         """P(N ≥ k), k = 1..b."""
         return np.cumsum(self.p_n[::-1])[::-1]
@@ -278,11 +290,27 @@ class BatchServiceLaw:
         """Batch-formation regimes of the chain: under a token budget, by the head of the queue
         (a batch after a cut starts with the size-biased request that did not fit): fresh, then
         successive overflow heads up to the settled one; a single regime under a plain cap."""
-        if self.head_regimes is not None:
-            return list(self.head_regimes)
-        return [_Regime(self.p_n, self.s_n, self, self.cut_law)]
+        return list(self._regimes)
 
-    @property
+    @cached_property
+    def _regimes(self) -> tuple["_Regime", ...]:
+        if self.head_regimes is not None:
+            return tuple(self.head_regimes)
+        return (_Regime(self.p_n, self.s_n, self, self.cut_law),)
+
+    @cached_property
+    def grid_extent(self) -> tuple[float, float]:
+        """(largest batch time of any regime's fit or live cut law, smallest mean fit batch time):
+        what sizes the wait grids' horizon and step (rate-independent)."""
+        def vmax(lw: BatchServiceLaw, k: int) -> float:
+            return float((lw.full_values_s or lw.values_s)[k - 1].max())
+
+        regs = self._regimes
+        max_s = max(vmax(reg.fit, k) for reg in regs for k in range(1, self.b + 1))
+        max_s = max(max_s, max(vmax(reg.cut, k) for reg in regs for k in range(1, self.b + 1) if reg.p_n[k - 1] > 0))
+        return max_s, float(min(reg.fit.mean_s.min() for reg in regs))
+
+    @cached_property
     def mean_drain(self) -> tuple[float, float]:
         """(E[N], E[S_N]) of a batch formed from a long queue: capacity is E[N]/E[S_N]."""
         pn = self.p_n
@@ -576,13 +604,23 @@ class BulkQueue:
             tot = float(p.sum())
             return top + math.log(tot), float(p @ (v - kv / z)) / tot
 
-        lo, hi = 1.0, 2.0
-        while g(hi)[0] < 0:
-            lo, hi = hi, 2.0 * hi
         # g(1) = 0, g'(1) = λE[S_N] − E[N] < 0 (ρ < 1) and g is convex in z: Newton from the right
         # of the positive root falls onto it monotonically (quadratically; bisection needed ~40
         # evaluations). The bracket [lo, hi] guards the iterates; bisection if Newton stalls.
-        lo = max(lo, 1.0 + 1e-12)
+        # A start right of the root, without probing g: by Jensen g(z) >= h(z) = a(z − 1) − c ln z
+        # (a = λE[S_N], c = E[N] over the nodes), whose positive root z_J is found by scalar Newton
+        # from z_s = (2c/a − 1)² (ln z <= 2(√z − 1) gives h(z_s) >= 0). g(z_J) >= 0, and g = h
+        # when the batch time is deterministic: Newton on g then starts on its root.
+        a_, c_ = float(w @ v), float(w @ kv)
+        hi = (2.0 * c_ / a_ - 1.0) ** 2
+        for _ in range(100):
+            step = (a_ * (hi - 1.0) - c_ * math.log(hi)) / (a_ - c_ / hi)
+            if not step > 1e-15 * hi:
+                break
+            hi -= step
+        lo = 1.0 + 1e-12
+        while g(hi)[0] < 0:  # round-off only
+            lo, hi = hi, 2.0 * hi
         z = hi
         for _ in range(100):
             gz, dg = g(z)
@@ -612,7 +650,19 @@ class BulkQueue:
 
     def _mix(self, n: int, reg: _Regime) -> tuple[np.ndarray, np.ndarray]:
         """(P_fit, P_cut), each (n+1, b): P(next batch takes k, whole queue | j) and
-        P(next batch takes k < j, cut by the budget | j); the cut leaves j − k waiting."""
+        P(next batch takes k < j, cut by the budget | j); the cut leaves j − k waiting.
+        Rate-independent given n: kept on the regime (read-only) for the next solves."""
+        key = (n, self.a)
+        hit = reg.mix_cache.get(key)
+        if hit is None:
+            if len(reg.mix_cache) >= 8:  # a goodput search visits a few state counts
+                reg.mix_cache.clear()
+            hit = reg.mix_cache[key] = self._mix_tables(n, reg)
+            for arr in hit:
+                arr.flags.writeable = False
+        return hit
+
+    def _mix_tables(self, n: int, reg: _Regime) -> tuple[np.ndarray, np.ndarray]:
         b, a = self.b, self.a
         j = np.arange(n + 1)
         pfit = np.zeros((n + 1, b))
@@ -650,10 +700,7 @@ class BulkQueue:
         P = np.zeros((nr * (n + 1), nr * (n + 1)))
         last = nr - 1
         kern = np.zeros(length + b)
-        # target state of cut_rows[j, e] is j + e − b; keep those inside 0..n
-        ii = np.broadcast_to(np.arange(n + 1)[:, None], (n + 1, n + 1 + b))
-        jj_ = np.arange(n + 1)[:, None] + np.arange(n + 1 + b)[None, :] - b
-        ok = (jj_ >= 0) & (jj_ <= n)
+        rows, cols, ok = _cut_targets(n, b)
         for f, reg in enumerate(regs):
             # a fit batch empties the queue: it lands on j' = arrivals, so columns past n are never used
             a_fit = reg.fit.arrivals_pmfs(list(range(1, b + 1)), lam, n + 1)
@@ -673,7 +720,7 @@ class BulkQueue:
             for g in np.unique(nxt):  # the overflow heads the queue: its regime
                 cut_rows = (pcut * (nxt == g)[None, :]) @ acs  # [j, e]: to state j + e − b
                 blk = P[f * (n + 1) : (f + 1) * (n + 1), int(g) * (n + 1) : (int(g) + 1) * (n + 1)]
-                blk[ii[ok], jj_[ok]] += cut_rows[:, : jj_.shape[1]][ok]
+                blk[rows, cols] += cut_rows[:, : n + 1 + b][ok]
             if f == last:
                 kern = reg.p_n @ acs
         return P, kern
@@ -961,13 +1008,7 @@ class BulkQueue:
         cyc = self._cycle["cycle_s"]
         p_idle = self.p_idle
         ks = [[k for k in range(1, b + 1) if reg.p_n[k - 1] > 0] for reg in regs]
-
-        def vmax(lw: BatchServiceLaw, k: int) -> float:
-            return float((lw.full_values_s or lw.values_s)[k - 1].max())
-
-        max_s = max(max(vmax(reg.fit, k) for k in range(1, b + 1)) for reg in regs)
-        max_s = max(max_s, max(vmax(reg.cut, k) for reg, kr in zip(regs, ks) for k in kr))
-        min_mean = float(min(reg.fit.mean_s.min() for reg in regs))
+        max_s, min_mean = self.law.grid_extent
         n_q = pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
         # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), ln z0 E[N]/E[S_N])
         # (z0 the chain's decay root); the time grid reaches where it is below _WAIT_TAIL (the mass
@@ -1004,11 +1045,12 @@ class BulkQueue:
         for f, (pi, (pfit, pcut)) in enumerate(zip(pis, mix)):
             w_fit = (pi @ pfit) / cyc  # leftover 0, next batch fresh
             groups[0][0].append(w_fit @ ff[f])
-            groups[0][1].append(np.eye(1, r_max)[0])
+            groups[0][1].append(_unit(r_max))
             live, _, _ = cut_w[f]
             if live.any():
-                omega = np.zeros((b, r_max))
-                np.add.at(omega, (np.broadcast_to(kk - 1, rr.shape)[live], rr[live]), (pi[:, None] * pcut)[live] / cyc)
+                # ω[k−1, r] = Σ_j π_j P_cut(k | j) [j − k = r] / cycle (bincount adds in np.add.at's order)
+                flat = (np.broadcast_to(kk - 1, rr.shape)[live] * r_max + rr[live])
+                omega = np.bincount(flat, weights=(pi[:, None] * pcut)[live] / cyc, minlength=b * r_max).reshape(b, r_max)
                 for k in range(1, b + 1):
                     if omega[k - 1].any():
                         g = regs[f].next_after_cut(k, nr - 1)
@@ -1199,6 +1241,26 @@ class BulkQueue:
         delay = GridDist(dx, joint, wq + own_mean, exact=exact).trimmed()
         own_d = GridDist(dx, own / own.sum(), own_mean, exact=exact).trimmed()
         return wait, delay, own_d
+
+
+def _unit(n: int) -> np.ndarray:
+    """(1, 0, …, 0) of length n: no count ahead left over."""
+    out = np.zeros(n)
+    out[0] = 1.0
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _cut_targets(n: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, columns, mask) of the cut transitions on states 0..n: entry [j, e] of a table over
+    e = 0..n+b goes to state j + e − b, kept where that lies in 0..n. Depends on (n, b) alone."""
+    jj = np.arange(n + 1)[:, None] + np.arange(n + 1 + b)[None, :] - b
+    ok = (jj >= 0) & (jj <= n)
+    rows = np.broadcast_to(np.arange(n + 1)[:, None], jj.shape)[ok]
+    out = rows, jj[ok], ok
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def _balance_matrix(P: np.ndarray) -> np.ndarray:
