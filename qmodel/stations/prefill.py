@@ -373,6 +373,12 @@ class BatchServiceLaw:
         linear in the per-request token sums are exact for the base sample.
         """
         p, c = _prompt_sample(prompt_tokens, cached_tokens)
+        if np.ptp(p) == 0 and np.ptp(c) == 0:
+            # one prompt shape (fixed lengths): S_k is deterministic, no sample to permute
+            k = np.arange(1, b + 1, dtype=float)
+            p0, c0 = float(p[0]), float(c[0])
+            times = np.asarray(service.prefill_time_s(k * p0, k * (p0 * p0 + 2 * p0 * c0), k), dtype=float)
+            return BatchServiceLaw.deterministic_times(times)
         samples = [np.asarray(service.prefill_time_s(p, p * p + 2 * p * c, np.ones_like(p)), dtype=float)]
         if b > 1:
             idx = _base_indices(p)
