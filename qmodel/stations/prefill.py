@@ -1319,8 +1319,11 @@ def _scale_time(g: np.ndarray, scale: float) -> np.ndarray:
     starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
     runs = np.diff(np.append(starts, n))
     if runs.max() > 8:
-        np.add.at(out, idx, g)
-        return out
+        # long runs: one bincount over the row-major flattened table adds every cell's rows in
+        # row order, np.add.at's order (the same sums, bit for bit) without its per-element cost
+        ncol = g.shape[1]
+        flat = (idx[:, None] * ncol + np.arange(ncol)[None, :]).ravel()
+        return np.bincount(flat, weights=g.ravel(), minlength=out.size).reshape(out.shape)
     rank = np.arange(n) - np.repeat(starts, runs)
     for r in range(int(runs.max())):
         sel = rank == r
