@@ -79,7 +79,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -227,6 +227,11 @@ class _Regime:
     def next_after_cut(self, k: int, last: int) -> int:
         return last if self.after_cut is None else int(self.after_cut[k - 1])
 
+    @cached_property
+    def live_k(self) -> tuple[int, ...]:
+        """The batch sizes k with P(N = k) > 0 (the cut laws that carry weight)."""
+        return tuple(k for k in range(1, len(self.p_n) + 1) if self.p_n[k - 1] > 0)
+
 
 @dataclass(frozen=True)
 class BatchServiceLaw:
@@ -307,7 +312,7 @@ class BatchServiceLaw:
 
         regs = self._regimes
         max_s = max(vmax(reg.fit, k) for reg in regs for k in range(1, self.b + 1))
-        max_s = max(max_s, max(vmax(reg.cut, k) for reg in regs for k in range(1, self.b + 1) if reg.p_n[k - 1] > 0))
+        max_s = max(max_s, max(vmax(reg.cut, k) for reg in regs for k in reg.live_k))
         return max_s, float(min(reg.fit.mean_s.min() for reg in regs))
 
     @cached_property
@@ -516,7 +521,7 @@ class BatchServiceLaw:
         """P(A_k = m), m < n, arrivals at rate λ during S_k."""
         return self.weights[k - 1] @ _poisson_matrix(lam * self.values_s[k - 1], n)
 
-    def arrivals_pmfs(self, ks: list[int], lam: float, n: int) -> np.ndarray:
+    def arrivals_pmfs(self, ks: Sequence[int], lam: float, n: int) -> np.ndarray:
         """Rows P(A_k = m), m < n, for each k in ``ks`` (as :meth:`arrivals_pmf`, row for row
         the same numbers): one Poisson table over all their nodes instead of one per k."""
         if not ks:
@@ -710,7 +715,7 @@ class BulkQueue:
         for f, reg in enumerate(regs):
             # a fit batch empties the queue: it lands on j' = arrivals, so columns past n are never used
             a_fit = reg.fit.arrivals_pmfs(list(range(1, b + 1)), lam, n + 1)
-            live_k = [k for k in range(1, b + 1) if reg.p_n[k - 1] > 0]
+            live_k = reg.live_k
             a_cut = np.zeros((b, length))
             a_cut[np.array(live_k, dtype=np.int64) - 1] = reg.cut.arrivals_pmfs(live_k, lam, length)
             pfit, pcut = self._mix(n, reg)
@@ -1013,7 +1018,7 @@ class BulkQueue:
         mix = [(pfit[:n_st], pcut[:n_st]) for pfit, pcut in self._mix_pi]
         cyc = self._cycle["cycle_s"]
         p_idle = self.p_idle
-        ks = [[k for k in range(1, b + 1) if reg.p_n[k - 1] > 0] for reg in regs]
+        ks = [reg.live_k for reg in regs]
         max_s, min_mean = self.law.grid_extent
         n_q = pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
         # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), ln z0 E[N]/E[S_N])
@@ -1168,7 +1173,7 @@ class BulkQueue:
         # batch sizes N = k0..k0+K−1 without gaps (the usual case): the rows V_{p+k} are a slice,
         # read in place instead of gathered into a copy on every step of this sequential recurrence
         k0, nk = drain[0], len(drain)
-        contiguous = drain == list(range(k0, k0 + nk))
+        contiguous = drain == tuple(range(k0, k0 + nk))
         hi = n_q - 1
         Vl = V[last]
         while hi >= 0:
