@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "fast_len", "MAX_POINTS"]
+__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "fast_len", "MAX_POINTS"]
 
 MAX_POINTS = 1 << 16
 
@@ -226,6 +226,24 @@ def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
     mass = (1.0 - a.tail) * (1.0 - b.tail)
     s = float(a.pmf.sum()) * float(cb[-1])
     return min(max(p * (mass / s) if s > 0 else p, 0.0), 1.0)
+
+
+def stochastic_max(a: GridDist, b: GridDist) -> GridDist:
+    """The law with CDF min(F_a, F_b) on a's grid: the larger of two approximations of one quantity in
+    the usual stochastic order (a minimum of CDFs is non-decreasing and right-continuous, so a law;
+    it is that of max(X_a, X_b) for comonotone X_a, X_b). ``b`` is read at a's grid points (its CDF
+    rounds down there: conservative)."""
+    n = max(a.n, int(math.ceil((b.n - 1) * b.dx / a.dx)) + 1)
+    x = np.arange(n) * a.dx
+    fa = np.concatenate([a._cum, np.full(n - a.n, a._cum[-1])]) if n > a.n else a._cum
+    F = np.minimum(fa, np.asarray(b.cdf(x), dtype=float))
+    if np.array_equal(F[: a.n], a._cum) and n == a.n:
+        return a
+    pmf = np.clip(np.diff(F, prepend=0.0), 0.0, None)
+    tail = max(a.tail, b.tail, 0.0, 1.0 - float(F[-1]))
+    # E[max] - E[X_a] = integral of F_a - F_max (the CDFs step at the grid points)
+    mean = a.mean_s + float(np.sum(fa - F)) * a.dx
+    return GridDist(a.dx, pmf, mean, tail=tail, tail_rate=min(a.tail_rate, b.tail_rate), exact=False)
 
 
 def mixture(dists: Sequence[GridDist], weights: Sequence[float]) -> GridDist:

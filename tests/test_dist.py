@@ -71,3 +71,23 @@ def test_fast_len_is_the_smallest_5_smooth_length(n: int) -> None:
     got = fast_len(n)
     assert got >= max(n, 2) and smooth(got)
     assert not any(smooth(m) for m in range(max(n, 2), got))
+
+
+def test_stochastic_max_is_the_law_of_the_comonotone_maximum() -> None:
+    # Two laws on grids of steps 1 and 2: the result's CDF is min(F_a, F_b) at a's points and its mean
+    # is E[max(X_a, X_b)] for comonotone X_a, X_b (= E[X_a] + sum over the grid of F_a - F_max).
+    from qmodel.dist import stochastic_max
+
+    a = GridDist(1.0, np.array([0.1, 0.4, 0.3, 0.2]), 0.0 * 0.1 + 1 * 0.4 + 2 * 0.3 + 3 * 0.2)
+    b = GridDist(2.0, np.array([0.5, 0.2, 0.3]), 0.0 * 0.5 + 2 * 0.2 + 4 * 0.3)
+    m = stochastic_max(a, b)
+    fa = np.array([0.1, 0.5, 0.8, 1.0, 1.0])
+    fb = np.array([0.5, 0.5, 0.7, 0.7, 1.0])  # b's CDF read at 0, 1, 2, 3, 4 (rounded down to its grid)
+    assert m.dx == 1.0
+    assert np.allclose(np.cumsum(m.pmf), np.minimum(fa, fb), atol=1e-15)
+    # comonotone maximum by quantile coupling: E[max(Qa(U), Qb(U))]
+    u = (np.arange(200000) + 0.5) / 200000
+    qa = np.searchsorted(fa, u - 1e-12)
+    qb = np.searchsorted(fb, u - 1e-12)
+    assert m.mean_s == pytest.approx(float(np.mean(np.maximum(qa, qb))), abs=1e-9)
+    assert stochastic_max(a, GridDist.point(0.0, 1.0)) is a  # b never binds: a itself

@@ -68,3 +68,38 @@ def test_invariants(cfg, seed, n):
             assert math.isfinite(v) and v >= 0
     for d in (res.ttft, res.tpot, res.e2e):
         assert d.p50 <= d.p90 + 1e-12 <= d.p99 + 2e-12
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["colocated", "chunked"]), st.integers(0, 2**31 - 1), st.integers(2, 40))
+def test_least_loaded_counts_waiting_prompts_plus_reserved_kv(topology, seed, n):
+    # The single-pool dispatch's load is, at every arrival and on every instance, the prompt tokens
+    # still waiting plus the KV reserved by admitted requests (prompt + output): a prompt stops
+    # counting as waiting when its KV is reserved (it was counted twice for a request's whole life
+    # before), and every instance ends at 0.
+    import qmodel.validation.stations._batching as batching
+
+    rng = np.random.default_rng(seed)
+    arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(0.02, n - 1))])
+    prompt = rng.integers(1, 2000, n)
+    output = rng.integers(1, 200, n)
+    tr = Trace(arrival, prompt, output, "prop", "synthetic", Trace.digest_arrays(arrival, prompt, output))
+    model = LinearModel(alpha=0.01, gamma=1e-5, per_req=1e-3, a=0.005, b=1e-4, c=1e-7)
+    plan = ReplayPlan(decode_model=model, prefill_model=model, kv_bytes_per_token=1e4, path_bandwidth_bytes_per_s=1e8,
+                      link_latency_s=1e-4, topology=topology, decode_instances=3, decode_dispatch="least_loaded",
+                      decode_kv_capacity_tokens=10**6, decode_max_batch=64, chunk_tokens=256)
+    seen: list[object] = []
+    orig = batching.SinglePoolStation._choose
+
+    def check(self, r):
+        seen.append(self)
+        for d in self.inst:
+            assert d.load == sum(int(self.req.prompt[w]) for w in d.waiting) + d.kv_used
+        return orig(self, r)
+
+    batching.SinglePoolStation._choose = check
+    try:
+        simulate(plan, tr, seed=seed, warmup_fraction=0.0)
+    finally:
+        batching.SinglePoolStation._choose = orig
+    assert seen and all(d.load == 0 and d.kv_used == 0 for d in seen[-1].inst)

@@ -198,7 +198,7 @@ def test_pk_wait_covers_a_long_tail():
         assert w.sf(t) == pytest.approx(rho * math.exp(-(1 - rho) * t), abs=2e-3)
 
 
-@pytest.mark.parametrize("kw", [{"ca2": 4.0}, {"instances": 2, "dispatch": "least_loaded"}])
+@pytest.mark.parametrize("kw", [{"ca2": 4.0}, {"instances": 2, "dispatch": "least_loaded", "ca2": 4.0}])
 def test_coarse_pk_step_keeps_the_station_answer(monkeypatch, kw):
     # The P-K wait moves to a coarser step past _PK_MAX_BINS; everything downstream (the prompts
     # co-batched while waiting, whose costs live on the station's own step) must follow the step,
@@ -296,3 +296,110 @@ def test_single_instance_ttft_against_replay(data_dir):
                              ("ttft_p90", s.delay.quantile(0.9), 0.09), ("ttft_p99", s.delay.quantile(0.99), 0.10)):
         ref = float(np.mean([m[key] for m in rep]))
         assert abs(model / ref - 1.0) <= band, (key, model, ref)
+
+
+def test_equilibrium_residual_exact():
+    # Deterministic duration of 10 steps, met at a random time: the residual is uniform on 1..10 and,
+    # given R = k, the age is exactly 10 - k. A geometric duration is memoryless: E[A | R] = E[T | T >= k] - k
+    # is the same for every k.
+    from qmodel.stations.colocated import _equilibrium_residual
+
+    it = np.zeros(11)
+    it[10] = 1.0
+    res, (age, age2), mean = _equilibrium_residual(it, 0.5)
+    assert np.allclose(res[1:], 0.1, atol=1e-15) and res[0] == 0.0
+    assert np.allclose(age[1:], (10 - np.arange(1, 11)) * 0.5, atol=1e-12)
+    assert np.allclose(age2[1:], age[1:] ** 2, atol=1e-12)  # no spread: the age is fixed by R
+    assert mean == pytest.approx(0.5 * 10 / 2)  # E[T^2] / (2 E[T]) on the grid
+    q = 0.8
+    k = np.arange(400)
+    geo = (1 - q) * q**k
+    geo /= geo.sum()
+    _, (age_g, age2_g), _ = _equilibrium_residual(geo, 1.0)
+    assert np.allclose(age_g[:100], q / (1 - q), rtol=1e-9)
+    assert np.allclose(age2_g[:100], q * (1 + q) / (1 - q) ** 2, rtol=1e-9)  # E[G^2], G geometric on 0, 1, ...
+
+
+def test_win_against_matches_the_direct_sum():
+    # P(S + D < S'), D ~ Laplace(delta), S' weighted: the sorted-cumsum form against the O(n^2) sum.
+    from qmodel.stations.colocated import _win_against
+
+    rng = np.random.default_rng(3)
+    size = np.round(rng.lognormal(7.0, 1.0, 300))
+    w = rng.uniform(0.1, 2.0, 300)
+    delta = 1500.0
+    d = size[None, :] - size[:, None]  # S' - S
+    cdf = np.where(d >= 0, 1.0 - 0.5 * np.exp(-np.abs(d) / delta), 0.5 * np.exp(-np.abs(d) / delta))
+    direct = cdf @ (w / w.sum())
+    assert np.allclose(_win_against(size, w, delta), direct, atol=1e-12)
+    # symmetric in distribution: E_w[P(S + D < S')] = 1/2 for S drawn with the same weights
+    assert float(np.dot(w / w.sum(), direct)) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("kmax", [None, 2])
+def test_cobatching_window_and_budget_cap(kmax):
+    # W = 3 steps exactly, age 5 steps, jump 4 steps, lam 0.25 per step: K ~ Poisson(0.25 (3 + 5)) = Poisson(2),
+    # capped at kmax; the pmf of W + K J sits at 3 + 4k with the Poisson (capped) probabilities.
+    from scipy.stats import poisson
+
+    from qmodel.stations.colocated import _add_arrivals_during
+
+    wait = GridDist(1.0, np.array([0.0, 0.0, 0.0, 1.0]), 3.0)
+    jump = np.zeros(5)
+    jump[4] = 1.0
+    out = _add_arrivals_during(wait, 0.25, jump, 4.0, age=(np.full(4, 5.0), np.full(4, 25.0)), kmax=kmax)
+    probs = poisson.pmf(np.arange(30), 2.0)
+    if kmax is not None:
+        probs = np.concatenate([probs[:kmax], [1.0 - probs[:kmax].sum()]])
+    for k, pk in enumerate(probs[:15]):  # the grid ends at mean + 12 sd: the rest is < 1e-12
+        assert out.pmf[3 + 4 * k] == pytest.approx(pk, abs=1e-12)
+    mean_k = float(np.dot(np.arange(len(probs)), probs))
+    assert out.mean_s == pytest.approx(3.0 + 4.0 * mean_k, rel=1e-12)
+
+
+@pytest.mark.parametrize("kmax", [None, 3])
+def test_cobatching_over_a_dispersed_age_is_negative_binomial(kmax):
+    # W = 0 steps... 2 steps, age A ~ Gamma(shape 2, scale 3) (E[A] = 6, E[A^2] = 54), lam 0.5: the count is
+    # Poisson(1) (over W) + NegBin(2, p = 1.5/2.5) (over A), capped at kmax.
+    from scipy.stats import nbinom, poisson
+
+    from qmodel.stations.colocated import _add_arrivals_during
+
+    wait = GridDist(1.0, np.array([0.0, 0.0, 1.0]), 2.0)
+    jump = np.zeros(4)
+    jump[3] = 1.0
+    out = _add_arrivals_during(wait, 0.5, jump, 3.0, age=(np.full(3, 6.0), np.full(3, 54.0)), kmax=kmax)
+    probs = np.convolve(poisson.pmf(np.arange(40), 1.0), nbinom.pmf(np.arange(40), 2, 1.0 / 2.5))[:40]
+    if kmax is not None:
+        probs = np.concatenate([probs[:kmax], [1.0 - probs[:kmax].sum()]])
+    for k, pk in enumerate(probs[:12]):
+        assert out.pmf[2 + 3 * k] == pytest.approx(pk, abs=1e-10)
+
+
+@pytest.mark.parametrize("u, bands", [
+    (0.5, {"ttft_p50": (-0.07, 0.04), "ttft_p90": (-0.04, 0.06), "ttft_p99": (-0.05, 0.08)}),
+    (0.9, {"ttft_p50": (-0.16, -0.04), "ttft_p90": (-0.08, 0.03), "ttft_p99": (0.05, 0.16)}),
+])
+def test_least_loaded_pool_ttft_against_replay(u, bands):
+    # Two llama-3.1-8b/H100 engines, least_loaded (outstanding tokens), the catalog's Azure conv
+    # preset, Poisson at u of the limit, 2 seeds x 20000 requests of the bundled replay. Measured:
+    # p50/p90/p99 −2.8/+1.2/+3.0% at 0.5 and −10.6/−2.5/+11.2% at 0.9 (the gated form alone: p99
+    # +4.3%; the bulk-service maximum sets the far tail there; the M/G/c-like priority form this
+    # replaced: +21/+22/+23% at 0.9). Bands: those errors plus ~2 replay standard errors
+    # (seed-to-seed spread 2-5%).
+    from qmodel.engine import Solver
+    from qmodel.validation.engine import replay
+    from qmodel.validation.harness import _metrics
+    from qmodel.validation.suites import get_suite
+
+    case = next(c for c in get_suite("quick").cases if c.config.topology == "colocated")
+    sc = case.config.scenario("poisson", 1.0, False)
+    assert sc.deployment.pool.dispatch == "least_loaded" and sc.deployment.pool.instances == 2
+    solver = Solver(sc)
+    rate = u * solver.max_stable_rate()[0]
+    r = solver.solve(rate)
+    rep = [_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=seed)) for seed in (1, 2)]
+    for key, model in (("ttft_p50", r.ttft.p50), ("ttft_p90", r.ttft.p90), ("ttft_p99", r.ttft.p99)):
+        err = model / float(np.mean([m[key] for m in rep])) - 1.0
+        lo, hi = bands[key]
+        assert lo <= err <= hi, (key, err)

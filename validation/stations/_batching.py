@@ -106,6 +106,7 @@ class SinglePoolStation(ABC):
 
     def _reserve(self, d: SingleInstance, r: int) -> None:
         d.kv_used += self.need(r)
+        d.load += self.need(r) - self.req.prompt[r]  # the prompt stops waiting; its KV is now reserved
         d.slots += 1
         self.kv_m.add(self.sim.now, self.need(r))
         self.start_t[r] = self.sim.now
@@ -116,7 +117,7 @@ class SinglePoolStation(ABC):
         d = self.inst[i]
         self.entry[r] = t
         self.in_sys.add(t, 1)
-        d.load += self.req.prompt[r] + self.need(r)
+        d.load += self.req.prompt[r]  # a waiting prompt; its KV is counted once reserved (_reserve)
         head_was_empty = not d.waiting
         d.waiting.append(r)
         if d.mode == "idle":
@@ -153,7 +154,7 @@ class SinglePoolStation(ABC):
         d.kv_used -= self.need(r)
         self.kv_m.add(t, -self.need(r))
         d.slots -= 1
-        d.load -= self.req.prompt[r] + self.need(r)
+        d.load -= self.need(r)
 
     def _advance(self, d: SingleInstance, steps: int, t: float) -> None:
         """Apply ``steps`` decode steps ending at t; retire finished sequences."""
