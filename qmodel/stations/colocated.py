@@ -376,8 +376,12 @@ class ColocatedStation:
         parts, weights, full = [], [], 0.0
         for cls, cap in self._own_classes:
             st: dict = {}
-            wc = _add_arrivals_during(wait, lam, marginal, mean_marg, dxs, age=age, kmax=cap, stats=st) if cap > 0 else wait
-            full += len(cls) * (st.get("full", 0.0) if cap > 0 else 1.0 - float(wait.pmf[0]))
+            # an own prompt that fills the budget alone takes no batch-mate: whoever arrives meanwhile
+            # overflows into the next iteration, so its "full" share is P(K >= 1)
+            wc = _add_arrivals_during(wait, lam, marginal, mean_marg, dxs, age=age, kmax=max(cap, 1), stats=st)
+            if cap == 0:
+                wc = wait
+            full += len(cls) * st.get("full", 0.0)
             t_own = self.t1[cls]
             own = _split_pmf(t_own, dxs)
             parts.append(convolve(wc, GridDist(dxs, own / own.sum(), float(t_own.mean()), exact=False)))
