@@ -97,7 +97,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -151,6 +151,20 @@ def check_pool_inputs(name: str, prompt_tokens: np.ndarray, output_tokens: np.nd
     if dispatch not in ("random", "round_robin", "least_loaded"):
         raise InputError(f"{name}.dispatch", dispatch, "one of random, round_robin, least_loaded")
     return p, L
+
+
+class _TTFTGrid(NamedTuple):
+    """Rate-independent pieces of the colocated TTFT on its grid (:meth:`ColocatedStation._ttft_grid`)."""
+
+    dx: float
+    own: np.ndarray  #: pmf of the own prefill T_1 (mean-kept split)
+    own_law: GridDist  #: the same as a law
+    marginal: np.ndarray  #: pmf of a co-batched prompt's marginal cost
+    mean_marginal_s: float
+    classes: list[tuple[int, int, GridDist]]  #: per own-length quarter: (count, co-batch cap, own law)
+    #: least_loaded pools: (own pmf weighted exp(-S/delta), its length-weighted mean weight,
+    #: own pmf weighted by winning the all-prefilling comparison); None otherwise
+    least_loaded: tuple[np.ndarray, float, np.ndarray] | None
 
 
 @dataclass
@@ -218,8 +232,6 @@ class ColocatedStation:
         # -13..+18% of it); the instance whose iteration holds S more is chosen w.p. ~exp(-S/delta).
         size = p + L
         self._ll_delta = float(np.mean(size * size) / max(float(size.mean()), 1e-300))
-        self._ll_g = np.exp(-size / max(self._ll_delta, 1e-300))
-        self._ll_w_all = _win_against(size, self.t1, self._ll_delta) ** max(self.instances - 1, 1)
         self.decode_cost_per_token = (1.0 / (self.chain.cap / float(self.chain.g(self.chain.cap)[self.chain.cap]))
                                       if n_max is not None else slope)
         self._lam_max = self._find_lam_max()
@@ -283,8 +295,30 @@ class ColocatedStation:
         return self.instances * self._lam_max
 
     # ---- TTFT parts (Poisson or smoother arrivals) -------------------------------------------
-    def _gated_wait(self, rho_p: float, kbar: float, busy_dec: float, gd: np.ndarray, wd: np.ndarray,
-                    jump: np.ndarray, marginal: np.ndarray, dxs: float
+    @cached_property
+    def _ttft_grid(self) -> _TTFTGrid:
+        """The TTFT grid and the laws on it that do not depend on the rate (built once per station)."""
+        # 1/64 of a mean prefill (<1% of any TTFT quantile, which includes that prefill);
+        # rate-independent so attainment moves monotonically with the rate
+        dx = max(self.mean_t1 / 64.0, float(self.t1.max()) / 4096.0)
+        # own prefill split between neighbouring grid points (mean kept; rounding up would add dx/2)
+        own = _split_pmf(self.t1, dx)
+        own /= own.sum()
+        classes = []
+        for cls, cap in self._own_classes:
+            t_own = self.t1[cls]
+            pmf = _split_pmf(t_own, dx)
+            classes.append((len(cls), cap, GridDist(dx, pmf / pmf.sum(), float(t_own.mean()), exact=False)))
+        ll = None
+        if self.dispatch == "least_loaded" and self.instances > 1:
+            g = np.exp(-(self.p + self.L) / max(self._ll_delta, 1e-300))
+            w_all = _win_against(self.p + self.L, self.t1, self._ll_delta) ** (self.instances - 1)
+            ll = (_split_pmf(self.t1, dx, g), float(np.dot(self.t1, g) / max(float(self.t1.sum()), 1e-300)),
+                  _split_pmf(self.t1, dx, w_all))
+        return _TTFTGrid(dx, own, GridDist(dx, own, self.mean_t1, exact=False), _split_pmf(self.marginal_s, dx),
+                         float(self.marginal_s.mean()), classes, ll)
+
+    def _gated_wait(self, rho_p: float, kbar: float, busy_dec: float, gd: np.ndarray, wd: np.ndarray
                     ) -> tuple[GridDist, tuple[np.ndarray, np.ndarray]]:
         """(wait, E[age of the operation | wait]) per grid point, for gated prefill batches.
 
@@ -311,23 +345,23 @@ class ColocatedStation:
         but +9 / +25% on mean / p99 with the catalog's Azure conv preset at half load, where the
         Laplace comparison gives 13.5 / 31.1 / 111.8 against 13.9 / 31.9 / 114.7 ms).
         """
+        grid = self._ttft_grid
+        dxs, marginal = grid.dx, grid.marginal
         p_i, p_p, p_d = max(1.0 - rho_p - busy_dec, 0.0), rho_p, busy_dec
         # the running iteration: one T_1 plus Poisson(kbar - 1) marginal costs
         mj = float(np.dot(np.arange(len(marginal)), marginal))
         extra_k = max(kbar - 1.0, 0.0)
-        size_it = len(jump) + int(extra_k * mj + 12.0 * math.sqrt(extra_k * mj * len(marginal) + 1.0)) + len(marginal)
+        size_it = len(grid.own) + int(extra_k * mj + 12.0 * math.sqrt(extra_k * mj * len(marginal) + 1.0)) + len(marginal)
         extra = compound_poisson_pmf(marginal, np.array([extra_k]), size_it)[0]
-        iters = [(p_p, np.convolve(jump, extra)[:size_it])]
-        if self.dispatch == "least_loaded" and self.instances > 1:
+        iters = [(p_p, np.convolve(grid.own, extra)[:size_it])]
+        if grid.least_loaded is not None:
+            own_g, eg, own_all = grid.least_loaded
             c = self.instances
             busy = 1.0 - p_i
             tp, td = (p_p / busy, p_d / busy) if busy > 0 else (0.0, 0.0)
-            own = _split_pmf(self.t1, dxs, self._ll_g)
-            eg = float(np.dot(self.t1, self._ll_g) / max(float(self.t1.sum()), 1e-300))
             all_p = busy**c * tp**c
             mixed = busy**c * max(1.0 - tp**c - td**c, 0.0) * eg
-            own_all = _split_pmf(self.t1, dxs, self._ll_w_all)
-            iters = [(all_p, np.convolve(own_all, extra)[:size_it]), (mixed, np.convolve(own, extra)[:size_it])]
+            iters = [(all_p, np.convolve(own_all, extra)[:size_it]), (mixed, np.convolve(own_g, extra)[:size_it])]
             p_i = 1.0 - busy**c
             p_p = all_p + mixed
             p_d = max(1.0 - p_i - p_p, 0.0)
@@ -336,13 +370,16 @@ class ColocatedStation:
         n = max([len(dres)] + [len(r) for _, r, _, _ in res_parts])
         xk = np.arange(len(dres)) * dxs
         # decode step t (weights wd): residual density 1/t on [0, t), age t - x there
-        dens = (wd / gd)[None, :] * (xk[:, None] < gd[None, :])
+        ahead = xk[:, None] < gd[None, :]
+        dens = (wd / gd)[None, :] * ahead
+        gap = np.where(ahead, gd[None, :] - xk[:, None], 0.0)
         den = dens.sum(axis=1)
-        age_d = np.where(den > 0, (dens * (gd[None, :] - xk[:, None])).sum(axis=1) / np.maximum(den, 1e-300), 0.0)
+        inv_den = np.where(den > 0, 1.0 / np.maximum(den, 1e-300), 0.0)
+        age_d = (dens * gap).sum(axis=1) * inv_den
+        age2_d = (dens * gap * gap).sum(axis=1) * inv_den
         pmf = np.zeros(n)
         pmf[0] = p_i
         pmf[: len(dres)] += p_d * dres
-        age2_d = np.where(den > 0, (dens * (gd[None, :] - xk[:, None]) ** 2).sum(axis=1) / np.maximum(den, 1e-300), 0.0)
         age_mass = np.zeros(n)
         age_mass[: len(dres)] += p_d * dres * age_d
         age2_mass = np.zeros(n)
@@ -356,8 +393,8 @@ class ColocatedStation:
         inv = np.where(pmf > 1e-300, 1.0 / np.maximum(pmf, 1e-300), 0.0)
         return GridDist(dxs, pmf, mean, exact=False), (age_mass * inv, age2_mass * inv)
 
-    def _cobatched_ttft(self, wait: GridDist, age: tuple[np.ndarray, np.ndarray], lam: float, marginal: np.ndarray,
-                        mean_marg: float, dxs: float) -> tuple[GridDist, float]:
+    def _cobatched_ttft(self, wait: GridDist, age: tuple[np.ndarray, np.ndarray], lam: float
+                        ) -> tuple[GridDist, float]:
         """(TTFT, share of requests whose iteration is full), TTFT = W + co-batched prompts' marginal
         costs + own T_1.
 
@@ -368,24 +405,21 @@ class ColocatedStation:
         budget caps K beside an own prompt of length P at (B - P) // E[P] mean-length prompts, per
         quarter of the own-length distribution; when no cap can bind, one transform serves all.
         """
-        caps = [k for _, k in self._own_classes]
+        grid = self._ttft_grid
+        dxs, marginal, mean_marg = grid.dx, grid.marginal, grid.mean_marginal_s
+        caps = [cap for _, cap, _ in grid.classes]
         mu_hi = lam * (wait.n * dxs + float(age[0].max(initial=0.0)) + 6.0 * math.sqrt(float(age[1].max(initial=0.0))))
         if min(caps) > 0 and _poisson_sf(min(caps), mu_hi) < 1e-12:
-            wait_co = _add_arrivals_during(wait, lam, marginal, mean_marg, dxs, age=age)
-            return convolve(wait_co, GridDist(dxs, _split_pmf(self.t1, dxs), self.mean_t1, exact=False)), 0.0
+            return convolve(_add_arrivals_during(wait, lam, marginal, mean_marg, dxs, age=age), grid.own_law), 0.0
         parts, weights, full = [], [], 0.0
-        for cls, cap in self._own_classes:
+        for count, cap, own in grid.classes:
             st: dict = {}
             # an own prompt that fills the budget alone takes no batch-mate: whoever arrives meanwhile
             # overflows into the next iteration, so its "full" share is P(K >= 1)
             wc = _add_arrivals_during(wait, lam, marginal, mean_marg, dxs, age=age, kmax=max(cap, 1), stats=st)
-            if cap == 0:
-                wc = wait
-            full += len(cls) * st.get("full", 0.0)
-            t_own = self.t1[cls]
-            own = _split_pmf(t_own, dxs)
-            parts.append(convolve(wc, GridDist(dxs, own / own.sum(), float(t_own.mean()), exact=False)))
-            weights.append(len(cls))
+            full += count * st.get("full", 0.0)
+            parts.append(convolve(wc if cap > 0 else wait, own))
+            weights.append(count)
         return mixture(parts, weights), full / max(sum(weights), 1)
 
     @cached_property
@@ -442,7 +476,6 @@ class ColocatedStation:
         td = np.array([float(np.interp(min(v + 1, cap), np.arange(len(g)), g)) for v in nodes])
 
         # ---- TPOT: compound Poisson stalls on a grid --------------------------------------------
-        t_hi = float(self.t1.max())
         # Stalls in the decode life come as iterations of kbar prompts at rate lam/kbar; the prompts
         # queued during the request's own prefill are counted one by one (K_0 term).
         ll = self.dispatch == "least_loaded"
@@ -465,12 +498,6 @@ class ColocatedStation:
                           dx0=float(self.chain.g(1)[1]) / 200.0)
         mean_tpot = tpot.mean_s
 
-        # TTFT grid: 1/64 of a mean prefill (<1% of any TTFT quantile, which includes that prefill);
-        # rate-independent so attainment moves monotonically with the rate
-        dxs = max(self.mean_t1 / 64.0, t_hi / 4096.0)
-        # own prefill split between neighbouring grid points (mean kept; rounding up would add dx/2)
-        jump = _split_pmf(self.t1, dxs)
-        jump /= jump.sum()
 
         # ---- TTFT: wait for the operation in progress + co-batched prompts + own prefill ---------
         busy_dec = (1.0 - rho_p) * (1.0 - float(pi[0]))
@@ -479,23 +506,23 @@ class ColocatedStation:
         gd = g[1: m + 1][keep]
         wd = pi[1: m + 1][keep]
         wd = wd / max(float(wd.sum()), 1e-300)
-        marginal = _split_pmf(self.marginal_s, dxs)
-        mean_marg = float(self.marginal_s.mean())
         if m_burst > 1.0:
+            grid = self._ttft_grid
+            dxs, marginal = grid.dx, grid.marginal
             # Bursty arrivals as geometric batches: prefill is the high class of a non-preemptive
             # priority queue over decode steps, an M^X/G/1 wait of whole bursts (the burst members ahead
             # of the request on its instance share its iteration: marginal cost), plus the decode
             # residual stretched by 1/(1 - rho_p) (the prefill work that arrives during it).
             busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
-            pk = batch_wait(jump, dxs, rho_p, m_burst, c_ll, member=marginal, sides=1)
+            pk = batch_wait(grid.own, dxs, rho_p, m_burst, c_ll, member=marginal, sides=1)
             wait = convolve(pk, decode_residual(gd, wd, 1.0 - rho_p, busy_frac, dxs))
             # Prompts arriving while the request waits join its batch (FCFS order puts the earlier ones in
             # W already): given W = w, K ~ Poisson(lam w) of them, each adding its marginal prefill cost.
-            wait_co = _add_arrivals_during(wait, lam, marginal, mean_marg, dxs)
-            ttft = convolve(wait_co, GridDist(dxs, jump, self.mean_t1, exact=False))
+            wait_co = _add_arrivals_during(wait, lam, marginal, grid.mean_marginal_s, dxs)
+            ttft = convolve(wait_co, grid.own_law)
         else:
-            wait, age = self._gated_wait(rho_p, kbar, busy_dec, gd, wd, jump, marginal, dxs)
-            ttft, full = self._cobatched_ttft(wait, age, lam, marginal, mean_marg, dxs)
+            wait, age = self._gated_wait(rho_p, kbar, busy_dec, gd, wd)
+            ttft, full = self._cobatched_ttft(wait, age, lam)
             if full > _FULL_SHARE:
                 ttft = self._with_overflow(ttft, rate_per_s)
         resid = wait
@@ -812,7 +839,6 @@ def _count_pmf(mu_w: np.ndarray, kmax: int, ea: np.ndarray | None = None, shape:
                scale: np.ndarray | None = None, lam: float = 0.0) -> np.ndarray:
     """P(K = j), j < kmax, per row: K ~ Poisson(mu_w) plus, when ``ea`` is given, an independent count
     over a gamma(shape, scale) window at rate lam (negative binomial; Poisson(lam ea) where shape = inf)."""
-    j = np.arange(kmax)
     out = np.exp(-mu_w)[:, None] * np.ones(kmax)
     for i in range(1, kmax):
         out[:, i] = out[:, i - 1] * mu_w / i
@@ -895,7 +921,7 @@ def _add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump
     zero = mu_s <= 0.0
     rows, mus = share[~zero], mu_s[~zero]
     if shape is not None:
-        lw, ea_s = lam * w_s[~zero], (mu_s[~zero] - lam * w_s[~zero]) / lam
+        lw, ea_s = lam * w_s[~zero], ea[~zero]
         sh, sc = shape[~zero], scale[~zero]
         finite = np.isfinite(sh)
     acc = sfft.rfft(rows, nfft, axis=1) if len(rows) else np.zeros((0, nfft // 2 + 1), complex)
