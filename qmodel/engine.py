@@ -251,8 +251,11 @@ class Solver:
                            handoff.tail_rate / s if math.isfinite(handoff.tail_rate) else math.inf,
                            handoff.exact) for s in scale]
         # Convolution is linear: Σ w_g (T ⊕ H_g) = T ⊕ Σ w_g H_g, one FFT convolution instead of
-        # one per group (all on the grid max(T.dx, max_g H_g.dx) either way).
-        return [decode_tpot, mixture(scaled, weight)]
+        # one per group (all on the grid max(T.dx, max_g H_g.dx) either way). Both terms are put on
+        # that grid here, once, where sum_cdf and the lazy convolution would each re-bin them.
+        mix = mixture(scaled, weight)
+        dx = max(decode_tpot.dx, mix.dx)
+        return [decode_tpot.regrid(dx), mix.regrid(dx)]
 
     def attainment(self, rate: float) -> float:
         """Attainment at ``rate``; 0 where the system is unstable.

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from qmodel import dist
 from qmodel.dist import GridDist, LazyGridDist, convolve, fast_len, sum_cdf
 
 
@@ -25,6 +26,61 @@ def test_convolve_is_the_exact_discrete_convolution() -> None:
     np.testing.assert_allclose(c.pmf, np.convolve(a.pmf, b.pmf), rtol=0, atol=1e-15)
     assert c.mean_s == pytest.approx(a.mean_s + b.mean_s, rel=1e-14)
     assert c.tail == pytest.approx(0.0, abs=1e-14)
+
+
+def _sparse_law(rng: np.random.Generator, n: int, nnz: int, dx: float) -> GridDist:
+    # a law on a grid much finer than its spread: a few atoms (deterministic batch/transfer times)
+    p = np.zeros(n)
+    p[rng.choice(n, size=nnz, replace=False)] = rng.random(nnz) + 0.1
+    p[n - 1] = max(p[n - 1], 0.05)  # the support reaches the end (nothing to trim)
+    p /= p.sum()
+    return GridDist(dx, p, float(np.arange(n) @ p) * dx)
+
+
+@pytest.mark.parametrize("case", ["sparse", "dense-short", "fft", "mixed-three"])
+def test_every_convolution_path_is_the_exact_discrete_convolution(case: str) -> None:
+    # convolve picks direct sums over nonzero bins, dense direct sums or one FFT pass by cost
+    # (dist._direct); each must give np.convolve's numbers to round-off
+    rng = np.random.default_rng(11)
+    laws = {
+        "sparse": [_sparse_law(rng, 3600, 40, 1e-5), _law(rng, 62, 1e-5)],  # 40 x 62 products
+        "dense-short": [_law(rng, 90, 1e-3), _law(rng, 300, 1e-3)],
+        "fft": [_law(rng, 1800, 1e-3), _law(rng, 1200, 1e-3)],
+        "mixed-three": [_law(rng, 1800, 1e-3), _sparse_law(rng, 1100, 4, 1e-3), _sparse_law(rng, 391, 1, 1e-3)],
+    }[case]
+    want = laws[0].pmf
+    for law in laws[1:]:
+        want = np.convolve(want, law.pmf)
+    got = convolve(*laws)
+    assert got.n == want.size
+    np.testing.assert_allclose(got.pmf, want, rtol=0, atol=1e-15)
+    assert got.mean_s == pytest.approx(sum(x.mean_s for x in laws), rel=1e-14)
+    # and the path taken is the one the case names
+    a, b = laws[0].pmf, laws[1].pmf
+    if case == "mixed-three":  # the two sparse factors fold directly, the dense one by FFT
+        both = dist._direct(laws[2].pmf, b)
+        assert both is not None and dist._direct(both, a) is None
+    else:
+        assert (dist._direct(a, b) is None) == (case == "fft")
+
+
+@pytest.mark.parametrize("negligible_bins", [0, 5, 64, 65, 700])
+def test_trimmed_drops_exactly_the_negligible_run(negligible_bins: int) -> None:
+    # trimmed() first sums the last _TRIM_PROBE bins; a longer negligible run needs the whole law
+    rng = np.random.default_rng(negligible_bins)
+    head = rng.random(300) + 0.01
+    head /= head.sum()
+    pmf = np.concatenate([head * (1.0 - 1e-13), np.full(negligible_bins, 1e-13 / max(negligible_bins, 1))])
+    law = GridDist(1e-3, pmf, 0.1)
+    c = np.cumsum(pmf[::-1])  # the plain rule: drop the trailing bins whose total is below 1e-12
+    drop = int(np.searchsorted(c, 1e-12))
+    got = law.trimmed()
+    if drop <= 0:
+        assert got is law
+    else:
+        assert got.n == pmf.size - drop
+        assert got.pmf.sum() == pytest.approx(1.0, abs=1e-15)
+    assert got.n >= 300 - 1
 
 
 @pytest.mark.parametrize("terms", [2, 3])
