@@ -5,6 +5,7 @@ Targets (issue): a disaggregated solve with p50/p90/p99 <= 1 ms median; one good
     .venv/bin/python -m pytest benchmarks/bench_engine.py --benchmark-enable -q
     .venv/bin/python benchmarks/bench_engine.py [--repeat 15] [--examples a,b]
     .venv/bin/python benchmarks/bench_engine.py --against e051a84 [--rounds 3]   # speedup vs a revision
+    .venv/bin/python benchmarks/bench_engine.py --breakdown   # where one disaggregated solve's time goes
 
 What is timed:
 
@@ -113,6 +114,37 @@ def _measure(names: list[str], repeat: int) -> dict[str, dict[str, float]]:
                    "goodput": _median_cpu_ms(case_goodput(name), max(3, repeat // 3))} for name in names}
 
 
+def _breakdown(names: list[str], repeat: int) -> None:
+    """Median CPU ms of each part of one disaggregated solve at the scenario's rate: the three
+    stations alone (each from the same inputs the composition gives it), the composition around
+    them (``compose`` minus the stations), and the Result (summaries, station reports, binding)."""
+    from qmodel.engine import Solver
+
+    print(f"{'example':26s} {'prefill':>8s} {'kv':>8s} {'decode':>8s} {'compose':>8s} {'result':>8s} {'solve':>8s}"
+          "   (median CPU ms; compose and result exclude the stations)")
+    for name in names:
+        solver = Solver(_scenario(name))
+        if solver._topology != "disaggregated":
+            continue
+        rate = solver.resolved.base_rate_per_s
+        solver.solve(rate)
+        sp = solver._prefill.solve(rate)
+        tr = solver._transfer
+        kw = {}
+        if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and solver.scenario.deployment.link_sharing == "fcfs":
+            kw = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
+                      batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
+        own = sp.extra.get("own_batch_time_per_prompt_s")
+        # the KV station's report builds its lazy wait law: counted with the station
+        t_p = _median_cpu_ms(lambda: solver._prefill.solve(rate), repeat)
+        t_k = _median_cpu_ms(lambda: tr.solve(rate, prefill_time_s=own, **kw).report(), repeat)
+        t_d = _median_cpu_ms(lambda: solver._decode.solve(rate), repeat)
+        t_c = _median_cpu_ms(lambda: solver.compose(rate), repeat)
+        t_s = _median_cpu_ms(lambda: solver.solve(rate), repeat)
+        print(f"{name:26s} {t_p:8.3f} {t_k:8.3f} {t_d:8.3f} {t_c - t_p - t_k - t_d:8.3f} "
+              f"{t_s - t_c:8.3f} {t_s:8.3f}", flush=True)
+
+
 def _against(rev: str, names: list[str], repeat: int, rounds: int) -> None:
     """Time ``rev`` (a git worktree of it, on PYTHONPATH) and this tree in alternating subprocesses on
     the same machine, and print both medians and their ratio: on a shared machine absolute CPU
@@ -153,8 +185,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the medians as JSON")
     ap.add_argument("--against", metavar="REV", help="also time git revision REV, alternating, and print the ratio")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds with --against")
+    ap.add_argument("--breakdown", action="store_true", help="time the parts of one disaggregated solve")
     args = ap.parse_args()
     names = args.examples.split(",")
+    if args.breakdown:
+        _breakdown(names, args.repeat)
+        return
     if args.against:
         _against(args.against, names, args.repeat, args.rounds)
         return

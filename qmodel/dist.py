@@ -19,11 +19,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "fast_len", "MAX_POINTS"]
+__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "fast_len", "linear_convolution", "shift_sum", "MAX_POINTS"]
 
 MAX_POINTS = 1 << 16
-# convolutions by direct sums (see _direct): at most this many products of nonzero bins, or of
-# bins for two dense factors; past that one FFT pass is cheaper
+# convolutions by direct sums (see _direct): a factor of at most _SHIFT_ATOMS nonzero bins as
+# shifted copies of the other, else at most _DIRECT_TERMS products of nonzero bins, or
+# _DENSE_TERMS products of bins for two dense factors; past that one FFT pass is cheaper
+_SHIFT_ATOMS = 16
 _DIRECT_TERMS = 4096
 _DENSE_TERMS = 32768
 # trimmed() sums this many trailing bins before it sums the whole law
@@ -55,7 +57,9 @@ class GridDist:
         x = np.arange(n) * dx
         F = np.clip(np.asarray(cdf(x), dtype=float), 0.0, 1.0)
         F = np.maximum.accumulate(F)
-        pmf = np.diff(F, prepend=0.0)
+        pmf = np.empty(n)  # np.diff(F, prepend=0.0), without the concatenation
+        pmf[0] = F[0]
+        np.subtract(F[1:], F[:-1], out=pmf[1:])
         return GridDist(dx, pmf, float(mean_s), tail=float(max(0.0, 1.0 - F[-1])), tail_rate=tail_rate, exact=exact)
 
     @staticmethod
@@ -180,37 +184,58 @@ def _tail_rate_guess(v: np.ndarray, w: np.ndarray) -> float:
     return 1.0 / m if m > 0 else math.inf
 
 
-def _direct(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """a ∗ b by direct sums when that is cheap, else None: over the nonzero bins only (a law on a
-    grid much finer than its spread, e.g. a few deterministic batch times, is mostly zeros), or
-    the dense O(len(a)·len(b)) sum for two short factors."""
-    ia, ib = np.flatnonzero(a), np.flatnonzero(b)
-    if ia.size == 0 or ib.size == 0:
-        return np.zeros(a.size + b.size - 1)
-    if ia.size * ib.size <= _DIRECT_TERMS:
+def shift_sum(law: np.ndarray, atoms: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` points of Σ_j weights_j · law shifted by atoms_j bins: ``law`` convolved with
+    the law of atoms (sorted bins) and their masses, one vector add per atom."""
+    out = np.zeros(n)
+    for j, w in zip(atoms.tolist(), weights.tolist()):
+        if j >= n:
+            break
+        m = min(law.size, n - j)
+        out[j : j + m] += w * law[:m]
+    return out
+
+
+def _direct(a: np.ndarray, b: np.ndarray, nnz_a: int, nnz_b: int) -> np.ndarray | None:
+    """a ∗ b by direct sums when that is cheap, else None (``nnz_*`` their nonzero-bin counts). A
+    law on a grid much finer than its spread is mostly zeros (a deterministic transfer time is one
+    bin, i transfers ahead i times it): a factor of at most _SHIFT_ATOMS nonzero bins enters as
+    that many shifted copies of the other (:func:`shift_sum`), a few more as one sum over the
+    products of nonzero bins, and two short dense factors by the O(len(a)·len(b)) sum."""
+    n = a.size + b.size - 1
+    if nnz_a == 0 or nnz_b == 0:
+        return np.zeros(n)
+    if min(nnz_a, nnz_b) <= _SHIFT_ATOMS:
+        sparse, law = (a, b) if nnz_a <= nnz_b else (b, a)
+        atoms = np.flatnonzero(sparse)
+        return shift_sum(law, atoms, sparse[atoms], n)
+    if nnz_a * nnz_b <= _DIRECT_TERMS:
+        ia, ib = np.flatnonzero(a), np.flatnonzero(b)
         idx = (ia[:, None] + ib[None, :]).ravel()
-        return np.bincount(idx, weights=np.multiply.outer(a[ia], b[ib]).ravel(), minlength=a.size + b.size - 1)
+        return np.bincount(idx, weights=np.multiply.outer(a[ia], b[ib]).ravel(), minlength=n)
     if a.size * b.size <= _DENSE_TERMS:
         return np.convolve(a, b)
     return None
 
 
-def _linear_convolution(pmfs: list[np.ndarray], n: int) -> np.ndarray:
+def linear_convolution(pmfs: list[np.ndarray], n: int) -> np.ndarray:
     """The first ``n`` points of the linear convolution of ``pmfs``.
 
-    Factors are folded in by direct sums while that is cheap (:func:`_direct`), and one FFT pass
-    takes what is left: a composition mostly pairs a long law with a short or sparse one (a handoff
-    of a few bins on the TPOT grid, a transfer of a few bins on the TTFT grid, a deterministic
-    transfer time), where a transform pair of the long law's length costs several times the direct
-    sum. Direct sums carry no FFT round-off (the two agree to ~1e-16 of the total mass)."""
-    order = sorted(pmfs, key=np.count_nonzero)
-    acc, rest = order[0], []
-    for p in order[1:]:
-        d = _direct(acc, p)
+    Factors are folded in by direct sums while that is cheap (:func:`_direct`), sparsest first,
+    and one FFT pass takes what is left: a composition mostly pairs a long law with a short or
+    sparse one (a handoff of a few bins on the TPOT grid, a transfer of a few bins on the TTFT
+    grid, a deterministic transfer time), where a transform pair of the long law's length costs
+    several times the direct sum. Direct sums carry no FFT round-off (the two agree to ~1e-16 of
+    the total mass)."""
+    order = sorted((int(np.count_nonzero(p)), i, p) for i, p in enumerate(pmfs))
+    nnz, _, acc = order[0]
+    rest = []
+    for k, _, p in order[1:]:
+        d = _direct(acc, p, nnz, k)
         if d is None:
             rest.append(p)
         else:
-            acc = d
+            acc, nnz = d, int(np.count_nonzero(d))
     if rest:
         size = fast_len(n)
         spec = np.fft.rfft(acc, size)
@@ -228,7 +253,7 @@ def convolve(*dists: GridDist) -> GridDist:
     parts = [d.regrid(dx).trimmed() for d in dists]
     n = sum(p.n for p in parts) - len(parts) + 1
     n_out = min(n, MAX_POINTS)
-    pmf = np.clip(_linear_convolution([p.pmf for p in parts], n), 0.0, None)
+    pmf = np.clip(linear_convolution([p.pmf for p in parts], n), 0.0, None)
     spill = float(pmf[n_out:].sum()) if n > n_out else 0.0
     pmf = pmf[:n_out]
     mass_on_grid = math.prod(1.0 - p.tail for p in parts)

@@ -37,16 +37,17 @@ def _sparse_law(rng: np.random.Generator, n: int, nnz: int, dx: float) -> GridDi
     return GridDist(dx, p, float(np.arange(n) @ p) * dx)
 
 
-@pytest.mark.parametrize("case", ["sparse", "dense-short", "fft", "mixed-three"])
+@pytest.mark.parametrize("case", ["shifts", "sparse-products", "dense-short", "fft", "mixed-three"])
 def test_every_convolution_path_is_the_exact_discrete_convolution(case: str) -> None:
-    # convolve picks direct sums over nonzero bins, dense direct sums or one FFT pass by cost
-    # (dist._direct); each must give np.convolve's numbers to round-off
+    # convolve picks shifted copies, direct sums over nonzero bins, dense direct sums or one FFT
+    # pass by cost (dist._direct); each must give np.convolve's numbers to round-off
     rng = np.random.default_rng(11)
     laws = {
-        "sparse": [_sparse_law(rng, 3600, 40, 1e-5), _law(rng, 62, 1e-5)],  # 40 x 62 products
+        "shifts": [_law(rng, 1800, 1e-5), _sparse_law(rng, 1165, 4, 1e-5)],  # 4 shifted copies
+        "sparse-products": [_sparse_law(rng, 3600, 40, 1e-5), _law(rng, 62, 1e-5)],  # 40 x 62 products
         "dense-short": [_law(rng, 90, 1e-3), _law(rng, 300, 1e-3)],
         "fft": [_law(rng, 1800, 1e-3), _law(rng, 1200, 1e-3)],
-        "mixed-three": [_law(rng, 1800, 1e-3), _sparse_law(rng, 1100, 4, 1e-3), _sparse_law(rng, 391, 1, 1e-3)],
+        "mixed-three": [_law(rng, 1800, 1e-3), _sparse_law(rng, 1100, 30, 1e-3), _law(rng, 100, 1e-3)],
     }[case]
     want = laws[0].pmf
     for law in laws[1:]:
@@ -56,12 +57,15 @@ def test_every_convolution_path_is_the_exact_discrete_convolution(case: str) -> 
     np.testing.assert_allclose(got.pmf, want, rtol=0, atol=1e-15)
     assert got.mean_s == pytest.approx(sum(x.mean_s for x in laws), rel=1e-14)
     # and the path taken is the one the case names
+    def direct(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        return dist._direct(x, y, int(np.count_nonzero(x)), int(np.count_nonzero(y)))
+
     a, b = laws[0].pmf, laws[1].pmf
-    if case == "mixed-three":  # the two sparse factors fold directly, the dense one by FFT
-        both = dist._direct(laws[2].pmf, b)
-        assert both is not None and dist._direct(both, a) is None
+    if case == "mixed-three":  # the sparse and the short factor fold directly, the long one by FFT
+        both = direct(laws[2].pmf, b)
+        assert both is not None and direct(both, a) is None
     else:
-        assert (dist._direct(a, b) is None) == (case == "fft")
+        assert (direct(a, b) is None) == (case == "fft")
 
 
 @pytest.mark.parametrize("negligible_bins", [0, 5, 64, 65, 700])

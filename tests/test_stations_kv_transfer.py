@@ -99,6 +99,29 @@ def test_batch_releases_against_lindley() -> None:
         assert sol.wait.quantile(p) == pytest.approx(q, abs=3 * qse + 0.02 * q + 2 * sol.wait.dx)
 
 
+def test_batch_releases_weight_repeated_transfer_sizes() -> None:
+    # Prompt samples repeat lengths (traces, presets); ServiceSample merges repeats into weights,
+    # and the work ahead in a batch must use those weights: 90% of transfers 0.5 GB, 10% 2.5 GB
+    # (an equal-weight law of the two sizes would put 1.5 GB, not 0.7 GB, ahead per position).
+    x = np.repeat([0.5 * GB, 2.5 * GB], [9000, 1000])
+    pk = np.array([0.2, 0.3, 0.5])
+    lam_b = 3.0
+    lam = lam_b * float(pk @ [1, 2, 3])  # rho = 6.9 x 0.07 s = 0.483
+    st = KVTransferStation(x, 10 * GB, sharing="fcfs", batch_rate_per_s=lam_b, batch_size_pmf=pk)
+    sol = st.solve(lam)
+    rng = np.random.default_rng(9)
+    nb = 150_000
+    t_b = np.cumsum(rng.exponential(1 / lam_b, nb))
+    arr = np.repeat(t_b, rng.choice([1, 2, 3], nb, p=pk))
+    svc = rng.choice([0.05, 0.25], arr.size, p=[0.9, 0.1])
+    w = lindley(arr, svc)[20_000:]
+    m, se = _se(w, np.mean)
+    assert sol.wait.mean_s == pytest.approx(m, abs=3 * se)
+    for p in (0.9, 0.99):
+        q, qse = _se(w, lambda v: np.quantile(v, p))
+        assert sol.wait.quantile(p) == pytest.approx(q, abs=3 * qse + 0.03 * q + 2 * sol.wait.dx)
+
+
 def test_processor_sharing_mean() -> None:
     x = _bytes()
     st = KVTransferStation(x, 10 * GB, latency_s=2e-3, paths=2, sharing="fair")

@@ -77,6 +77,11 @@ def _servers(c: int) -> int:
     return int(c)
 
 
+# Samples of at most this many values evaluate their MGF in Python floats: a root search makes
+# ~10 evaluations, and on a few values numpy's per-call overhead is nearly all of each one's cost.
+_SCALAR_VALUES = 16
+
+
 def _check_stable(station: str, rho: float, lam: float) -> None:
     if rho >= 1.0:
         raise UnstableError(station, rho, lam, lam / rho * (1.0 - 1e-12))
@@ -124,18 +129,40 @@ class ServiceSample:
         m = self.mean_s
         return max(self.moment(2) / (m * m) - 1.0, 0.0)
 
+    @cached_property
+    def _floats(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """(values, weights) as Python floats for a sample of at most _SCALAR_VALUES values, else None."""
+        if self.values_s.size > _SCALAR_VALUES:
+            return None
+        return tuple(self.values_s.tolist()), tuple(self.weights.tolist())
+
     def expm1_mgf(self, eta: float) -> float:
         """E[e^{ηS}] − 1 without cancellation for small η."""
+        if self._floats is not None:
+            return self._expm1_mgf_and_slope_floats(eta)[0]
         return float(np.dot(self.weights, np.expm1(np.minimum(eta * self.values_s, 700.0))))
 
     def mgf_s(self, eta: float) -> float:
         """E[S e^{ηS}]."""
+        if self._floats is not None:
+            return self._expm1_mgf_and_slope_floats(eta)[1]
         return float(np.dot(self.weights, self.values_s * np.exp(np.minimum(eta * self.values_s, 700.0))))
 
     def expm1_mgf_and_slope(self, eta: float) -> tuple[float, float]:
         """(E[e^{ηS}] − 1, E[S e^{ηS}]) from one exponential per value (a root finder wants both)."""
+        if self._floats is not None:
+            return self._expm1_mgf_and_slope_floats(eta)
         em1 = np.expm1(np.minimum(eta * self.values_s, 700.0))
         return float(np.dot(self.weights, em1)), float(np.dot(self.weights * self.values_s, em1 + 1.0))
+
+    def _expm1_mgf_and_slope_floats(self, eta: float) -> tuple[float, float]:
+        # as expm1_mgf_and_slope, on the Python floats of a small sample
+        em1_mean = slope = 0.0
+        for v, w in zip(*self._floats):  # type: ignore[misc]
+            e = math.expm1(min(eta * v, 700.0))
+            em1_mean += w * e
+            slope += w * v * (e + 1.0)
+        return em1_mean, slope
 
 
 def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> tuple[float, float]:
@@ -290,6 +317,10 @@ class WaitingTime(ABC):
         if dx is None:
             dx = max(self.mean_s, end / 1000.0, 1e-12) / 200.0
         n = int(min(MAX_POINTS, math.ceil(end / dx) + 2))
+        return self._on_grid(dx, n)
+
+    def _on_grid(self, dx: float, n: int) -> GridDist:
+        """The law on the grid points k·dx, k < n (the mass beyond as the tail)."""
         tail_rate = getattr(self, "decay_rate", math.inf)
         return GridDist.from_cdf(self.cdf, dx, n, self.mean_s, tail_rate=tail_rate, exact=self.exact)
 
@@ -316,6 +347,14 @@ class _ExpTail(WaitingTime):
         if q <= 1.0 - self.p_wait:
             return 0.0
         return max(0.0, math.log(self.tail_const / (1.0 - q)) / self.decay_rate)
+
+    def _on_grid(self, dx: float, n: int) -> GridDist:
+        # the closed form 1 − min(p_wait, K e^{−ηt}) at the grid points t = k·dx >= 0: the same
+        # pmf as through cdf(), without sf's branch for t < 0 (one solve builds this grid at every
+        # rate, and on a few thousand points each array pass counts)
+        p, c, eta = self.p_wait, self.tail_const, self.decay_rate
+        return GridDist.from_cdf(lambda x: 1.0 - np.minimum(p, c * np.exp(-eta * x)), dx, n, self.mean_s,
+                                 tail_rate=eta, exact=self.exact)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,22 +35,27 @@ a quarter of the prefill's step, the grid TTFT is composed on) else 1/400 of the
 coarse enough that the support (largest exposed time + the wait's 1 − 1e-9 quantile, known in
 closed form before any grid is built) fits in 16384 bins (MAX_POINTS for a given ``dx``). Rounding
 up to it makes quantiles conservative by at most one step per term.
+
+The work ahead in a batch, Σ_i d_i F^{∗i} (F the link-time law on the grid), is formed by Horner
+in F: by shifted adds when F has few atoms on the grid (few distinct transfer times; one with fixed
+prompt lengths, where i transfers ahead take exactly i times the one), else by one FFT pass. Sums of
+the independent terms are :func:`qmodel.dist.convolve` (direct sums for such sparse terms).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Callable, Literal
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, fast_len
+from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, fast_len, shift_sum
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
 from qmodel.stations.base import StationSolution
-from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
+from qmodel.stations.fcfs import _SCALAR_VALUES, MG1, ServiceSample, mx_g1_mean_wait
 
 __all__ = ["KVTransferStation", "bandwidth_needed_bytes_per_s", "layerwise_exposed_s", "kv_transfer_bytes"]
 
@@ -61,11 +66,41 @@ Mode = Literal["serialized", "layerwise"]
 # and FFTs' size that costs resolution only for laws far wider than their mean.
 _SPAN_POINTS = 16384
 _STEPS_PER_MEAN = 400.0  # default grid step: the mean delay over this
+# The work-ahead Horner sum is built by shifted adds while it needs at most this many
+# (atoms of the link-time law x batch positions; _position_pmf); past that one FFT pass is cheaper.
+_MAX_SHIFTS = 16
+# what a per-rate variant of a station shares with it (KVTransferStation._variant)
+_RATE_INDEPENDENT = ("x", "service", "mean_bytes", "_mean_occupancy")
 
 
 def _end(mg1: MG1) -> float:
     """The 1 − 1e-9 quantile of an M/G/1 wait (0 when it waits with smaller probability)."""
     return mg1.quantile(1.0 - 1e-9) if mg1.p_wait > 1e-9 else 0.0
+
+
+def _position_pmf(d: np.ndarray, s_pmf: np.ndarray, length: int) -> np.ndarray:
+    """The first ``length`` points of Σ_i d_i F^{∗i} (i = 0..len(d)−1, F the pmf ``s_pmf``), by
+    Horner in F.
+
+    An F of few atoms (few distinct transfer times; one for fixed prompt lengths) is multiplied in
+    by shifted copies per atom (:func:`qmodel.dist.shift_sum`): exact, where a transform leaves
+    round-off noise in every bin. Otherwise one FFT pass of ``length`` points,
+    whose circular wrap-around the support bound ``length`` keeps negligible."""
+    atoms = np.flatnonzero(s_pmf)
+    if atoms.size * (d.size - 1) <= _MAX_SHIFTS:
+        acc, mass = d[-1:].copy(), s_pmf[atoms]
+        for di in d[-2::-1]:
+            acc = shift_sum(acc, atoms, mass, min(acc.size + s_pmf.size - 1, length))
+            acc[0] += di
+        out = np.zeros(length)
+        out[: acc.size] = acc
+        return out
+    size = fast_len(length)
+    f = np.fft.rfft(s_pmf, size)
+    acc = np.full_like(f, d[-1])
+    for di in d[-2::-1]:
+        acc = acc * f + di
+    return np.clip(np.fft.irfft(acc, size)[:length], 0.0, None)
 
 
 def bandwidth_needed_bytes_per_s(kv_bytes_per_token: float, mean_prompt_tokens: float, rate_per_s: float) -> float:
@@ -89,7 +124,11 @@ def kv_transfer_bytes(kv_bytes_per_token: float, prompt_tokens: np.ndarray,
 
 
 class _CompoundWork(ServiceSample):
-    """Total work B = S_1 + … + S_K of a batch (K ~ batch_pmf, S iid): exact moments and MGF."""
+    """Total work B = S_1 + … + S_K of a batch (K ~ batch_pmf, S iid): exact moments and MGF.
+
+    A short batch pmf (at most _SCALAR_VALUES sizes, the usual case) is evaluated in Python floats:
+    the root search calls the MGF ~10 times, and on a few sizes numpy's call overhead dominates.
+    """
 
     def __init__(self, base: ServiceSample, batch_pmf: np.ndarray) -> None:
         object.__setattr__(self, "values_s", base.values_s)
@@ -97,6 +136,23 @@ class _CompoundWork(ServiceSample):
         object.__setattr__(self, "_base", base)
         object.__setattr__(self, "_pk", np.asarray(batch_pmf, dtype=float) / np.sum(batch_pmf))
         object.__setattr__(self, "_k", np.arange(1, len(batch_pmf) + 1, dtype=float))
+
+    @cached_property
+    def _pk_floats(self) -> tuple[float, ...] | None:
+        return tuple(self._pk.tolist()) if self._pk.size <= _SCALAR_VALUES else None
+
+    @cached_property
+    def factorial_moments(self) -> tuple[float, float, float]:
+        """E[K], E[K(K−1)], E[K(K−1)(K−2)] of the batch size (every moment of B needs all three)."""
+        if self._pk_floats is None:
+            kk, p = self._k, self._pk
+            return float(p @ kk), float(p @ (kk * (kk - 1))), float(p @ (kk * (kk - 1) * (kk - 2)))
+        f1 = f2 = f3 = 0.0
+        for k, p in enumerate(self._pk_floats, start=1):
+            f1 += p * k
+            f2 += p * (k * (k - 1))
+            f3 += p * (k * (k - 1) * (k - 2))
+        return f1, f2, f3
 
     def moment(self, k: int) -> float:
         cache = self.__dict__.setdefault("_moment_cache", {})
@@ -106,10 +162,7 @@ class _CompoundWork(ServiceSample):
 
     def _moment(self, k: int) -> float:
         m1, m2, m3 = (self._base.moment(i) for i in (1, 2, 3))
-        kk, p = self._k, self._pk
-        f1 = float(p @ kk)
-        f2 = float(p @ (kk * (kk - 1)))
-        f3 = float(p @ (kk * (kk - 1) * (kk - 2)))
+        f1, f2, f3 = self.factorial_moments
         if k == 1:
             return f1 * m1
         if k == 2:
@@ -118,25 +171,36 @@ class _CompoundWork(ServiceSample):
             return f1 * m3 + 3.0 * f2 * m2 * m1 + f3 * m1**3
         raise InputError("moment", k, "compound work moments are available for k = 1, 2, 3")
 
+    # m**(k − shift) is taken in log space, capped like the base MGF, so the root finder's far
+    # probes give a huge finite value instead of inf (and inf*0 = NaN for empty batch sizes).
     def _pow(self, m: float, shift: float = 0.0) -> np.ndarray:
-        # m**(k - shift) in log space, capped like the base MGF, so the root finder's far probes
-        # give a huge finite value instead of inf (and inf*0 = NaN for empty batch sizes).
         return np.exp(np.minimum((self._k - shift) * math.log(max(m, 1e-300)), 700.0))
 
+    def _moments_of_pow(self, m: float, shift: float = 0.0) -> tuple[float, float]:
+        """(Σ p_k m^{k−shift}, Σ p_k k m^{k−shift}), capped as in :meth:`_pow`."""
+        if self._pk_floats is None:
+            pows = self._pow(m, shift)
+            return float(self._pk @ pows), float(self._pk @ (self._k * pows))
+        lm = math.log(max(m, 1e-300))
+        total = k_weighted = 0.0
+        for k, p in enumerate(self._pk_floats, start=1):
+            x = p * math.exp(min((k - shift) * lm, 700.0))
+            total += x
+            k_weighted += k * x
+        return total, k_weighted
+
     def expm1_mgf(self, eta: float) -> float:
-        m = 1.0 + self._base.expm1_mgf(eta)
-        return float(self._pk @ self._pow(m)) - 1.0
+        return self._moments_of_pow(1.0 + self._base.expm1_mgf(eta))[0] - 1.0
 
     def mgf_s(self, eta: float) -> float:
         # d/dη E[e^{ηB}] = Σ p_k k M(η)^{k−1} M'(η)
-        m = 1.0 + self._base.expm1_mgf(eta)
-        return float(self._pk @ (self._k * self._pow(m, 1.0))) * self._base.mgf_s(eta)
+        return self._moments_of_pow(1.0 + self._base.expm1_mgf(eta), 1.0)[1] * self._base.mgf_s(eta)
 
     def expm1_mgf_and_slope(self, eta: float) -> tuple[float, float]:
         # (E[e^{ηB}] − 1, Σ p_k k M^{k−1} M') from one base evaluation and one power table
         m1, slope = self._base.expm1_mgf_and_slope(eta)
-        pows = self._pow(1.0 + m1)  # M^k (capped as in expm1_mgf)
-        return float(self._pk @ pows) - 1.0, float(self._pk @ (self._k * pows)) / (1.0 + m1) * slope
+        total, k_weighted = self._moments_of_pow(1.0 + m1)  # Σ p M^k, Σ p k M^k
+        return total - 1.0, k_weighted / (1.0 + m1) * slope
 
     @property
     def mean_s(self) -> float:
@@ -185,6 +249,9 @@ class KVTransferStation:
             raise InputError("layers", self.layers, "must be an integer >= 1")
         if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
             raise InputError("arrivals.ca2", self.ca2, "must be a finite number >= 0")
+        self._check_batch_releases()
+
+    def _check_batch_releases(self) -> None:
         if (self.batch_rate_per_s is None) != (self.batch_size_pmf is None):
             raise InputError("batch_arrivals", self.batch_rate_per_s, "give both batch_rate_per_s and batch_size_pmf, or neither")
         if self.batch_size_pmf is not None:
@@ -210,9 +277,15 @@ class KVTransferStation:
             raise InputError("prefill_time_s", "sample", "one finite, non-negative prefill time per transfer")
         return out
 
-    @property
+    @cached_property
     def mean_bytes(self) -> float:
         return float(self.x.mean())
+
+    @cached_property
+    def _mean_occupancy(self) -> tuple[float, float]:
+        """(E[X/C], E[X · X/C]): the link time from transfer start when the link is not shared."""
+        occupancy = self.x / self.bandwidth_bytes_per_s
+        return float(np.mean(occupancy)), float(np.mean(self.x * occupancy))
 
     @cached_property
     def service(self) -> ServiceSample:
@@ -245,18 +318,12 @@ class KVTransferStation:
         step. The per-rate variant shares this station's rate-independent parts (the service law
         and its moments)."""
         if prefill_time_s is not None or batch_rate_per_s is not None or batch_size_pmf is not None or dx is not None:
-            import dataclasses
-
             changes: dict = {} if dx is None else {"dx": dx}
             if prefill_time_s is not None:
                 changes["prefill_time_s"] = prefill_time_s
             if batch_rate_per_s is not None or batch_size_pmf is not None:
                 changes.update(batch_rate_per_s=batch_rate_per_s, batch_size_pmf=batch_size_pmf)
-            variant = dataclasses.replace(self, **changes)
-            for name in ("x", "service"):  # rate-independent: share, do not rebuild
-                if name in self.__dict__:
-                    variant.__dict__[name] = self.__dict__[name]
-            return variant.solve(rate_per_s)
+            return self._variant(changes).solve(rate_per_s)
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "must be a finite number > 0")
         lim = self.max_stable_rate_per_s()
@@ -268,26 +335,24 @@ class KVTransferStation:
         svc = self.service
         notes: list[str] = []
         exact = True
-        occupancy = self.x / self.bandwidth_bytes_per_s  # link time from transfer start
+        mean_occ, mean_x_occ = self._mean_occupancy  # link time from transfer start
+        wait_mean = 0.0
+        wait_terms: list[GridDist] = []
         if self.sharing == "fair":
-            eff = self.bandwidth_bytes_per_s * (1.0 - rho)
-            g = self._transfer_time(eff)
-            occupancy = occupancy / (1.0 - rho)
+            g = self._transfer_time(self.bandwidth_bytes_per_s * (1.0 - rho))
+            mean_occ, mean_x_occ = mean_occ / (1.0 - rho), mean_x_occ / (1.0 - rho)
             method = "M/G/1-PS per path: E[T|x] = (x/C)/(1-rho) (Kleinrock), mixed over x"
             exact = False  # the mean is exact; the PS sojourn law is approximated by its conditional mean
-            wait_mean = 0.0
-            wait_terms: list[GridDist] = []
         else:
             g = self._transfer_time(self.bandwidth_bytes_per_s)
-            if self.sharing == "dedicated":
-                method = "dedicated path: pure delay"
-                wait_mean, wait_terms = 0.0, []
-            else:
-                wait_mean, wait_terms, method, exact = self._fcfs_wait(lam_p, svc, notes, g + self.latency_s)
+            method = "dedicated path: pure delay"
         exposed = g + self.latency_s
-        dx = wait_terms[0].dx if wait_terms else self._grid_dx(exposed, 0.0, 0.0)
+        exposed_mean, exposed_max = float(np.mean(exposed)), float(np.max(exposed))
+        if self.sharing == "fcfs":
+            wait_mean, wait_terms, method, exact = self._fcfs_wait(lam_p, svc, notes, exposed_mean, exposed_max)
+        dx = wait_terms[0].dx if wait_terms else self._grid_dx(exposed_mean, exposed_max, 0.0, 0.0)
         own = GridDist.from_samples(exposed, dx)
-        own = GridDist(dx, own.pmf, float(np.mean(exposed)), own.tail, own.tail_rate)
+        own = GridDist(dx, own.pmf, exposed_mean, own.tail, own.tail_rate)
         if not wait_terms:
             delay = own
             wait_dist = GridDist.point(0.0, dx)
@@ -307,8 +372,6 @@ class KVTransferStation:
                 wait_dist = LazyGridDist(_wait)
         if self.mode == "layerwise":
             notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
-        mean_occ = float(np.mean(occupancy))
-        mean_x_occ = float(np.mean(self.x * occupancy))
         in_flight = rate_per_s * mean_occ
         return StationSolution(
             name="kv_transfer",
@@ -332,7 +395,26 @@ class KVTransferStation:
             },
         )
 
-    def _grid_dx(self, exposed_s: np.ndarray, wait_mean_s: float, wait_end_s: float) -> float:
+    def _variant(self, changes: dict) -> "KVTransferStation":
+        """This station with the per-rate fields in ``changes`` replaced, sharing its rate-independent
+        parts (the sample, the service law with its memoised moments, their means).
+
+        Built at every solve, so the fields are copied directly rather than by
+        ``dataclasses.replace``, which would re-run every input check, the bytes sample's included;
+        only the batch releases, the one replaceable input checked at construction, are checked
+        again (the own prefill times are checked where they are read, :attr:`tp`)."""
+        for name in _RATE_INDEPENDENT:  # build them here once, not in every variant
+            getattr(self, name)
+        variant = object.__new__(type(self))
+        state = variant.__dict__
+        state.update((f.name, getattr(self, f.name)) for f in fields(self))
+        state.update((name, self.__dict__[name]) for name in _RATE_INDEPENDENT)
+        state.update(changes)
+        if "batch_size_pmf" in changes:
+            variant._check_batch_releases()
+        return variant
+
+    def _grid_dx(self, exposed_mean_s: float, exposed_max_s: float, wait_mean_s: float, wait_end_s: float) -> float:
         """One grid step for the wait, the exposed time and their sum.
 
         ``dx`` if given (the engine passes a fraction of the prefill's step, on which TTFT is
@@ -341,13 +423,13 @@ class KVTransferStation:
         stay small whatever the ratio of wait to transfer time. A given ``dx`` is coarsened only
         where the support would not fit in MAX_POINTS bins (the grid would be truncated).
         """
-        span = float(np.max(exposed_s)) + wait_end_s
+        span = exposed_max_s + wait_end_s
         if self.dx:
             return max(self.dx, span / MAX_POINTS)
-        return max(max(float(np.mean(exposed_s)) + wait_mean_s, 1e-9) / _STEPS_PER_MEAN, span / _SPAN_POINTS)
+        return max(max(exposed_mean_s + wait_mean_s, 1e-9) / _STEPS_PER_MEAN, span / _SPAN_POINTS)
 
     def _fcfs_wait(self, lam_p: float, svc: ServiceSample, notes: list[str],
-                   exposed_s: np.ndarray) -> tuple[float, list[GridDist], str, bool]:
+                   exposed_mean_s: float, exposed_max_s: float) -> tuple[float, list[GridDist], str, bool]:
         """(mean, independent terms whose sum is the wait (on the station's grid), method, exact) of
         the FCFS link wait.
 
@@ -362,7 +444,7 @@ class KVTransferStation:
                 scale = (self.ca2 + cs2) / (1.0 + cs2)
                 notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Kingman ratio {scale:.3g} (approximate)")
             mean = mg1.mean_s * scale
-            dx = self._grid_dx(exposed_s, mean, _end(mg1) * scale)
+            dx = self._grid_dx(exposed_mean_s, exposed_max_s, mean, _end(mg1) * scale)
             # the unscaled law on the step dx/scale, relabelled: W·scale on the grid dx
             w = mg1.grid(dx / scale)
             w = GridDist(dx, w.pmf, mean, w.tail, w.tail_rate / scale, exact=scale == 1.0 and w.exact)
@@ -373,15 +455,15 @@ class KVTransferStation:
         pk = pk / pk.sum()
         # sizes beyond the last with any mass add nothing but FFT powers
         pk = pk[: int(np.flatnonzero(pk > 0)[-1]) + 1]
-        k = np.arange(1, pk.size + 1, dtype=float)
+        work = _CompoundWork(svc, pk)
+        ek, ek_km1, _ = work.factorial_moments  # E[K], E[K(K−1)]
         lam_b = float(self.batch_rate_per_s) / self.paths  # type: ignore[arg-type]
-        ek, ek2 = float(pk @ k), float(pk @ (k * k))
         if abs(lam_b * ek - lam_p) > 1e-6 * lam_p:
             notes.append(f"batch rate x mean batch = {lam_b * ek:.4g}/s per path differs from the request rate "
                          f"{lam_p:.4g}/s; the request rate is used for the load")
             lam_b = lam_p / ek
-        mean = mx_g1_mean_wait(lam_b, ek, ek2, svc.mean_s, svc.moment(2))
-        mg1 = MG1(lam_b, _CompoundWork(svc, pk))
+        mean = mx_g1_mean_wait(lam_b, ek, ek_km1 + ek, svc.mean_s, svc.moment(2))
+        mg1 = MG1(lam_b, work)
         # position part: customer-weighted batch size k, uniform position i in 0..k−1, i-fold work.
         # Its support is below (b−1)E[S] + 10 sd √(b−1) + 40 max S except for mass e^{-25}
         # (Bernstein's inequality, S bounded), which also bounds the FFT's circular wrap-around.
@@ -389,19 +471,17 @@ class KVTransferStation:
         sd = math.sqrt(max(svc.moment(2) - svc.mean_s ** 2, 0.0))
         smax = float(svc.values_s.max())
         reach = min(nb * smax, nb * svc.mean_s + 10.0 * sd * math.sqrt(nb) + 40.0 * smax)
-        dx = self._grid_dx(exposed_s, mean, _end(mg1) + reach)
+        dx = self._grid_dx(exposed_mean_s, exposed_max_s, mean, _end(mg1) + reach)
         wb = mg1.grid(dx)
-        s_pmf = GridDist.from_samples(svc.values_s, dx).pmf
+        # the link-time law on the grid, with the sample's weights (ServiceSample merges repeats)
+        s_pmf = GridDist.from_samples(svc.values_s, dx, svc.weights).pmf
         #   Σ_k c_k/k Σ_{i<k} F^i = Σ_{i<b} d_i F^i,  d_i = Σ_{k>i} c_k/k  (Horner in F)
         d = np.cumsum(pk[::-1])[::-1] / ek  # c_k/k = P(K = k)/E[K]
-        length = min(nb * (s_pmf.size - 1) + 1, int(math.ceil(reach / dx)) + s_pmf.size)
-        size = fast_len(length)
-        f = np.fft.rfft(s_pmf, size)
-        acc = np.full_like(f, d[-1])
-        for di in d[-2::-1]:
-            acc = acc * f + di
-        pos = np.clip(np.fft.irfft(acc, size)[:length], 0.0, None)
-        pos_mean = float(svc.mean_s) * float(pk @ (k * (k - 1))) / (2.0 * ek)
+        # each of the nb summands is rounded up by less than one bin on the grid: nb bins of slack
+        # over the reach, so the truncation (and the FFT's wrap-around) stays at the bound's e^{-25}
+        length = min(nb * (s_pmf.size - 1) + 1, int(math.ceil(reach / dx)) + s_pmf.size + nb)
+        pos = _position_pmf(d, s_pmf, length)
+        pos_mean = float(svc.mean_s) * ek_km1 / (2.0 * ek)
         pos_d = GridDist(dx, pos / pos.sum(), pos_mean, exact=False).trimmed()
         notes.append("batch releases from prefill: M^X/G/1 with Poisson batch arrivals (QNA-style; approximate)")
         return mean, [wb, pos_d], "M^X/G/1 per path: exact mean for Poisson batches, Cramer-Lundberg batch tail", False
