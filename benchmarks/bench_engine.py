@@ -135,12 +135,25 @@ def _breakdown(names: list[str], repeat: int) -> None:
             kw = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
                       batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
         own = sp.extra.get("own_batch_time_per_prompt_s")
-        # the KV station's report builds its lazy wait law: counted with the station
-        t_p = _median_cpu_ms(lambda: solver._prefill.solve(rate), repeat)
-        t_k = _median_cpu_ms(lambda: tr.solve(rate, prefill_time_s=own, **kw).report(), repeat)
-        t_d = _median_cpu_ms(lambda: solver._decode.solve(rate), repeat)
-        t_c = _median_cpu_ms(lambda: solver.compose(rate), repeat)
-        t_s = _median_cpu_ms(lambda: solver.solve(rate), repeat)
+        parts = {
+            "prefill": lambda: solver._prefill.solve(rate),
+            # the KV station's report builds its lazy wait law: counted with the station
+            "kv": lambda: tr.solve(rate, prefill_time_s=own, **kw).report(),
+            "decode": lambda: solver._decode.solve(rate),
+            "compose": lambda: solver.compose(rate),
+            "solve": lambda: solver.solve(rate),
+        }
+        # round-robin: one call of each part per round, so a noisy phase of a shared machine
+        # touches every part alike and the differences stay meaningful
+        times: dict[str, list[float]] = {k: [] for k in parts}
+        for fn in parts.values():
+            fn()
+        for _ in range(repeat):
+            for k, fn in parts.items():
+                c = time.process_time()
+                fn()
+                times[k].append(time.process_time() - c)
+        t_p, t_k, t_d, t_c, t_s = (1e3 * statistics.median(times[k]) for k in parts)
         print(f"{name:26s} {t_p:8.3f} {t_k:8.3f} {t_d:8.3f} {t_c - t_p - t_k - t_d:8.3f} "
               f"{t_s - t_c:8.3f} {t_s:8.3f}", flush=True)
 

@@ -86,7 +86,7 @@ def _position_pmf(d: np.ndarray, s_pmf: np.ndarray, length: int) -> np.ndarray:
     by shifted copies per atom (:func:`qmodel.dist.shift_sum`): exact, where a transform leaves
     round-off noise in every bin. Otherwise one FFT pass of ``length`` points,
     whose circular wrap-around the support bound ``length`` keeps negligible."""
-    atoms = np.flatnonzero(s_pmf)
+    atoms = np.flatnonzero(s_pmf != 0)
     if atoms.size * (d.size - 1) <= _MAX_SHIFTS:
         acc, mass = d[-1:].copy(), s_pmf[atoms]
         for di in d[-2::-1]:
