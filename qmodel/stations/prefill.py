@@ -79,11 +79,11 @@ import functools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, fast_len as _fast_len
+from qmodel.dist import MAX_POINTS, GridDist, fast_len
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
@@ -120,6 +120,9 @@ _SPARSE_LAW_BINS = 8
 #: count-axis convolutions of at most this many products (m_own x b) are summed directly, not by FFT
 _DIRECT_COUNT_TERMS = 64
 
+#: 5-smooth transform lengths (a pure function of the length), memoised: a solve asks for several
+_fast_len = functools.lru_cache(maxsize=4096)(fast_len)
+
 
 @functools.lru_cache(maxsize=64)
 def _log_factorials(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -134,7 +137,7 @@ def _log_factorials(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
     """pmf[i, m] = P(Poisson(mu_i) = m), m < n (log-space: no overflow for large means)."""
-    mu = np.asarray(mu, dtype=float)[:, None]
+    mu = np.asarray(mu, dtype=float).reshape(-1, 1)
     m, lg = _log_factorials(int(n))
     # Past the mode, P(Poisson(μ) = m) falls with m and, for m > μ, rises with μ: from the first
     # m > max μ where even the largest mean gives a log-pmf below −60, every row's remaining terms
@@ -144,15 +147,33 @@ def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
     top = float(mu.max()) if mu.size else 0.0
     n_eval = n
     if top > 0:
-        dead = np.nonzero((m > top) & (m * math.log(top) - top - lg < _NEGLIGIBLE_LOG_PMF))[0]
-        n_eval = int(dead[0]) if dead.size else n
-    me, lge = m[:n_eval], lg[:n_eval]
-    safe = np.where(mu > 0, mu, 1.0)
-    out = np.zeros((mu.shape[0], n))
-    out[:, :n_eval] = np.exp(me[None, :] * np.log(safe) - safe - lge[None, :])
-    if mu.size and mu.min() > 0:
-        return out
-    return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
+        # the log-pmf m ln(top) − top − ln m! falls for every m > top: the columns left out are a
+        # suffix, and bisection finds where it starts (n: none)
+        log_top, lo = math.log(top), min(int(top) + 1, n)
+        while lo < n_eval:
+            mid = (lo + n_eval) // 2
+            if mid * log_top - top - lg[mid] < _NEGLIGIBLE_LOG_PMF:
+                n_eval = mid
+            else:
+                lo = mid + 1
+    positive = bool(mu.size == 0 or mu.min() > 0)
+    safe = mu if positive else np.where(mu > 0, mu, 1.0)
+    # the exponent built in place, in the order of m·ln μ − μ − ln m! (the same numbers), and in a
+    # contiguous block so that exp runs on whole rows
+    e = np.multiply(np.log(safe), m[:n_eval])
+    e -= safe
+    e -= lg[:n_eval]
+    np.exp(e, out=e)
+    if n_eval < n:
+        out = np.zeros((mu.shape[0], n))
+        out[:, :n_eval] = e
+    else:
+        out = e
+    if not positive:  # a zero mean: no arrivals
+        zero = ~(mu[:, 0] > 0)
+        out[zero] = 0.0
+        out[zero, 0] = 1.0
+    return out
 
 
 #: Request cap used when only a token budget is given: vLLM's long-standing max_num_seqs default.
@@ -232,6 +253,81 @@ class _Regime:
         """The batch sizes k with P(N = k) > 0 (the cut laws that carry weight)."""
         return tuple(k for k in range(1, len(self.p_n) + 1) if self.p_n[k - 1] > 0)
 
+    @cached_property
+    def live_rows(self) -> np.ndarray:
+        """live_k − 1: the rows of the per-k tables."""
+        return np.array(self.live_k, dtype=np.int64) - 1
+
+
+@dataclass(frozen=True)
+class _MixTables:
+    """One regime's batch-formation tables on the states j = 0..n (:meth:`BulkQueue._mix`). They do
+    not depend on λ: built once per state count and kept on the regime (read-only), so a solve
+    only multiplies them by its π and its arrival tables."""
+
+    #: P(next batch takes k, whole queue | j) and P(next batch takes k < j, cut by the budget | j),
+    #: each (n+1, b); the cut leaves j − k waiting
+    pfit: np.ndarray
+    pcut: np.ndarray
+    #: the nonzero entries of pfit (at most one per row: the whole queue forms one batch size):
+    #: rows j, columns k − 1, probabilities as a column
+    fit_rows: np.ndarray
+    fit_k: np.ndarray
+    fit_p: np.ndarray
+    #: (g, pcut kept on the batch sizes whose overflow head starts regime g), per regime g a cut reaches
+    cut_to: tuple[tuple[int, np.ndarray], ...]
+    #: the positive entries of pcut in row-major order: row j, k − 1, leftover j − k, P_cut; cut_upto[j]
+    #: counts those in rows < j, cut_rmax the running maximum of the leftover
+    cut_j: np.ndarray
+    cut_k: np.ndarray
+    cut_r: np.ndarray
+    cut_p: np.ndarray
+    cut_upto: np.ndarray
+    cut_rmax: np.ndarray
+    #: per-state columns whose π-averages are the cycle sums of BulkQueue._cycle (see MOMENTS)
+    moments: np.ndarray
+
+    #: the columns of ``moments`` after the b columns pfit + pcut (P(next batch takes k | j)): E[S | j], E[S² | j],
+    #: E[(j − k) S | j] over cut batches, E[k | j], E[k² | j], E[k S | j], (a − j)⁺ (λ × the idle
+    #: time) and a(a − 1) − j(j − 1) for j < a (2λ × the queue's area while idle)
+    MOMENTS = ("es", "es2", "r_es", "ek", "ek2", "kes", "idle", "idle_area")
+
+    @staticmethod
+    def build(pfit: np.ndarray, pcut: np.ndarray, reg: _Regime, a: int, last: int) -> "_MixTables":
+        n1, b = pfit.shape
+        j = np.arange(n1, dtype=float)
+        kk = np.arange(1, b + 1, dtype=float)
+        fit, cut = reg.fit, reg.cut
+        fit_rows, fit_k = np.nonzero(pfit)
+        nxt = np.array([reg.next_after_cut(k, last) for k in range(1, b + 1)])
+        cut_to = []
+        for g in np.unique(nxt):  # the overflow heads the queue: its regime
+            pg = pcut * (nxt == g)[None, :]
+            if pg.any():
+                cut_to.append((int(g), pg))
+        live = pcut > 0
+        cut_j, ck = np.nonzero(live)
+        cut_r = cut_j - ck - 1
+        upto = np.concatenate(([0], np.cumsum(np.count_nonzero(live, axis=1))))
+        cut_es = pcut @ cut.mean_s
+        cols = [
+            pfit @ fit.mean_s + cut_es,
+            pfit @ fit.second_s2 + pcut @ cut.second_s2,
+            j * cut_es - pcut @ (kk * cut.mean_s),
+            pfit @ kk + pcut @ kk,
+            pfit @ (kk * kk) + pcut @ (kk * kk),
+            pfit @ (kk * fit.mean_s) + pcut @ (kk * cut.mean_s),
+            np.where(j < a, a - j, 0.0),
+            np.where(j < a, a * (a - 1) - j * (j - 1), 0.0),
+        ]
+        out = _MixTables(pfit, pcut, fit_rows, fit_k, pfit[fit_rows, fit_k][:, None], tuple(cut_to),
+                         cut_j, ck, cut_r, pcut[live], upto,
+                         np.maximum.accumulate(cut_r) if cut_r.size else cut_r,
+                         np.column_stack([pfit + pcut] + cols))
+        for arr in (out.pfit, out.pcut, out.fit_p, out.cut_p, out.moments, *(pg for _, pg in out.cut_to)):
+            arr.flags.writeable = False
+        return out
+
 
 @dataclass(frozen=True)
 class BatchServiceLaw:
@@ -263,7 +359,7 @@ class BatchServiceLaw:
     #: node tables of :meth:`arrivals_pmfs` by the tuple of batch sizes asked for
     _node_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @property
+    @cached_property
     def b(self) -> int:
         return len(self.values_s)
 
@@ -314,6 +410,38 @@ class BatchServiceLaw:
         max_s = max(vmax(reg.fit, k) for reg in regs for k in range(1, self.b + 1))
         max_s = max(max_s, max(vmax(reg.cut, k) for reg in regs for k in reg.live_k))
         return max_s, float(min(reg.fit.mean_s.min() for reg in regs))
+
+    @cached_property
+    def drain_nodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+        """The cut law's nodes over the live batch sizes of a long queue, as the chain's decay root
+        reads them (rate-independent): (S values, weights P(N = k)·w, k, ln weight, E[N] over the
+        nodes)."""
+        pn, cut = self.p_n, self.cut_law
+        ks = [k for k in range(1, self.b + 1) if pn[k - 1] > 0]
+        v = np.concatenate([cut.values_s[k - 1] for k in ks])
+        w = np.concatenate([pn[k - 1] * cut.weights[k - 1] for k in ks])
+        kv = np.concatenate([np.full(cut.values_s[k - 1].size, float(k)) for k in ks])
+        for arr in (v, w, kv):
+            arr.flags.writeable = False
+        return v, w, kv, np.log(w), float(w @ kv)
+
+    @cached_property
+    def cut_flow(self) -> tuple[tuple[int, ...], ...]:
+        """Per regime, the regime the next batch forms in after a cut at each of its live k."""
+        regs = self._regimes
+        return tuple(tuple(reg.next_after_cut(k, len(regs) - 1) for k in reg.live_k) for reg in regs)
+
+    @cached_property
+    def min_cut(self) -> int:
+        """The smallest batch a long queue forms in any regime (min over the live k)."""
+        return min(min(reg.live_k) for reg in self._regimes)
+
+    @cached_property
+    def own_weights(self) -> np.ndarray:
+        """(regimes, 2, b): P_f(N ≥ k) and P_f(N = k), the weights of a fit and of a cut own batch of k."""
+        out = np.array([[reg.s_n, reg.p_n] for reg in self._regimes], dtype=float)
+        out.flags.writeable = False
+        return out
 
     @cached_property
     def mean_drain(self) -> tuple[float, float]:
@@ -527,11 +655,13 @@ class BatchServiceLaw:
         if not ks:
             return np.zeros((0, n))
         nodes, mix = self._node_mix(tuple(ks))
-        return mix @ _poisson_matrix(lam * nodes, n)
+        table = _poisson_matrix(lam * nodes, n)
+        return table if mix is None else mix @ table
 
-    def _node_mix(self, ks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """(all nodes of the S_k in ``ks``, block matrix of their weights (len(ks), nodes)): the
-        rows P(A_k = ·) are then one product with one Poisson table. Rate-independent: kept."""
+    def _node_mix(self, ks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(all nodes of the S_k in ``ks``, block matrix of their weights (len(ks), nodes), None for
+        the identity): the rows P(A_k = ·) are then one product with one Poisson table.
+        Rate-independent: kept."""
         hit = self._node_cache.get(ks)
         if hit is None:
             vals = [self.values_s[k - 1] for k in ks]
@@ -539,7 +669,9 @@ class BatchServiceLaw:
             mix = np.zeros((len(ks), int(ends[-1])))
             for row, (k, v, e) in enumerate(zip(ks, vals, ends)):
                 mix[row, e - v.size : e] = self.weights[k - 1]
-            hit = self._node_cache[ks] = (np.concatenate(vals), mix)
+            # one node of weight 1 per k (deterministic times): the table's rows are the pmfs
+            identity = mix.shape[0] == mix.shape[1] and bool(np.all(mix == np.eye(mix.shape[0])))
+            hit = self._node_cache[ks] = (np.concatenate(vals), None if identity else mix)
         return hit
 
     def grid_pmf(self, k: int, dx: float) -> np.ndarray:
@@ -555,6 +687,56 @@ class BatchServiceLaw:
 # ---------------------------------------------------------------------------------------------
 # one engine: the embedded chain
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _GridTables:
+    """The batch-time laws of :meth:`BulkQueue.grids` on one time grid (rate-independent given dx)."""
+
+    #: laws[f, 0] regime f's fit pmfs, laws[f, 1] its cut pmfs, k = 1..b, zero-padded to n_s bins
+    laws: np.ndarray
+    #: support length of each cut pmf (index of the last nonzero bin + 1), per regime
+    lens: list[np.ndarray]
+    #: bin mid-points (v + 1/2) dx, v < n_s: the ages at which arrivals are counted
+    ages: np.ndarray
+    #: transforms of these tables by (table id, length), kept with them (see BulkQueue.grids)
+    fft: dict
+    #: the chain's regimes, in the order of the tables
+    regimes: list[_Regime]
+    #: per regime its (b, n_s) fit and cut tables, and every row as (regimes · 2 · b, n_s): the laws
+    #: an own batch runs, in the column order of the grids' h
+    ff: list[np.ndarray] = field(init=False)
+    fc: list[np.ndarray] = field(init=False)
+    own_rows: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ff", [x for x in self.laws[:, 0]])
+        object.__setattr__(self, "fc", [x for x in self.laws[:, 1]])
+        object.__setattr__(self, "own_rows", self.laws.reshape(-1, self.laws.shape[-1]))
+
+    @property
+    def n_s(self) -> int:
+        return self.laws.shape[-1]
+
+    @cached_property
+    def cut_support(self) -> int:
+        """The longest support among the cut laws that carry weight (what one drain step adds)."""
+        return max(int(lens[reg.live_rows].max()) for lens, reg in zip(self.lens, self.regimes))
+
+    def kept(self, key: tuple, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """A rate-independent table of these laws (transforms at one length, ...), kept across
+        solves within a memory budget (transform lengths follow the rate)."""
+        hit = self.fft.get(key)
+        if hit is None:
+            hit = build()
+            if sum(v.nbytes for v in self.fft.values()) + hit.nbytes > _GRID_CACHE_BYTES:
+                self.fft.clear()
+            self.fft[key] = hit
+        return hit
+
+    def law_fft(self, lst: np.ndarray, n: int) -> np.ndarray:
+        """rfft of every row of ``lst`` (one of these tables) at length n, batched; kept across solves."""
+        return self.kept((id(lst), n), lambda: np.fft.rfft(lst, n, axis=1))
+
+
 @dataclass(frozen=True)
 class BulkQueue:
     """M/G^[a,b]/1 with batch-size-dependent service, solved at one arrival rate.
@@ -580,7 +762,7 @@ class BulkQueue:
         if self.rho_full >= 1.0:
             raise UnstableError("prefill", self.rho_full, self.lam, self.max_rate)
 
-    @property
+    @cached_property
     def b(self) -> int:
         return self.law.b
 
@@ -598,22 +780,16 @@ class BulkQueue:
     def _size(self) -> int:
         """States kept: the tail decays like z0^{−j}, z0 > 1 the root of E[z^{−N} A_N(z)] = 1
         (z^b = A_b(z) for a plain cap), A_k(z) = E[e^{λ S_k (z−1)}] over the cut law."""
-        lam = self.lam
-        pn = self.law.p_n
-        cut = self.law.cut_law
-        ks = [k for k in range(1, self.b + 1) if pn[k - 1] > 0]
-        v = np.concatenate([lam * cut.values_s[k - 1] for k in ks])
-        w = np.concatenate([pn[k - 1] * cut.weights[k - 1] for k in ks])
-        kv = np.concatenate([np.full(cut.values_s[k - 1].size, float(k)) for k in ks])
-        logw = np.log(w)
+        s_nodes, w, kv, logw, c_ = self.law.drain_nodes
+        v = self.lam * s_nodes
 
-        def g(z: float) -> tuple[float, float]:
-            # log E[z^{−N} e^{λS(z−1)}] (log-sum-exp) and its derivative Σ p_i (v_i − k_i/z)
-            e = logw + v * (z - 1.0) - kv * math.log(z)
-            top = float(e.max())
-            p = np.exp(e - top)
-            tot = float(p.sum())
-            return top + math.log(tot), float(p @ (v - kv / z)) / tot
+        if v.size == 1:  # one node (deterministic times): the log-sum-exp is its exponent
+            v0, k0, lw0 = float(v[0]), float(kv[0]), float(logw[0])
+
+            def g(z: float) -> tuple[float, float]:
+                return lw0 + v0 * (z - 1.0) - k0 * math.log(z), v0 - k0 / z
+        else:
+            g = functools.partial(_log_drain_transform, logw, v, kv, [])
 
         # g(1) = 0, g'(1) = λE[S_N] − E[N] < 0 (ρ < 1) and g is convex in z: Newton from the right
         # of the positive root falls onto it monotonically (quadratically; bisection needed ~40
@@ -622,7 +798,7 @@ class BulkQueue:
         # (a = λE[S_N], c = E[N] over the nodes), whose positive root z_J is found by scalar Newton
         # from z_s = (2c/a − 1)² (ln z <= 2(√z − 1) gives h(z_s) >= 0). g(z_J) >= 0, and g = h
         # when the batch time is deterministic: Newton on g then starts on its root.
-        a_, c_ = float(w @ v), float(w @ kv)
+        a_ = float(w @ v)
         hi = (2.0 * c_ / a_ - 1.0) ** 2
         for _ in range(100):
             step = (a_ * (hi - 1.0) - c_ * math.log(hi)) / (a_ - c_ / hi)
@@ -659,18 +835,17 @@ class BulkQueue:
         r = np.maximum(j - self.b, 0)
         return k, r
 
-    def _mix(self, n: int, reg: _Regime) -> tuple[np.ndarray, np.ndarray]:
-        """(P_fit, P_cut), each (n+1, b): P(next batch takes k, whole queue | j) and
-        P(next batch takes k < j, cut by the budget | j); the cut leaves j − k waiting.
-        Rate-independent given n: kept on the regime (read-only) for the next solves."""
+    def _mix(self, n: int, reg: _Regime) -> _MixTables:
+        """The regime's tables on j = 0..n (:class:`_MixTables`: P_fit, P_cut, each (n+1, b), and what
+        the chain and the grids read from them). Rate-independent given n: kept on the regime
+        (read-only) for the next solves."""
         key = (n, self.a)
         hit = reg.mix_cache.get(key)
         if hit is None:
             if len(reg.mix_cache) >= 8:  # a goodput search visits a few state counts
                 reg.mix_cache.clear()
-            hit = reg.mix_cache[key] = self._mix_tables(n, reg)
-            for arr in hit:
-                arr.flags.writeable = False
+            pfit, pcut = self._mix_tables(n, reg)
+            hit = reg.mix_cache[key] = _MixTables.build(pfit, pcut, reg, self.a, len(self._regimes) - 1)
         return hit
 
     def _mix_tables(self, n: int, reg: _Regime) -> tuple[np.ndarray, np.ndarray]:
@@ -696,45 +871,53 @@ class BulkQueue:
         return self.law.regimes()
 
     @cached_property
-    def _mix_pi(self) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _mix_pi(self) -> list[_MixTables]:
         return [self._mix(self._pi_flags.shape[1] - 1, reg) for reg in self._regimes]
 
     def _transitions(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(P on the states (regime, j), j = 0..n, without the overflow; the homogeneous kernel).
 
         A fit batch leads to regime 0 (fresh head), a cut at k from regime f to the regime its
-        overflow head belongs to (``_Regime.after_cut``; always later, the last leads to itself). kernel[e] = P(j → j + e − b) for j ≥ b in the last regime."""
-        b, lam = self.b, self.lam
+        overflow head belongs to (``_Regime.after_cut``; always later, the last leads to itself).
+        kernel[e] = P(j → j + e − b) for j ≥ b in the last regime."""
+        b = self.b
         regs = self._regimes
         nr = len(regs)
+        n1 = n + 1
         length = n + b + 1
-        P = np.zeros((nr * (n + 1), nr * (n + 1)))
+        # the cut tables over e = (j' − j) + b: wide enough that the band view below reads zeros
+        # wherever j' falls outside 0..n
+        width = max(2 * n + 1, length + b)
+        P = np.zeros((nr * n1, nr * n1))
         last = nr - 1
         kern = np.zeros(length + b)
-        rows, cols, ok = _cut_targets(n, b)
         for f, reg in enumerate(regs):
-            # a fit batch empties the queue: it lands on j' = arrivals, so columns past n are never used
-            a_fit = reg.fit.arrivals_pmfs(list(range(1, b + 1)), lam, n + 1)
-            live_k = reg.live_k
-            a_cut = np.zeros((b, length))
-            a_cut[np.array(live_k, dtype=np.int64) - 1] = reg.cut.arrivals_pmfs(live_k, lam, length)
-            pfit, pcut = self._mix(n, reg)
-            # shifted cut tables: acs[k−1, e] = a_cut[k−1][e − b + k], e = (i − j) + b
-            acs = np.zeros((b, length + b))
-            for k in range(1, b + 1):
-                acs[k - 1, b - k : b - k + length] = a_cut[k - 1]
-            # pfit has at most one nonzero per row (the whole queue of j forms one batch size):
-            # add those rows of a_fit directly instead of a dense (n+1, b) @ (b, n+1) product
-            jr, kc = np.nonzero(pfit)
-            P[f * (n + 1) + jr, : n + 1] += pfit[jr, kc][:, None] * a_fit[kc]
-            nxt = np.array([reg.next_after_cut(k, last) for k in range(1, b + 1)])
-            for g in np.unique(nxt):  # the overflow heads the queue: its regime
-                cut_rows = (pcut * (nxt == g)[None, :]) @ acs  # [j, e]: to state j + e − b
-                blk = P[f * (n + 1) : (f + 1) * (n + 1), int(g) * (n + 1) : (int(g) + 1) * (n + 1)]
-                blk[rows, cols] += cut_rows[:, : n + 1 + b][ok]
+            mx = self._mix(n, reg)
+            a_fit, a_cut = self._arrival_tables(reg, n1, length)
+            # shifted cut tables: acs[k−1, e] = a_cut[k−1][e − b + k] (row k−1 starts at column b − k)
+            acs = np.zeros((b, width))
+            _band(acs, b - 1, (b, length), width - 1, writeable=True)[reg.live_rows] = a_cut
             if f == last:
-                kern = reg.p_n @ acs
+                kern = reg.p_n @ acs[:, : length + b]
+            acs[:, n1 + b :] = 0.0  # past state n: the overflow, not in P
+            # a fit batch empties the queue: it lands on j' = arrivals (columns past n never used);
+            # pfit's one nonzero per row picks the row of a_fit (no dense (n+1, b) @ (b, n+1) product)
+            P[f * n1 + mx.fit_rows, :n1] = mx.fit_p * a_fit[mx.fit_k]  # (rows not written before)
+            for g, pcut_g in mx.cut_to:
+                cut_rows = pcut_g @ acs  # [j, e]: to state j + e − b
+                # P[j, j'] += cut_rows[j, j' − j + b]: a band view of cut_rows (rows step one column
+                # back), zero where j' − j + b is outside 0..n + b
+                P[f * n1 : (f + 1) * n1, g * n1 : (g + 1) * n1] += _band(cut_rows, b, (n1, n1), width - 1)
         return P, kern
+
+    def _arrival_tables(self, reg: _Regime, n1: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """(P(A_k = m) of the fit laws, k = 1..b, m < n1; the same of the cut laws for the k in
+        reg.live_k, m < length)."""
+        lam, ks = self.lam, tuple(range(1, self.b + 1))
+        if reg.fit is reg.cut:  # one law (a plain cap): one table serves both
+            rows = reg.fit.arrivals_pmfs(ks, lam, length)
+            return rows[:, :n1], rows[reg.live_rows]
+        return reg.fit.arrivals_pmfs(ks, lam, n1), reg.cut.arrivals_pmfs(reg.live_k, lam, length)
 
     @cached_property
     def _pi_flags(self) -> np.ndarray:
@@ -764,38 +947,49 @@ class BulkQueue:
         # ((nr/2)³ less work: 15x with five regimes).
         censor = nr > 2
         if censor:
-            mid = slice(n1, (nr - 1) * n1)
-            s_idx = np.r_[0:n1, (nr - 1) * n1 : nr * n1]
-            p_sm = P[s_idx, mid]
-            p_ms = P[mid][:, s_idx]
-            censor = not P[mid, mid].any() and not P[(nr - 1) * n1 :, mid].any()
+            mid, settled = slice(n1, (nr - 1) * n1), slice((nr - 1) * n1, nr * n1)
+            censor = not P[mid, mid].any() and not P[settled, mid].any()
         if censor:
-            Pc, kept = P[np.ix_(s_idx, s_idx)] + p_sm @ p_ms, 2
-            visits = 1.0 + p_sm.sum(axis=1)  # each S state's own mass plus the middle state it feeds
+            # P_SM is zero on the settled rows (checked above): only the fresh rows gain the detour
+            # P_FM P_MS, and each S state feeds at most the middle states its fresh part reaches
+            p_fm = P[:n1, mid]
+            Pc, kept = np.empty((2 * n1, 2 * n1)), 2
+            Pc[:n1, :n1] = P[:n1, :n1]
+            Pc[:n1, n1:] = P[:n1, settled]
+            Pc[n1:, :n1] = P[settled, :n1]
+            Pc[n1:, n1:] = P[settled, settled]
+            Pc[:n1, :n1] += p_fm @ P[mid, :n1]
+            Pc[:n1, n1:] += p_fm @ P[mid, settled]
+            visits = np.ones(2 * n1)  # each S state's own mass plus the middle state it feeds
+            visits[:n1] += p_fm.sum(axis=1)
         else:
-            Pc, kept, visits = P, nr, np.ones(nr * n1)
-        A = _balance_matrix(Pc)  # A[i, j] = P[j, i] − δ_ij for the balance equation of state i
-        # states N+m (m >= 1, homogeneous, last regime) jump to i >= N + m − b with kernel[i − N − m + b]
+            Pc, kept, visits = P, nr, 1.0
+        A = _balance_view(Pc)  # A[i, j] = P[j, i] − δ_ij for the balance equation of state i
+        # states N+m (m >= 1, homogeneous, last regime) jump to i >= N + m − b with kernel[i − N − m + b]:
+        # row N − b + 1 + t gains Σ_{m=1}^{t+1} z0^{−m} kernel[t + 1 − m], a convolution (t < b)
         zinv = 1.0 / z0
         top = kept * n1 - 1
         off = (kept - 1) * n1
-        for i in range(max(n - b + 1, 0), n + 1):
-            m = np.arange(1, i - n + b + 1)
-            A[off + i, top] += float(np.dot(zinv**m, kern[i - n - m + b]))
+        zpow = zinv ** np.arange(1, max(b, n_out - n) + 1)  # z0^{−m}, m ≥ 1
+        A[off + n - b + 1 : off + n1, top] += np.convolve(zpow[:b], kern[:b])[:b]
         A[-1, :] = visits
         A[-1, top] += zinv / (1.0 - zinv)
         rhs = np.zeros(kept * n1)
         rhs[-1] = 1.0
         head = _solve_balance(A, rhs)
-        if np.any(head < -1e-12):
+        if head.min() < -1e-12:
             return self._pi_dense_flags(n_out)
-        head = np.clip(head, 0.0, None)  # round-off: ~-1e-17 where π is ~0
-        if censor:
-            head = np.concatenate([head[:n1], head @ p_sm, head[n1:]])
+        np.maximum(head, 0.0, out=head)  # round-off: ~-1e-17 where π is ~0
         pi = np.zeros((nr, n_out + 1))
-        pi[:, : n + 1] = head.reshape(nr, n + 1)
-        pi[-1, n + 1 :] = pi[-1, n] * zinv ** np.arange(1, n_out - n + 1)
-        return pi / pi.sum()
+        if censor:
+            pi[0, :n1] = head[:n1]
+            pi[1:-1, :n1] = (head[:n1] @ p_fm).reshape(nr - 2, n1)
+            pi[-1, :n1] = head[n1:]
+        else:
+            pi[:, :n1] = head.reshape(nr, n1)
+        pi[-1, n1:] = pi[-1, n] * zpow[: n_out - n]
+        pi /= pi.sum()
+        return pi
 
     @property
     def pi(self) -> np.ndarray:
@@ -822,42 +1016,35 @@ class BulkQueue:
 
     # ---- semi-regenerative averages ------------------------------------------------------
     @cached_property
+    def _pi_moments(self) -> np.ndarray:
+        """Σ_regimes π @ moments (see :class:`_MixTables`): [Σ_j π_j P(next batch takes k | j), k = 1..b |
+        the cycle sums named by _MixTables.MOMENTS], one product per regime."""
+        pis, mix = self._pi_flags, self._mix_pi
+        if len(mix) == 1:
+            return pis[0] @ mix[0].moments
+        return sum(pi @ mx.moments for pi, mx in zip(pis, mix))
+
+    @cached_property
     def _cycle(self) -> dict[str, float]:
-        pis = self._pi_flags
-        j = np.arange(pis.shape[1], dtype=float)
-        kk = np.arange(1, self.b + 1, dtype=float)
-        a = self.a
-        tot = dict.fromkeys(("cycle", "area", "busy", "idle", "ek", "ek2", "kes", "es2"), 0.0)
-        for pi, reg, (pfit, pcut) in zip(pis, self._regimes, self._mix_pi):
-            fit, cut = reg.fit, reg.cut
-            es = pfit @ fit.mean_s + pcut @ cut.mean_s
-            es2 = pfit @ fit.second_s2 + pcut @ cut.second_s2
-            r_es = j * (pcut @ cut.mean_s) - pcut @ (kk * cut.mean_s)  # E[(j − k) S | j] over cut batches
-            idle = np.where(j < a, (a - j) / self.lam, 0.0)
-            # Σ_{i=j}^{a−1} i/λ : area of the queue while waiting for the a-th request
-            idle_area = np.where(j < a, (a * (a - 1) - j * (j - 1)) / (2.0 * self.lam), 0.0)
-            tot["area"] += float(pi @ (idle_area + r_es + self.lam * es2 / 2.0))
-            tot["cycle"] += float(pi @ (idle + es))
-            tot["busy"] += float(pi @ es)
-            tot["es2"] += float(pi @ es2)
-            tot["idle"] += float(pi @ idle)
-            tot["ek"] += float(pi @ (pfit @ kk + pcut @ kk))
-            tot["ek2"] += float(pi @ (pfit @ (kk * kk) + pcut @ (kk * kk)))
-            tot["kes"] += float(pi @ (pfit @ (kk * fit.mean_s) + pcut @ (kk * cut.mean_s)))
-        cycle = tot["cycle"]
+        lam = self.lam
+        t = dict(zip(_MixTables.MOMENTS, self._pi_moments[self.b :].tolist()))
+        idle = t["idle"] / lam
+        # idle part: Σ_{i=j}^{a−1} i/λ, the area of the queue while waiting for the a-th request
+        area = t["idle_area"] / (2.0 * lam) + t["r_es"] + lam * t["es2"] / 2.0
+        cycle = idle + t["es"]
         return {
             "cycle_s": cycle,
-            "lq": tot["area"] / cycle,
-            "busy": tot["busy"] / cycle,
-            "p_idle_time": tot["idle"] / cycle,
-            "batch_mean": tot["ek"],
-            "batch_second": tot["ek2"],
-            "in_service": tot["kes"] / cycle,
-            "throughput": tot["ek"] / cycle,
-            "own_mean_s": tot["kes"] / tot["ek"],
+            "lq": area / cycle,
+            "busy": t["es"] / cycle,
+            "p_idle_time": idle / cycle,
+            "batch_mean": t["ek"],
+            "batch_second": t["ek2"],
+            "in_service": t["kes"] / cycle,
+            "throughput": t["ek"] / cycle,
+            "own_mean_s": t["kes"] / t["ek"],
             # per batch (π sums to 1 over the completions): E[S] and E[S²] of a batch's time
-            "batch_time_mean_s": tot["busy"],
-            "batch_time_second_s2": tot["es2"],
+            "batch_time_mean_s": t["es"],
+            "batch_time_second_s2": t["es2"],
         }
 
     @property
@@ -884,8 +1071,8 @@ class BulkQueue:
     @property
     def own_batch_pmf(self) -> np.ndarray:
         """P(a request's own batch has k requests), k = 1..b: customer-weighted batch sizes."""
-        kk = np.arange(1, self.b + 1)
-        f = sum(pi @ (pfit + pcut) for pi, (pfit, pcut) in zip(self._pi_flags, self._mix_pi)) * kk
+        b = self.b
+        f = self._pi_moments[:b] * np.arange(1, b + 1)
         return f / f.sum()
 
     @property
@@ -950,15 +1137,15 @@ class BulkQueue:
         return float(res[0]) if np.ndim(t) == 0 else res
 
     # ---- waiting time and (wait + own batch) on a grid -----------------------------------
-    def _grid_tables(self, dx: float) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], int, dict]:
-        """Per regime, the fit and cut batch-time pmfs on the grid (stacked (b, n_s), zero-padded
-        to the common length n_s; a k with P(N = k) = 0 carries no cut law), and a dict for their
-        transforms. Rate-independent given dx, so they are kept on the law for the last dx (a
-        goodput search mostly keeps dx: it is set by the shortest batch below saturation)."""
+    def _grid_tables(self, dx: float) -> "_GridTables":
+        """Per regime, the fit and cut batch-time pmfs on the grid (:class:`_GridTables`; a k with
+        P(N = k) = 0 carries no cut law), and a dict for their transforms. Rate-independent given
+        dx, so they are kept on the law for the last dx (a goodput search mostly keeps dx: it is set
+        by the shortest batch below saturation)."""
         cache = self.law._grid_cache
         key = (dx, self.b)
         if cache.get("key") == key:
-            return cache["ff"], cache["fc"], cache["lens"], cache["n_s"], cache["fft"]
+            return cache["tables"]
         b, regs = self.b, self._regimes
         grid_cache: dict[tuple[int, int], np.ndarray] = {}
 
@@ -970,21 +1157,75 @@ class BulkQueue:
         ff_l = [[gp(reg.fit, k) for k in range(1, b + 1)] for reg in regs]
         fc_l = [[gp(reg.cut, k) if reg.p_n[k - 1] > 0 else np.zeros(1) for k in range(1, b + 1)] for reg in regs]
         n_s = max(len(x) for lst in ff_l + fc_l for x in lst)
-
-        def stack(lst: list[np.ndarray]) -> np.ndarray:
-            out = np.zeros((len(lst), n_s))
-            for i, x in enumerate(lst):
-                out[i, : len(x)] = x
-            return out
-
-        ff, fc = [stack(lst) for lst in ff_l], [stack(lst) for lst in fc_l]
+        laws = np.zeros((len(regs), 2, b, n_s))
+        for f, (fit_l, cut_l) in enumerate(zip(ff_l, fc_l)):
+            for c, lst in enumerate((fit_l, cut_l)):
+                for i, x in enumerate(lst):
+                    laws[f, c, i, : len(x)] = x
         # support length of each cut pmf (index of the last nonzero bin + 1)
         lens = [np.array([len(np.trim_zeros(x, "b")) for x in lst]) for lst in fc_l]
+        tables = _GridTables(laws, lens, (np.arange(n_s) + 0.5) * dx, {}, regs)
         cache.clear()
-        if sum(x.nbytes for x in ff + fc) > _GRID_CACHE_BYTES:  # too big to hold between solves
-            return ff, fc, lens, n_s, {}
-        cache.update(key=key, ff=ff, fc=fc, lens=lens, n_s=n_s, fft={})
-        return ff, fc, lens, n_s, cache["fft"]
+        if laws.nbytes <= _GRID_CACHE_BYTES:  # else too big to hold between solves
+            cache.update(key=key, tables=tables)
+        return tables
+
+    def _drain_transforms(self, ys: list[np.ndarray], ext: list[int], tables: _GridTables, size: int,
+                          m_own: int) -> np.ndarray:
+        """P(W = t, m ahead), one row per (regime g, m), m < m_own, from the (residual, q) laws ``ys``
+        (rows up to ext per regime), by transforms of length ``size`` over time: V_p^g = Ŷ_p^g +
+        Σ_{h → g} Σ_k P_h(N = k) Ŝ_{h,k}^cut V_{p+k}^h (see :meth:`grids`), then inverted."""
+        b, regs = self.b, self._regimes
+        nr, last = len(regs), len(regs) - 1
+        ks, flow, fc, n_s = [reg.live_k for reg in regs], self.law.cut_flow, tables.fc, tables.n_s
+        n_q, nfreq = ys[0].shape[1], size // 2 + 1
+
+        def vhat(y: np.ndarray, e: int) -> np.ndarray:
+            ypad = np.empty((e, n_s + 1))  # one row per count: the transforms run along rows
+            ypad[:, 0] = 0.0
+            ypad[:, 1:] = y[:, :e].T
+            out = np.empty((max(e, m_own) + b, nfreq), dtype=complex)
+            out[e:] = 0.0
+            np.fft.rfft(ypad, size, axis=1, out=out[:e])
+            return out
+
+        def cut_coef(f: int) -> np.ndarray:
+            ki = regs[f].live_rows
+            return regs[f].p_n[ki, None] * tables.law_fft(fc[f], size)[ki]
+
+        V = [vhat(y, e) for y, e in zip(ys, ext)]
+        coef = [tables.kept(("coef", f, size), functools.partial(cut_coef, f)) for f in range(nr)]
+        buf = np.empty((max(ext[:-1], default=0), nfreq), dtype=complex)  # (no allocation per step)
+        for f in range(nr - 1):  # a cut at k in regime f leaves the queue to a later regime
+            e = ext[f]
+            for c_k, k, g in zip(coef[f], ks[f], flow[f]):
+                if k < e:
+                    V[g][: e - k] += np.multiply(c_k, V[f][k:e], out=buf[: e - k])
+        # Drain, top down in blocks of the smallest N (all of a plain cap's b at once)
+        drain, cl, kmin = ks[last], coef[last], self.law.min_cut
+        karr = np.array(drain)
+        # batch sizes N = k0..k0+K−1 without gaps (the usual case): the rows V_{p+k} are a slice,
+        # read in place instead of gathered into a copy on every step of this sequential recurrence
+        k0, nk = drain[0], len(drain)
+        contiguous = drain == tuple(range(k0, k0 + nk))
+        # Σ_k c_k V_{p+k} as a product into one buffer and a sum over its rows (2x faster than
+        # einsum here; the rows are added in order)
+        prod = np.empty(cl.shape, dtype=complex)
+        hi = n_q - 1
+        Vl = V[last]
+        while hi >= 0:
+            lo = max(0, hi - kmin + 1)
+            if len(drain) == 1:
+                Vl[lo : hi + 1] += cl[0] * Vl[lo + drain[0] : hi + 1 + drain[0]]
+            elif contiguous:
+                for p in range(hi, lo - 1, -1):
+                    Vl[p] += np.multiply(cl, Vl[p + k0 : p + k0 + nk], out=prod).sum(axis=0)
+            else:
+                for p in range(hi, lo - 1, -1):
+                    Vl[p] += np.multiply(cl, Vl[p + karr], out=prod).sum(axis=0)
+            hi = lo - 1
+        v_own = V[0][:m_own] if nr == 1 else np.concatenate([v[:m_own] for v in V])
+        return np.fft.irfft(v_own, size, axis=1)
 
     def grids(self, dx: float | None = None, wait_scale: float = 1.0,
               wait_prob: float | None = None) -> tuple[GridDist, GridDist, GridDist]:
@@ -1012,10 +1253,11 @@ class BulkQueue:
         # The chain keeps states out to a 1e-13 tail for its moments; the grids need only the
         # states carrying mass the grid can resolve. Dropping those whose total is below _STATE_MASS
         # (renormalised below) shrinks the count axis of every transform, often 3x.
-        mass_from = np.cumsum(pis.sum(axis=0)[::-1])[::-1]  # mass in states j and above
-        n_st = max(int(np.count_nonzero(mass_from >= _STATE_MASS)), 1)
+        # mass in the states j and above, from the top j down (non-decreasing: a search finds the cut)
+        above = np.cumsum((pis[0] if nr == 1 else pis.sum(axis=0))[::-1])
+        n_st = max(above.size - int(np.searchsorted(above, _STATE_MASS)), 1)
         pis = pis[:, :n_st]
-        mix = [(pfit[:n_st], pcut[:n_st]) for pfit, pcut in self._mix_pi]
+        mix = self._mix_pi
         cyc = self._cycle["cycle_s"]
         p_idle = self.p_idle
         ks = [reg.live_k for reg in regs]
@@ -1039,38 +1281,32 @@ class BulkQueue:
             # ≥ 16 bins for the shortest batch, and the 1e-12 horizon within _GRID_POINTS points
             # (time and memory grow with it; quantiles are conservative by at most dx per term)
             dx = max(min_mean / _STEPS_PER_SHORTEST, reach(math.log(1e12)) / _GRID_POINTS)
-        ff, fc, lens, n_s, fft_cache = self._grid_tables(dx)
+        tables = self._grid_tables(dx)
+        ff, fc, n_s = tables.ff, tables.fc, tables.n_s
 
         # Time weights of "in a batch with this time law and r left waiting", per unit service time,
         # grouped by the regime the *next* batch forms in (fit -> 0, cut -> last).
-        kk = np.arange(1, b + 1)
-        rr = np.arange(n_st)[:, None] - kk[None, :]
         groups: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(nr)]
-        r_max = 1
-        cut_w = []
-        for f, (pi, (pfit, pcut)) in enumerate(zip(pis, mix)):
-            live = pcut > 0
-            if live.any():
-                r_max = max(r_max, int(rr[live].max()) + 1)
-            cut_w.append((live, pi, pcut))
-        for f, (pi, (pfit, pcut)) in enumerate(zip(pis, mix)):
-            w_fit = (pi @ pfit) / cyc  # leftover 0, next batch fresh
+        # the cut entries of the states kept (rows j < n_st: the first cut_upto[n_st], row-major)
+        n_cut = [int(mx.cut_upto[n_st]) for mx in mix]
+        r_max = max([1] + [int(mx.cut_rmax[m - 1]) + 1 for mx, m in zip(mix, n_cut) if m])
+        unit = _unit(r_max)
+        for f, (pi, mx, m) in enumerate(zip(pis, mix, n_cut)):
+            w_fit = (pi @ mx.pfit[:n_st]) / cyc  # leftover 0, next batch fresh
             groups[0][0].append(w_fit @ ff[f])
-            groups[0][1].append(_unit(r_max))
-            live, _, _ = cut_w[f]
-            if live.any():
+            groups[0][1].append(unit)
+            if m:
                 # ω[k−1, r] = Σ_j π_j P_cut(k | j) [j − k = r] / cycle (bincount adds in np.add.at's order)
-                flat = (np.broadcast_to(kk - 1, rr.shape)[live] * r_max + rr[live])
-                omega = np.bincount(flat, weights=(pi[:, None] * pcut)[live] / cyc, minlength=b * r_max).reshape(b, r_max)
-                for k in range(1, b + 1):
-                    if omega[k - 1].any():
-                        g = regs[f].next_after_cut(k, nr - 1)
-                        groups[g][0].append(fc[f][k - 1])
-                        groups[g][1].append(omega[k - 1])
+                flat = mx.cut_k[:m] * r_max + mx.cut_r[:m]
+                omega = np.bincount(flat, weights=pi[mx.cut_j[:m]] * mx.cut_p[:m] / cyc,
+                                    minlength=b * r_max).reshape(b, r_max)
+                for k in np.nonzero(omega.any(axis=1))[0] + 1:
+                    g = regs[f].next_after_cut(int(k), nr - 1)
+                    groups[g][0].append(fc[f][k - 1])
+                    groups[g][1].append(omega[k - 1])
         # Y[v, n] = Σ Σ_r ω(r) Σ_a f[v + a] P(Poisson(λa) = n − r) dx: a linear convolution in the
         # count axis and a cross-correlation in time, both by one 2-D FFT of the age table.
-        ages = (np.arange(n_s) + 0.5) * dx
-        p_age = _poisson_matrix(lam * ages, n_q)
+        p_age = _poisson_matrix(lam * tables.ages, n_q)
         lt = _fast_len(2 * n_s + 1)
         lq_ = _fast_len(n_q + r_max)
         pa = None
@@ -1084,19 +1320,22 @@ class BulkQueue:
                 # time cross-correlation per law (cheaper than the 2-D transform)
                 y = np.zeros((n_s, n_q))
                 for fk, wk in zip(lf, lw):
-                    cols = p_age if not wk[1:].any() else np.fft.irfft(
-                        np.fft.rfft(p_age, lq_, axis=1) * np.fft.rfft(wk, lq_)[None, :], lq_, axis=1)[:, :n_q]
-                    w0 = wk[0] if not wk[1:].any() else 1.0
-                    nz = np.flatnonzero(fk)
+                    moved = wk is not unit and bool(wk[1:].any())
+                    cols = p_age if not moved else _convolve_rows(p_age, wk, lq_)
+                    w0 = 1.0 if moved else wk[0]
+                    nz = np.nonzero(fk)[0]
+                    if nz.size and nz[0] == 0:  # (bin 0 adds nothing: v < 0)
+                        nz = nz[1:]
                     if nz.size <= _SPARSE_LAW_BINS:
                         # a (near-)deterministic batch time is a few grid bins: the correlation
                         # y[v−1] = Σ_s f[s] cols[s − v], v = 1..s, is that many shifted row blocks
-                        for s in nz[nz >= 1]:
+                        for s in nz.tolist():
                             y[:s] += (fk[s] * w0) * cols[s - 1 :: -1]
                         continue
                     c = np.fft.irfft(np.fft.rfft(fk, lt)[:, None] * np.conj(np.fft.rfft(cols, lt, axis=0)), lt, axis=0)
                     y += c[1 : n_s + 1] * w0
-                ys.append(np.clip(y * dx, 0.0, None))
+                y *= dx
+                ys.append(np.maximum(y, 0.0, out=y))
                 continue
             if pa is None:  # reversed in age: the correlation becomes a convolution
                 pa = np.fft.rfft2(p_age[::-1], s=(lt, lq_))
@@ -1105,141 +1344,108 @@ class BulkQueue:
             # the 2-D inverse as its two passes (what irfft2 does), the count-axis pass only on the
             # rows kept: lags v = 1..n_s
             lag = np.fft.ifft(pa * (fh.T @ wh), lt, axis=0)[n_s : 2 * n_s]
-            ys.append(np.clip(np.fft.irfft(lag, lq_, axis=1)[:, :n_q] * dx, 0.0, None))
+            y = np.fft.irfft(lag, lq_, axis=1)[:, :n_q] * dx
+            ys.append(np.maximum(y, 0.0, out=y))
         busy_mass = 1.0 - p_idle
         ysum = sum(float(y.sum()) for y in ys)
         if ysum > 0:
-            ys = [y * (busy_mass / ysum) for y in ys]
-        col = sum(y.sum(axis=0) for y in ys)
+            for y in ys:
+                y *= busy_mass / ysum
+        col = ys[0].sum(axis=0) if nr == 1 else sum(y.sum(axis=0) for y in ys)
         nz = np.nonzero(col > _COUNT_MASS * busy_mass)[0]
         n_q = int(nz[-1]) + 1 if nz.size else 1
         ys = [y[:, :n_q] for y in ys]
 
-        # Drain, top down in blocks of the smallest N (all of a plain cap's b at once)
-        kmin = min(min(x) for x in ks)
-        nsb = max(int(lens[f][k - 1]) for f in range(nr) for k in ks[f])
-        # at most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < _WAIT_TAIL
+        # The drain runs top down in blocks of the smallest N (all of a plain cap's b at once): at
+        # most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < _WAIT_TAIL
+        kmin, nsb = self.law.min_cut, tables.cut_support
         length = min(n_s + 1 + int(math.ceil(n_q / kmin)) * nsb + 1, int(math.ceil(horizon / dx)) + n_s + 2)
         size = _fast_len(max(length, 2 * n_s + 2))
         if size > 4 * MAX_POINTS:
             raise NumericalError("prefill waiting-time grid too large; the load is too close to 1")
-        nfreq = size // 2 + 1
 
         last = nr - 1
+        flow = self.law.cut_flow
         # rows that can carry mass, per regime: its own residual law, and what cuts bring down
         # (fit batches leave nothing waiting, so the fresh regime's rows stop at ~λ max S)
         ext = []
         for f in range(nr):
+            if f == last:
+                ext.append(n_q)
+                continue
             nzf = np.nonzero(ys[f].sum(axis=0) > _STATE_MASS * busy_mass)[0]
             e = int(nzf[-1]) + 1 if nzf.size else 0
             for h in range(f):
-                if any(regs[h].next_after_cut(k, last) == f for k in ks[h]):
+                if f in flow[h]:
                     e = max(e, ext[h] - min(ks[h]))
-            ext.append(n_q if f == last else max(e, 1))
+            ext.append(max(e, 1))
         m_own = min(b, n_q)
 
-        def vhat(y: np.ndarray, e: int) -> np.ndarray:
-            ypad = np.zeros((e, n_s + 1))  # one row per count: the transforms run along rows
-            ypad[:, 1:] = y[:, :e].T
-            out = np.zeros((max(e, m_own) + b, nfreq), dtype=complex)
-            out[:e] = np.fft.rfft(ypad, size, axis=1)
-            return out
-
-        V = [vhat(y, e) for y, e in zip(ys, ext)]
-
-        def law_fft(lst: np.ndarray, n: int) -> np.ndarray:
-            """rfft of every k's grid pmf at length n, batched (b, n/2+1); kept across solves."""
-            key = (id(lst), n)
-            if key not in fft_cache:
-                arr = np.fft.rfft(lst, n, axis=1)
-                # transform lengths follow the rate: keep what fits a memory budget across solves
-                if sum(v.nbytes for v in fft_cache.values()) + arr.nbytes > _GRID_CACHE_BYTES:
-                    fft_cache.clear()
-                fft_cache[key] = arr
-                return arr
-            return fft_cache[key]
-
-        coef = [reg.p_n[np.array(ks[f]) - 1, None] * law_fft(fc[f], size)[np.array(ks[f]) - 1]
-                for f, reg in enumerate(regs)]
-        for f in range(nr - 1):  # a cut at k in regime f leaves the queue to a later regime
-            e = ext[f]
-            for c_k, k in zip(coef[f], ks[f]):
-                if k >= e:
-                    continue
-                g = regs[f].next_after_cut(k, last)
-                V[g][: e - k] += c_k * V[f][k:e]
-        drain, cl = ks[last], coef[last]
-        karr = np.array(drain)
-        # batch sizes N = k0..k0+K−1 without gaps (the usual case): the rows V_{p+k} are a slice,
-        # read in place instead of gathered into a copy on every step of this sequential recurrence
-        k0, nk = drain[0], len(drain)
-        contiguous = drain == tuple(range(k0, k0 + nk))
-        hi = n_q - 1
-        Vl = V[last]
-        while hi >= 0:
-            lo = max(0, hi - kmin + 1)
-            if len(drain) == 1:
-                Vl[lo : hi + 1] += cl[0] * Vl[lo + drain[0] : hi + 1 + drain[0]]
-            elif contiguous:
-                for p in range(hi, lo - 1, -1):
-                    Vl[p] += np.einsum("kf,kf->f", cl, Vl[p + k0 : p + k0 + nk])
-            else:
-                for p in range(hi, lo - 1, -1):
-                    Vl[p] += np.einsum("kf,kf->f", cl, Vl[p + karr])
-            hi = lo - 1
-        us = [np.clip(np.fft.irfft(v[:m_own], size, axis=1).T, 0.0, None) for v in V]  # (size, m)
-        g_mass = sum(float((u * reg.s_n[None, :m_own]).sum()) for u, reg in zip(us, regs))
-        if g_mass > 0:
-            us = [u * (busy_mass / g_mass) for u in us]
+        u = self._drain_transforms(ys, ext, tables, size, m_own)
+        np.maximum(u, 0.0, out=u)
+        s_own = self.law.own_weights[:, 0, :m_own].ravel()  # P_g(N ≥ m + 1): ours is the next batch
+        g_mass = float((s_own @ u).sum())
+        factor = busy_mass / g_mass if g_mass > 0 else 1.0
         p_zero = p_idle
         if wait_prob is not None and busy_mass > 0:
             wait_prob = min(max(float(wait_prob), 1e-12), 1.0)
-            us = [u * (wait_prob / busy_mass) for u in us]
+            factor *= wait_prob / busy_mass
             p_zero = 1.0 - wait_prob
-        if wait_scale != 1.0:
-            us = [_scale_time(u, wait_scale) for u in us]
-        size = us[0].shape[0]
-        t = np.arange(size) * dx
+        u *= factor
+        if wait_scale != 1.0:  # (u.T is column-major: rescaled without a transposing copy)
+            u = _scale_time(u.T, wait_scale).T
+        size = u.shape[1]
+        wpmf = s_own @ u
+        u3 = u.reshape(nr, m_own, size)
 
-        # own batch: k = min(N', m + 1 + Poisson(λW)), N' ~ N | N ≥ m + 1
-        qm = _poisson_matrix(lam * t, b)  # (size, b): P(Poisson(λW) = i), i < b
-        tail = np.clip(1.0 - np.cumsum(qm, axis=1), 0.0, 1.0)  # P(Poisson > i)
+        # own batch: k = min(N', m + 1 + Poisson(λW)), N' ~ N | N ≥ m + 1. h[f, c, i, t] for regime f,
+        # c = 0: a fit batch of i + 1 (P(Poisson(λW) = i − m), times P_f(N ≥ i + 1)), c = 1: a cut
+        # at i + 1 (P(Poisson(λW) > i − m), times P_f(N = i + 1))
+        t = np.arange(1, size) * dx
+        # qt[t, 0] = P(Poisson(λW) = i), qt[t, 1] = P(Poisson > i), i < b, after m_own − 1 zero columns
+        qt = np.zeros((size, 2, m_own - 1 + b))
+        q, tail = qt[:, 0, m_own - 1 :], qt[:, 1, m_own - 1 :]
+        q[0, 0] = 1.0  # W = 0: no arrivals
+        q[1:] = _poisson_matrix(lam * t, b)
+        q.cumsum(axis=1, out=tail)
+        np.subtract(1.0, tail, out=tail)
+        np.maximum(tail, 0.0, out=tail)  # (at most 1 already: 1 minus a sum of probabilities)
         # h[t, i] = Σ_j u[t, j] q[t, i − j], i < b: a linear convolution of m_own and b terms along
-        # the count axis, by FFT, or directly when that is only a few vector steps (plain caps)
-        direct = m_own * b <= _DIRECT_COUNT_TERMS
-        if not direct:
+        # the count axis, directly when that is only a few products (plain caps: a band view of the
+        # zero-padded table), else by FFT
+        if m_own * b <= _DIRECT_COUNT_TERMS:
+            st = qt.strides
+            band = np.ndarray((size, 2, m_own, b), buffer=qt, offset=(m_own - 1) * st[2],
+                              strides=(st[0], st[1], -st[2], st[2]))  # band[t, c, j, i] = qt[t, c, m_own − 1 + i − j]
+            h = np.einsum("fjt,tcji->fcit", u3, band)
+        else:
             lb = _fast_len(m_own + b)
-            qh, th = np.fft.rfft(qm, lb, axis=1), np.fft.rfft(tail, lb, axis=1)
+            qh = np.fft.rfft(qt[:, :, m_own - 1 :], lb, axis=2).transpose(1, 2, 0)  # (2, lb/2+1, size)
+            h = np.empty((nr, 2, b, size))
+            for f in range(nr):  # (one regime at a time: a batched product ran 2x slower, on memory)
+                uh = np.fft.rfft(u3[f], lb, axis=0)
+                for c in range(2):
+                    h[f, c] = np.fft.irfft(uh * qh[c], lb, axis=0)[:b]
+            np.maximum(h, 0.0, out=h)
+        h *= self.law.own_weights[..., None]  # (nr, 2, b): [P_f(N ≥ k), P_f(N = k)]
+        h = h.reshape(nr * 2 * b, size)  # rows in the order of tables.own_rows
+        h[0, 0] += p_zero  # an arrival to an idle engine runs alone, fresh
         # W + S_own: W's support is within `length` (past it the mass is < _WAIT_TAIL), so a transform of
         # length + n_s does not wrap
         out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
-        acc = np.zeros(out_size // 2 + 1, dtype=complex)
-        own = np.zeros(n_s)
-        wpmf = np.zeros(size)
-        for f, (u, reg) in enumerate(zip(us, regs)):
-            wpmf += (u * reg.s_n[None, :m_own]).sum(axis=1)
-            if direct:
-                h_fit, h_cut = np.zeros((size, b)), np.zeros((size, b))
-                for j in range(m_own):
-                    h_fit[:, j:] += u[:, j : j + 1] * qm[:, : b - j]
-                    h_cut[:, j:] += u[:, j : j + 1] * tail[:, : b - j]
-                h_fit *= reg.s_n[None, :]
-                h_cut *= reg.p_n[None, :]
-            else:
-                uh = np.fft.rfft(u, lb, axis=1)
-                h_fit = np.clip(np.fft.irfft(uh * qh, lb, axis=1)[:, :b], 0.0, None) * reg.s_n[None, :]
-                h_cut = np.clip(np.fft.irfft(uh * th, lb, axis=1)[:, :b], 0.0, None) * reg.p_n[None, :]
-            if f == 0:
-                h_fit[0, 0] += p_zero  # an arrival to an idle engine runs alone, fresh
-            mf, mc = h_fit.sum(axis=0), h_cut.sum(axis=0)
-            for h, lst, mass in ((h_fit, ff[f], mf), (h_cut, fc[f], mc)):
-                live = np.nonzero(mass > 0)[0]
-                if live.size == 0:
-                    continue
-                hh = np.fft.rfft(np.ascontiguousarray(h[:, live].T), out_size, axis=1)  # (live, nfreq)
-                acc += np.einsum("kf,kf->f", hh, law_fft(lst, out_size)[live])
-                own += mass[live] @ lst[live]
-        joint = np.clip(np.fft.irfft(acc, out_size), 0.0, None)[: min(size + n_s, out_size)]
+        mass = h.sum(axis=1)
+        live = np.nonzero(mass > 0)[0]
+        if live.size == mass.size:
+            laws_hat = tables.law_fft(tables.own_rows, out_size)
+        else:  # the transforms of the rows that carry mass, kept as one table (no gather per solve)
+            h = h[live]
+            laws_hat = tables.kept(("own", out_size, live.tobytes()),
+                                   lambda: np.fft.rfft(tables.own_rows[live], out_size, axis=1))
+        hh = np.fft.rfft(h, out_size, axis=1)
+        acc = np.multiply(hh, laws_hat, out=hh).sum(axis=0)  # Σ_k ĥ_k Ŝ_k (faster than einsum)
+        own = mass @ tables.own_rows  # (the rows without mass add exact zeros)
+        joint = np.fft.irfft(acc, out_size)[: min(size + n_s, out_size)]
+        np.maximum(joint, 0.0, out=joint)
         joint /= joint.sum()
 
         wpmf[0] += p_zero
@@ -1254,23 +1460,51 @@ class BulkQueue:
         return wait, delay, own_d
 
 
+def _band(base: np.ndarray, start: int, shape: tuple[int, int], row_step: int,
+          writeable: bool = False) -> np.ndarray:
+    """View v[r, c] = base.flat[start + r·row_step + c] of a C-contiguous array: with row_step one
+    less than base's row length, row r is base's row r shifted r columns left (a band of base,
+    read or written in place, without the gather of a fancy index)."""
+    if not (base.flags.c_contiguous and start >= 0 and start + (shape[0] - 1) * row_step + shape[1] <= base.size):
+        raise ValueError("band view outside its array")
+    size = base.itemsize
+    out = np.ndarray(shape, base.dtype, buffer=base, offset=start * size, strides=(row_step * size, size))
+    out.flags.writeable = writeable
+    return out
+
+
+def _log_drain_transform(logw: np.ndarray, v: np.ndarray, kv: np.ndarray, seen: list,
+                         z: float) -> tuple[float, float]:
+    """log E[z^{−N} e^{λS(z−1)}] over the nodes (log-sum-exp) and its derivative Σ p_i (v_i − k_i/z)
+    (see BulkQueue._size); the root search asks again for the point it just evaluated: ``seen``
+    remembers it."""
+    if seen and seen[0][0] == z:
+        return seen[0][1]
+    e = logw + v * (z - 1.0) - kv * math.log(z)
+    top = float(e.max())
+    p = np.exp(e - top)
+    tot = float(p.sum())
+    out = top + math.log(tot), float(p @ (v - kv / z)) / tot
+    seen[:] = [(z, out)]
+    return out
+
+
+def _convolve_rows(table: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """Each row of ``table`` convolved with ``w``, cut to the table's width, by transforms of length
+    n (≥ both lengths together: no wrap). The row w rides along as one more row of the table: one
+    transform for both (row by row the same numbers as two)."""
+    rows, cols = table.shape
+    both = np.zeros((rows + 1, max(cols, w.size)))
+    both[:rows, :cols] = table
+    both[rows, : w.size] = w
+    hat = np.fft.rfft(both, n, axis=1)
+    return np.fft.irfft(hat[:rows] * hat[rows], n, axis=1)[:, :cols]
+
+
 def _unit(n: int) -> np.ndarray:
     """(1, 0, …, 0) of length n: no count ahead left over."""
     out = np.zeros(n)
     out[0] = 1.0
-    return out
-
-
-@functools.lru_cache(maxsize=64)
-def _cut_targets(n: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, columns, mask) of the cut transitions on states 0..n: entry [j, e] of a table over
-    e = 0..n+b goes to state j + e − b, kept where that lies in 0..n. Depends on (n, b) alone."""
-    jj = np.arange(n + 1)[:, None] + np.arange(n + 1 + b)[None, :] - b
-    ok = (jj >= 0) & (jj <= n)
-    rows = np.broadcast_to(np.arange(n + 1)[:, None], jj.shape)[ok]
-    out = rows, jj[ok], ok
-    for a in out:
-        a.flags.writeable = False
     return out
 
 
@@ -1282,12 +1516,31 @@ def _balance_matrix(P: np.ndarray) -> np.ndarray:
     return A
 
 
+def _balance_view(P: np.ndarray) -> np.ndarray:
+    """Pᵀ − I as a column-major view of P itself (P's diagonal lowered in place; P is consumed):
+    no transposing copy, and the layout LAPACK factors in place."""
+    P.flat[:: P.shape[0] + 1] -= 1.0
+    return P.T
+
+
+@functools.cache
+def _dgesv():
+    from scipy.linalg.lapack import dgesv
+
+    return dgesv
+
+
 def _solve_balance(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve the balance equations. Large systems (several head regimes near saturation) are
-    sparse: a state reaches only ~b below and the arrival range above, and Poisson tails below
-    1e-300 are exactly zero in double precision, so a sparse LU on the nonzeros is exact to
-    round-off and ~100x faster than a dense solve of thousands of states."""
+    """Solve the balance equations (A may be overwritten). Large systems (several head regimes near
+    saturation) are sparse: a state reaches only ~b below and the arrival range above, and Poisson
+    tails below 1e-300 are exactly zero in double precision, so a sparse LU on the nonzeros is exact
+    to round-off and ~100x faster than a dense solve of thousands of states."""
     if A.shape[0] <= _DENSE_MAX:
+        if A.flags.f_contiguous:  # LAPACK's own layout: factored in place, no copy
+            x, info = _dgesv()(A, rhs, overwrite_a=True)[2:]
+            if info > 0:
+                raise np.linalg.LinAlgError("Singular matrix")
+            return x
         return np.linalg.solve(A, rhs)
     from scipy.sparse import csc_matrix
     from scipy.sparse.linalg import spsolve
@@ -1314,21 +1567,27 @@ def instance_wait_scale(rho: float, ca2: float, cs2e: float) -> float:
 
 
 def _scale_time(g: np.ndarray, scale: float) -> np.ndarray:
-    """Re-place mass at bin i onto bin ceil(i·scale) (conservative rounding)."""
-    n = g.shape[0]
+    """Re-place mass at bin i onto bin ceil(i·scale) (conservative rounding). A column-major g (the
+    transpose of a C-ordered table) gives a column-major result, without a transposing copy."""
+    n, ncol = g.shape
     idx = np.ceil(np.arange(n) * scale - 1e-9).astype(np.int64)
-    out = np.zeros((int(idx.max()) + 1, g.shape[1]))
-    # idx never decreases, so each target bin takes one run of consecutive rows. Adding the runs'
-    # r-th rows for r = 0, 1, ... is np.add.at's own order (same sums, bit for bit) in a few
-    # vector steps when runs are short (scale >= 1/8); np.add.at itself is slow per element.
-    starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
+    m = int(idx[-1]) + 1  # idx never decreases
+    if g.T.flags.c_contiguous and not g.flags.c_contiguous:
+        # one bincount over the columns laid end to end: each cell's rows are added in row order,
+        # np.add.at's order (the same sums, bit for bit)
+        flat = (np.arange(ncol)[:, None] * m + idx).ravel()
+        return np.bincount(flat, weights=g.T.ravel(), minlength=ncol * m).reshape(ncol, m).T
+    if scale < 0.125 or g.size <= 4096:
+        # long runs (or a small table): one bincount over the row-major flattened table adds every
+        # cell's rows in row order, np.add.at's order (the same sums, bit for bit) without its
+        # per-element cost
+        flat = (idx[:, None] * ncol + np.arange(ncol)).ravel()
+        return np.bincount(flat, weights=np.ravel(g), minlength=m * ncol).reshape(m, ncol)
+    # Each target bin takes one run of consecutive rows. Adding the runs' r-th rows for r = 0, 1, ...
+    # is np.add.at's own order (same sums, bit for bit) in a few vector steps when runs are short.
+    out = np.zeros((m, ncol))
+    starts = np.flatnonzero(np.diff(idx, prepend=-1))
     runs = np.diff(np.append(starts, n))
-    if runs.max() > 8:
-        # long runs: one bincount over the row-major flattened table adds every cell's rows in
-        # row order, np.add.at's order (the same sums, bit for bit) without its per-element cost
-        ncol = g.shape[1]
-        flat = (idx[:, None] * ncol + np.arange(ncol)[None, :]).ravel()
-        return np.bincount(flat, weights=g.ravel(), minlength=out.size).reshape(out.shape)
     rank = np.arange(n) - np.repeat(starts, runs)
     for r in range(int(runs.max())):
         sel = rank == r
@@ -1405,6 +1664,24 @@ class PrefillStation:
             return BatchServiceLaw.from_prompts_budget(self.service, p, float(self.max_batch_tokens), cap,
                                                        self.cached_tokens)
         return BatchServiceLaw.from_prompts(self.service, p, self.b, self.cached_tokens)
+
+    @cached_property
+    def _output_scv(self) -> float:
+        """Per-request variability of the batch server's output from a long queue: N requests in
+        S_N per batch, θ = E[N]/E[S_N]; the departure count's variance rate gives Var(N − θS_N)/E[N]
+        (= b c_b² under a plain cap, N ≡ b). A property of the law: computed once."""
+        cut, pn = self.law.cut_law, self.law.p_n
+        en, es = self.law.mean_drain
+        kk = np.arange(1, self.law.b + 1)
+        theta = en / es
+        return max(float(pn @ (kk * kk - 2 * theta * kk * cut.mean_s + theta**2 * cut.second_s2)) / en, 0.0)
+
+    @cached_property
+    def _budget_is_cap(self) -> bool:
+        """Exact for the stated model needs a request cap that *is* the engine's rule (no token
+        budget, or every prompt the same length so floor(B/P) is what fits)."""
+        p = np.asarray(self.prompt_tokens, dtype=float)
+        return self.max_batch_tokens is None or self.law_override is not None or bool(np.ptp(p) == 0)
 
     def max_stable_rate_per_s(self) -> float:
         """c · E[N] / E[S_N] (c · b / E[S_b] for a plain cap; exact for the model)."""
@@ -1484,16 +1761,8 @@ class PrefillStation:
         scale = 1.0
         wait_prob = None
         if abs(ca2_i - 1.0) > 1e-12:
-            # Per-request variability of the batch server's output from a long queue: N requests
-            # in S_N per batch, θ = E[N]/E[S_N]; the departure count's variance rate gives
-            # Var(N − θS_N)/E[N] (= b c_b² under a plain cap, N ≡ b).
-            cut, pn = self.law.cut_law, self.law.p_n
-            en, es = self.law.mean_drain
-            kk = np.arange(1, self.law.b + 1)
-            theta = en / es
-            cs2e = max(float(pn @ (kk * kk - 2 * theta * kk * cut.mean_s + theta**2 * cut.second_s2)) / en, 0.0)
             rho = q.rho_full
-            scale = instance_wait_scale(rho, ca2_i, cs2e)
+            scale = instance_wait_scale(rho, ca2_i, self._output_scv)
             # Who waits: a Poisson arrival finds the engine busy with probability = its busy
             # fraction; regular (round-robin) arrivals find it busy less often, bursty ones more.
             # QNA's P(W > 0) with the batch time's SCV moves the atom at zero; those who wait keep
@@ -1513,11 +1782,9 @@ class PrefillStation:
         elif self.max_batch_tokens is not None and self.law_override is None:
             notes.append(f"token budget {self.max_batch_tokens:g} fits b = {self.b} equal prompts: exact cap")
         wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob)
-        # Exact for the stated model: Poisson per engine and a request cap that *is* the engine's
-        # rule (no token budget, or every prompt the same length so floor(B/P) is what fits).
-        p = np.asarray(self.prompt_tokens, dtype=float)
-        budget_is_cap = self.max_batch_tokens is None or self.law_override is not None or bool(np.ptp(p) == 0)
-        exact = scale == 1.0 and self.dispatch == "random" and budget_is_cap
+        # exact for the stated model: Poisson per engine and a request cap that is the engine's rule
+        exact = scale == 1.0 and self.dispatch == "random" and self._budget_is_cap
+        own_pmf = q.own_batch_pmf
         method = (f"M/G^[1,{self.b}]/1 embedded chain per instance, token-budget FCFS-prefix batches ({self.dispatch} dispatch)"
                   if self.token_aware else f"M/G^[1,{self.b}]/1 embedded chain per instance ({self.dispatch} dispatch)")
         batch_rate = self.instances / q._cycle["cycle_s"]
@@ -1537,9 +1804,8 @@ class PrefillStation:
                 "batch_size_second_moment": q._cycle["batch_second"],
                 "batch_cap": self.b,
                 "own_batch_time": own,
-                "own_batch_pmf": q.own_batch_pmf,
-                "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(q.own_batch_pmf,
-                                                                              mean_s=q.mean_own_batch_s)
+                "own_batch_pmf": own_pmf,
+                "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(own_pmf, mean_s=q.mean_own_batch_s)
                 if self.own_batch_times else None,
                 "mean_wait_s": q.mean_wait_s * scale,
                 "per_instance_rate_per_s": q.lam,
