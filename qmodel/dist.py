@@ -58,10 +58,19 @@ class GridDist:
     def from_cdf(cdf: Callable[[np.ndarray], np.ndarray], dx: float, n: int, mean_s: float,
                  tail_rate: float = math.inf, exact: bool = True) -> "GridDist":
         """Discretise a CDF: pmf[k] = F(k dx) - F((k-1) dx), pmf[0] = F(0)."""
-        x = np.arange(n) * dx
-        F = np.clip(np.asarray(cdf(x), dtype=float), 0.0, 1.0)
-        F = np.maximum.accumulate(F)
-        pmf = np.empty(n)  # np.diff(F, prepend=0.0), without the concatenation
+        # (a copy: the values are clipped in place, and a cdf may return an array it keeps)
+        return GridDist.from_cdf_values(np.array(cdf(np.arange(n) * dx), dtype=float), dx, mean_s,
+                                        tail_rate=tail_rate, exact=exact)
+
+    @staticmethod
+    def from_cdf_values(F: np.ndarray, dx: float, mean_s: float, tail_rate: float = math.inf,
+                        exact: bool = True) -> "GridDist":
+        """The law whose CDF at the grid points k·dx is ``F`` (clipped to [0, 1] and made
+        non-decreasing, in place: round-off only), the mass past the last point as its tail."""
+        np.minimum(F, 1.0, out=F)
+        np.maximum(F, 0.0, out=F)
+        np.maximum.accumulate(F, out=F)
+        pmf = np.empty(F.size)  # np.diff(F, prepend=0.0), without the concatenation
         pmf[0] = F[0]
         np.subtract(F[1:], F[:-1], out=pmf[1:])
         return GridDist(dx, pmf, float(mean_s), tail=float(max(0.0, 1.0 - F[-1])), tail_rate=tail_rate, exact=exact)
@@ -142,7 +151,15 @@ class GridDist:
         return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
 
     def trimmed(self, eps: float = 1e-12) -> "GridDist":
-        """Drop trailing bins with negligible mass (moved into the last kept bin)."""
+        """Drop trailing bins with negligible mass (moved into the last kept bin). A law remembers
+        that it is trimmed: every convolution trims its terms, and most arrive trimmed already."""
+        if self.__dict__.get("_trimmed_at") == eps:
+            return self
+        out = self._trim(eps)
+        out.__dict__["_trimmed_at"] = eps  # (its pmf is never modified after construction)
+        return out
+
+    def _trim(self, eps: float) -> "GridDist":
         # The mass to drop sits in the last few bins: sum them first. A longer negligible run is
         # found on the nonzero bins alone (zeros add nothing to the sums, so the cut is the same;
         # a law on a grid much finer than its spread is mostly zeros).

@@ -423,11 +423,8 @@ class DecodeStation:
             return cdf
 
         def to_dist(cdf: np.ndarray, mean: float) -> GridDist:
-            cdf = np.maximum.accumulate(np.clip(cdf, 0.0, 1.0))
-            pmf = np.diff(cdf, prepend=0.0)
-            tail_mass = max(0.0, 1.0 - float(cdf[-1]))
             rate = slot_rate if capped and p_wait > 0 else 1.0 / max(dx, 1e-300)
-            return GridDist(dx, pmf, float(mean), tail=tail_mass, tail_rate=rate, exact=False)
+            return GridDist.from_cdf_values(cdf, dx, mean, tail_rate=rate, exact=False)
 
         wait = to_dist(build(None), mean_wait)
         if not self.first_step_in_ttft:
