@@ -30,9 +30,9 @@ Little's law gives what the decode side must reserve while transfers are in flig
 ``extra["in_flight_mean"]`` = λ E[link time] and ``extra["in_flight_bytes_mean"]`` = λ E[X · link time]
 (bytes held in flight on average, size-biased), the link time counted from transfer start.
 
-Grid: the wait, the exposed time and their sum share one step, ``dx`` if given (the engine passes
-a quarter of the prefill's step, the grid TTFT is composed on) else 1/400 of the mean delay, and
-coarse enough that the support (largest exposed time + the wait's 1 − 1e-9 quantile, known in
+Grid: the wait, the exposed time and their sum share one step, ``dx`` if given, else 1/400 of the
+mean delay (the engine gives none: the exposed time enters TPOT spread over L − 1 tokens, where the
+prefill's TTFT step would be coarse; TTFT re-bins it with its mean kept), and coarse enough that the support (largest exposed time + the wait's 1 − 1e-9 quantile, known in
 closed form before any grid is built) fits in 16384 bins (MAX_POINTS for a given ``dx``). Rounding
 up to it makes quantiles conservative by at most one step per term.
 
