@@ -79,6 +79,7 @@ def test_trimmed_drops_exactly_the_negligible_run(negligible_bins: int) -> None:
     c = np.cumsum(pmf[::-1])  # the plain rule: drop the trailing bins whose total is below 1e-12
     drop = int(np.searchsorted(c, 1e-12))
     got = law.trimmed()
+    assert got.trimmed() is got  # a trimmed law remembers it
     if drop <= 0:
         assert got is law
     else:
