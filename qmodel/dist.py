@@ -284,7 +284,8 @@ def linear_convolution(pmfs: list[np.ndarray], n: int) -> np.ndarray:
 
 
 def convolve(*dists: GridDist) -> GridDist:
-    """Distribution of the sum of independent terms (FFT, zero-padded; negatives clipped)."""
+    """Distribution of the sum of independent terms (:func:`linear_convolution`: direct sums or
+    one zero-padded FFT pass; negatives from round-off clipped)."""
     if not dists:
         raise ValueError("convolve needs at least one distribution")
     dx = max(d.dx for d in dists)

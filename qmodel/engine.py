@@ -344,20 +344,10 @@ class Solver:
             label += " (every station here is solved exactly for its stated model)"
         return label
 
-    @cached_property
-    def _mean_transfer_bytes(self) -> float:
-        return self.resolved.kv_bytes_per_token * float(self.resolved.uncached_prompt.mean())
-
     def _link_report(self, c: Composition) -> LinkReport | None:
-        r = self.resolved
-        if self._topology != "disaggregated" or r.link_bandwidth_bytes_per_s is None:
+        if self._topology != "disaggregated" or self.resolved.link_bandwidth_bytes_per_s is None:
             return None
-        mean_bytes = self._mean_transfer_bytes
-        need = mean_bytes * c.rate_per_s
-        avail = r.link_bandwidth_bytes_per_s * self.scenario.deployment.prefill.instances
-        return LinkReport(bandwidth_needed_bytes_per_s=need, bandwidth_available_bytes_per_s=avail,
-                          sufficient=need < avail, mean_transfer_bytes=mean_bytes,
-                          mean_exposed_s=float(c.stations[1].delay.mean_s))
+        return self._transfer.link_report(c.rate_per_s, c.stations[1])
 
 
 def _fmt_s(x: float) -> str:

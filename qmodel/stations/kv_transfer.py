@@ -31,10 +31,11 @@ Little's law gives what the decode side must reserve while transfers are in flig
 (bytes held in flight on average, size-biased), the link time counted from transfer start.
 
 Grid: the wait, the exposed time and their sum share one step, ``dx`` if given, else 1/400 of the
-mean delay (the engine gives none: the exposed time enters TPOT spread over L − 1 tokens, where the
-prefill's TTFT step would be coarse; TTFT re-bins it with its mean kept), and coarse enough that the support (largest exposed time + the wait's 1 − 1e-9 quantile, known in
-closed form before any grid is built) fits in 16384 bins (MAX_POINTS for a given ``dx``). Rounding
-up to it makes quantiles conservative by at most one step per term.
+mean delay (the engine gives none: the exposed time enters TPOT spread over L − 1 tokens, where
+the prefill's TTFT step would be coarse; TTFT re-bins it with its mean kept), and coarse enough
+that the support (largest exposed time + the wait's 1 − 1e-9 quantile, known in closed form
+before any grid is built) fits in 16384 bins (MAX_POINTS for a given ``dx``). Rounding up to it
+makes quantiles conservative by at most one step per term.
 
 The work ahead in a batch, Σ_i d_i F^{∗i} (F the link-time law on the grid), is formed by Horner
 in F: by shifted adds when F has few atoms on the grid (few distinct transfer times; one with fixed
@@ -144,15 +145,8 @@ class _CompoundWork(ServiceSample):
     @cached_property
     def factorial_moments(self) -> tuple[float, float, float]:
         """E[K], E[K(K−1)], E[K(K−1)(K−2)] of the batch size (every moment of B needs all three)."""
-        if self._pk_floats is None:
-            kk, p = self._k, self._pk
-            return float(p @ kk), float(p @ (kk * (kk - 1))), float(p @ (kk * (kk - 1) * (kk - 2)))
-        f1 = f2 = f3 = 0.0
-        for k, p in enumerate(self._pk_floats, start=1):
-            f1 += p * k
-            f2 += p * (k * (k - 1))
-            f3 += p * (k * (k - 1) * (k - 2))
-        return f1, f2, f3
+        kk, p = self._k, self._pk
+        return float(p @ kk), float(p @ (kk * (kk - 1))), float(p @ (kk * (kk - 1) * (kk - 2)))
 
     def moment(self, k: int) -> float:
         cache = self.__dict__.setdefault("_moment_cache", {})
@@ -417,8 +411,7 @@ class KVTransferStation:
     def _grid_dx(self, exposed_mean_s: float, exposed_max_s: float, wait_mean_s: float, wait_end_s: float) -> float:
         """One grid step for the wait, the exposed time and their sum.
 
-        ``dx`` if given (the engine passes a fraction of the prefill's step, on which TTFT is
-        composed), else 1/400 of the mean delay and coarse enough that the delay's support
+        ``dx`` if given, else 1/400 of the mean delay and coarse enough that the delay's support
         (largest exposed time + the wait's 1 − 1e-9 quantile) fits in _SPAN_POINTS bins: the FFTs
         stay small whatever the ratio of wait to transfer time. A given ``dx`` is coarsened only
         where the support would not fit in MAX_POINTS bins (the grid would be truncated).

@@ -789,7 +789,7 @@ class BulkQueue:
             def g(z: float) -> tuple[float, float]:
                 return lw0 + v0 * (z - 1.0) - k0 * math.log(z), v0 - k0 / z
         else:
-            g = functools.partial(_log_drain_transform, logw, v, kv, [])
+            g = functools.partial(_log_drain_transform, logw, v, kv)
 
         # g(1) = 0, g'(1) = λE[S_N] − E[N] < 0 (ρ < 1) and g is convex in z: Newton from the right
         # of the positive root falls onto it monotonically (quadratically; bisection needed ~40
@@ -806,11 +806,12 @@ class BulkQueue:
                 break
             hi -= step
         lo = 1.0 + 1e-12
-        while g(hi)[0] < 0:  # round-off only
+        gz, dg = g(hi)  # (each point is evaluated once: gz, dg always belong to z)
+        while gz < 0:  # round-off only
             lo, hi = hi, 2.0 * hi
+            gz, dg = g(hi)
         z = hi
         for _ in range(100):
-            gz, dg = g(z)
             if gz < 0:
                 lo = z
             else:
@@ -819,7 +820,8 @@ class BulkQueue:
                 break
             step = z - gz / dg if dg > 0 else 0.5 * (lo + hi)
             z = step if lo < step < hi else 0.5 * (lo + hi)
-        hi = z if g(z)[0] >= 0 else hi
+            gz, dg = g(z)
+        hi = z if gz >= 0 else hi
         logz = math.log(hi)
         object.__setattr__(self, "_z0", hi)
         n = int(math.ceil(2 * self.b + 40 + math.log(1.0 / _TAIL) / max(logz, 1e-12)))
@@ -1473,20 +1475,14 @@ def _band(base: np.ndarray, start: int, shape: tuple[int, int], row_step: int,
     return out
 
 
-def _log_drain_transform(logw: np.ndarray, v: np.ndarray, kv: np.ndarray, seen: list,
-                         z: float) -> tuple[float, float]:
+def _log_drain_transform(logw: np.ndarray, v: np.ndarray, kv: np.ndarray, z: float) -> tuple[float, float]:
     """log E[z^{−N} e^{λS(z−1)}] over the nodes (log-sum-exp) and its derivative Σ p_i (v_i − k_i/z)
-    (see BulkQueue._size); the root search asks again for the point it just evaluated: ``seen``
-    remembers it."""
-    if seen and seen[0][0] == z:
-        return seen[0][1]
+    (see BulkQueue._size)."""
     e = logw + v * (z - 1.0) - kv * math.log(z)
     top = float(e.max())
     p = np.exp(e - top)
     tot = float(p.sum())
-    out = top + math.log(tot), float(p @ (v - kv / z)) / tot
-    seen[:] = [(z, out)]
-    return out
+    return top + math.log(tot), float(p @ (v - kv / z)) / tot
 
 
 def _convolve_rows(table: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
