@@ -129,17 +129,15 @@ def _breakdown(names: list[str], repeat: int) -> None:
         rate = solver.resolved.base_rate_per_s
         solver.solve(rate)
         sp = solver._prefill.solve(rate)
-        tr = solver._transfer
-        kw = {}
-        if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and solver.scenario.deployment.link_sharing == "fcfs":
-            kw = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
-                      batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
-        own = sp.extra.get("own_batch_time_per_prompt_s")
+        sd = solver.compose(rate).stations[2]
+        reserved = solver._transfer.in_flight(rate)[1] / solver.resolved.kv_bytes_per_token \
+            / solver.scenario.deployment.decode.instances
         parts = {
             "prefill": lambda: solver._prefill.solve(rate),
             # the KV station's report builds its lazy wait law: counted with the station
-            "kv": lambda: tr.solve(rate, prefill_time_s=own, **kw).report(),
-            "decode": lambda: solver._decode.solve(rate),
+            "kv": lambda: solver._solve_link(rate, sp, sd).report(),
+            # (with the KV reserved for transfers in flight at this rate, as compose solves it)
+            "decode": lambda: solver._decode.with_reserved_kv(reserved).solve(rate),
             "compose": lambda: solver.compose(rate),
             "solve": lambda: solver.solve(rate),
         }

@@ -95,7 +95,7 @@ class GridDist:
     def _cum(self) -> np.ndarray:
         # P(X <= k dx), computed once: summary() and the engine query the same law several times
         # (a GridDist's pmf is never modified after construction)
-        return np.cumsum(self.pmf)
+        return self.pmf.cumsum()
 
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
         """P(X <= x) on the grid (x rounded down to a grid point: conservative)."""
@@ -111,7 +111,7 @@ class GridDist:
         """Smallest grid point x with P(X <= x) >= q; beyond the grid, the exponential tail."""
         c = self._cum
         if c[-1] >= q - 1e-12:
-            k = int(np.searchsorted(c, q - 1e-12))
+            k = int(c.searchsorted(q - 1e-12))
             return k * self.dx
         # q falls in the tail: P(X > end + t) = tail * exp(-rate t)
         end = (self.n - 1) * self.dx
@@ -163,14 +163,14 @@ class GridDist:
         # The mass to drop sits in the last few bins: sum them first. A longer negligible run is
         # found on the nonzero bins alone (zeros add nothing to the sums, so the cut is the same;
         # a law on a grid much finer than its spread is mostly zeros).
-        c = np.cumsum(self.pmf[: -_TRIM_PROBE - 1 : -1])
+        c = self.pmf[: -_TRIM_PROBE - 1 : -1].cumsum()
         if c[-1] >= eps or c.size == self.n:
-            drop = int(np.searchsorted(c, eps))
+            drop = int(c.searchsorted(eps))
             rest = float(c[drop - 1]) if 0 < drop < self.n else 0.0
         else:
-            nz = np.flatnonzero(self.pmf != 0)  # (on a bool array: 5x faster than on floats)
-            cz = np.cumsum(self.pmf[nz[::-1]])
-            k = int(np.searchsorted(cz, eps))  # the k-th nonzero bin from the end is the last kept
+            nz = (self.pmf != 0).nonzero()[0]  # (on a bool array: 3x faster than on floats)
+            cz = self.pmf[nz[::-1]].cumsum()
+            k = int(cz.searchsorted(eps))  # the k-th nonzero bin from the end is the last kept
             if k >= nz.size:
                 return self
             drop = self.n - 1 - int(nz[-1 - k])
@@ -243,10 +243,10 @@ def _direct(a: np.ndarray, b: np.ndarray, nnz_a: int, nnz_b: int) -> np.ndarray 
         return np.zeros(n)
     if min(nnz_a, nnz_b) <= _SHIFT_ATOMS:
         sparse, law = (a, b) if nnz_a <= nnz_b else (b, a)
-        atoms = np.flatnonzero(sparse != 0)
+        atoms = (sparse != 0).nonzero()[0]
         return shift_sum(law, atoms, sparse[atoms], n)
     if nnz_a * nnz_b <= min(_PRODUCTS_PER_POINT * n, _MAX_PRODUCTS):
-        ia, ib = np.flatnonzero(a != 0), np.flatnonzero(b != 0)
+        ia, ib = (a != 0).nonzero()[0], (b != 0).nonzero()[0]
         idx = (ia[:, None] + ib[None, :]).ravel()
         return np.bincount(idx, weights=np.multiply.outer(a[ia], b[ib]).ravel(), minlength=n)
     if a.size * b.size <= _DENSE_PER_POINT * n:
@@ -334,7 +334,7 @@ def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
     cb = b._cum
     # F_b at k − i for i = 0..m, its last value past b's end
     idx = np.minimum(k - np.arange(m + 1), b.n - 1)
-    p = float(np.dot(np.clip(a.pmf[: m + 1], 0.0, None), cb[idx]))
+    p = float(np.dot(np.maximum(a.pmf[: m + 1], 0.0), cb[idx]))
     # as convolve: the on-grid mass is the product of the terms' (1 − tail)
     mass = (1.0 - a.tail) * (1.0 - b.tail)
     s = float(a.pmf.sum()) * float(cb[-1])

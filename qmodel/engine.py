@@ -33,6 +33,7 @@ from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, Disaggregate
 from qmodel.stations.base import StationSolution
 
 _HANDOFF_GROUPS = 8  # output-length groups for the handoff's share of TPOT
+_KV_STEPS_PER_TTFT_STEP = 64  # the link's grid is at least this much finer than the TTFT's
 
 __all__ = ["Solver", "solve", "Composition"]
 
@@ -182,26 +183,17 @@ class Solver:
         if self._topology == "disaggregated":
             sp = self._prefill.solve(rate)
             tr = self._transfer
-            batch: dict = {}
-            if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and self.scenario.deployment.link_sharing == "fcfs":
-                # Prefill releases whole batches onto the link: an M^X/G/1 wait, not M/G/1.
-                batch = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
-                             batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
-            # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
-            # The link keeps its own fine grid (not the prefill's): its exposed time also enters TPOT
-            # (the handoff spread over L-1 tokens), where a prefill-sized step would be coarse.
-            st = tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"), **batch)
             dec = self._decode
-            # KV bytes held by transfers in flight (Little), spread over the decode instances, in tokens.
-            inflight_bytes = float(st.extra.get("in_flight_bytes_mean", 0.0))
-            reserved = inflight_bytes / self.resolved.kv_bytes_per_token / self.scenario.deployment.decode.instances
+            # KV bytes held by transfers in flight (Little: a closed form, before any grid), spread
+            # over the decode instances, in tokens: reserved on the decode side.
+            reserved = tr.in_flight(rate)[1] / self.resolved.kv_bytes_per_token / self.scenario.deployment.decode.instances
             if reserved > 0:
-                # KV of transfers in flight is reserved on the decode side (Little: mean in flight x tokens).
                 dec = dec.with_reserved_kv(reserved)
                 lim = dec.max_stable_rate_per_s()
                 if rate >= lim:
                     raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
             sd = dec.solve(rate)
+            st = self._solve_link(rate, sp, sd)
             parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
             # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
             # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
@@ -228,6 +220,28 @@ class Solver:
         else:
             point, bounds = a * b, (a * b, min(a, b))
         return Composition(rate, stations, ttft, tpot, a, b, point, bounds)
+
+    def _solve_link(self, rate: float, sp: StationSolution, sd: StationSolution) -> StationSolution:
+        """The KV link at ``rate``, fed by the prefill solution ``sp``, read by the TTFT and (the
+        handoff in TPOT) together with the decode solution ``sd``."""
+        tr = self._transfer
+        dep = self.scenario.deployment
+        batch: dict = {}
+        if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and dep.link_sharing == "fcfs":
+            # Prefill releases whole batches onto the link: an M^X/G/1 wait, not M/G/1.
+            batch = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
+                         batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
+        # The link keeps its own fine grid (not the prefill's): its exposed time also enters TPOT
+        # (the handoff spread over L-1 tokens), where a prefill-sized step would be coarse. It need
+        # not be finer than what reads it, though: the handoff is summed with the decode wait on
+        # that wait's step, and the TTFT re-bins it to its own step with the mean kept (a 64th of
+        # that step keeps the rounding-up bias under 2% of a TTFT step).
+        ttft_step = max(sp.delay.dx, sd.delay.dx) if dep.first_token_from == "decode" else sp.delay.dx
+        floor = ttft_step / _KV_STEPS_PER_TTFT_STEP
+        if dep.first_token_from == "prefill":
+            floor = min(floor, (sd.wait or sd.delay).dx)
+        # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
+        return tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"), dx_floor=floor, **batch)
 
     @cached_property
     def _handoff_groups(self) -> tuple[np.ndarray, np.ndarray]:

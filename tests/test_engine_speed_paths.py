@@ -158,3 +158,37 @@ def test_cramer_lundberg_newton_root(rho: float) -> None:
     eta, const = cramer_lundberg(lam, s)
     assert lam * s.expm1_mgf(eta) == pytest.approx(eta, rel=1e-11)
     assert const == pytest.approx((1 - rho) / (lam * s.mgf_s(eta) - 1), rel=1e-12)
+
+
+@pytest.mark.parametrize("example,load", [("opt13b-disagg-a100", 0.8), ("azure-conv-trace-disagg-a100", 0.5),
+                                          ("llama3-70b-disagg-h100", 0.9)])
+def test_link_on_its_readers_step_gives_the_fine_links_answers(example: str, load: float,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The composition solves the link no finer than the step its readers re-bin it to (the decode
+    # wait's, a 64th of the TTFT's). Against the link on its own fine default grid, the TTFT and
+    # TPOT quantiles may move up by the coarse step's rounding: at most one TTFT step, and one
+    # TPOT step (the handoff enters TPOT divided by L − 1); the attainments by 1e-3 absolute.
+    from pathlib import Path
+
+    from qmodel.engine import Solver
+    from qmodel.scenario import load_scenario
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{example}.yaml"
+    solver = Solver(load_scenario(path))
+    rate = load * solver.max_stable_rate()[0]
+    coarse = solver.compose(rate)
+    assert coarse.stations[1].delay.dx >= coarse.stations[2].wait.dx or \
+        coarse.stations[1].delay.dx >= coarse.stations[0].delay.dx / 64
+    fine_solve = KVTransferStation.solve
+
+    def no_floor(self, *args, dx_floor=None, **kw):  # noqa: ANN001 -- the station's own signature
+        return fine_solve(self, *args, **kw)
+
+    monkeypatch.setattr(KVTransferStation, "solve", no_floor)
+    fine = Solver(load_scenario(path)).compose(rate)
+    assert fine.stations[1].delay.dx <= coarse.stations[1].delay.dx  # (equal where the span sets the step)
+    for q in (0.5, 0.9, 0.99):
+        for c_law, f_law in ((coarse.ttft, fine.ttft), (coarse.tpot, fine.tpot)):
+            assert f_law.quantile(q) - 1e-12 <= c_law.quantile(q) + f_law.dx
+            assert c_law.quantile(q) <= f_law.quantile(q) + c_law.dx + 1e-12
+    assert coarse.attainment == pytest.approx(fine.attainment, abs=1e-3)

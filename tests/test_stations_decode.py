@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from qmodel.errors import InputError, UnstableError
-from qmodel.stations.decode import DecodeStation, mean_context_tokens
+from qmodel.stations.decode import DecodeStation, fit_affine, mean_context_tokens
 from tests.des_micro import LinearService, simulate_decode
 
 A, B, EL = 0.010, 0.0001, 200
@@ -107,6 +107,24 @@ def test_with_reserved_kv_equals_a_rebuilt_station(max_batch, reserved):
     for x, y in ((a.delay, b.delay), (a.wait, b.wait), (a.tpot, b.tpot)):
         assert x.dx == y.dx and np.array_equal(x.pmf, y.pmf) and x.mean_s == y.mean_s
     assert base.kv_reserved_tokens == 0.0 and base.n_max == (max_batch or 450)  # the base is untouched
+
+
+@pytest.mark.parametrize("n_max", [1, 2, 37, 450, None, 5000])
+def test_affine_fit_from_prefix_sums_is_least_squares(n_max):
+    # The (a, beta) the NegBin guess uses come from prefix sums of t(n) and n t(n) (one lookup per
+    # cap, at every rate); they must be the least-squares fit over the same n = 1..N (a curved
+    # step time, so the fit is not exact; 1e-9: round-off of sums over up to 4096 terms).
+    class Curved(LinearService):
+        def decode_step_time_s(self, n, ctx):
+            n = np.asarray(n, dtype=float)
+            return A + B * n + 3e-7 * n ** 1.5 + 1e-9 * np.asarray(ctx, dtype=float)
+
+    P, L = np.full(100, 300.0), np.full(100, EL)
+    st_ = DecodeStation(Curved(A, B), P, L, max_batch=n_max)
+    N = max(2, min(n_max or 512, 4096))
+    n = np.arange(1, N + 1, dtype=float)
+    a, b = fit_affine(n, st_.service.decode_step_time_s(n, n * st_.mean_context))
+    assert st_.a_s == pytest.approx(a, rel=1e-9) and st_.beta_s == pytest.approx(b, rel=1e-9)
 
 
 def test_kv_capacity_sets_cap_and_reserved_reduces_it():

@@ -160,6 +160,43 @@ def test_in_flight_little() -> None:
     assert sol.extra["in_flight_mean_bytes_each"] > x.mean()
 
 
+@pytest.mark.parametrize("sharing", ["dedicated", "fcfs", "fair"])
+def test_in_flight_closed_form_is_the_solutions(sharing: str) -> None:
+    # The engine reserves decode KV from in_flight() before the link is solved (no grid): it must
+    # be what the solution reports, fair sharing's slowdown 1/(1 − ρ) included.
+    x = _bytes()
+    st = KVTransferStation(x, 10 * GB, paths=2, sharing=sharing)
+    rate = 0.7 * st.max_stable_rate_per_s()
+    n, b = st.in_flight(rate)
+    sol = st.solve(rate)
+    assert n == pytest.approx(sol.extra["in_flight_mean"], rel=1e-12)
+    assert b == pytest.approx(sol.extra["in_flight_bytes_mean"], rel=1e-12)
+    slow = 1.0 / (1.0 - 0.7) if sharing == "fair" else 1.0
+    assert n == pytest.approx(rate * 0.1 * slow, rel=1e-9)
+
+
+@pytest.mark.parametrize("batches", [False, True])
+def test_dx_floor_coarsens_the_default_step_only(batches: bool) -> None:
+    # dx_floor bounds the default step from below (the step the composition re-bins the law to):
+    # a floor under the default changes nothing, one above it sets the step, and the quantiles
+    # move up by less than the terms' rounding, one coarse step each (wait terms + transfer).
+    x = _bytes(4000)
+    kw = dict(batch_rate_per_s=2.0, batch_size_pmf=np.array([0.2, 0.5, 0.3])) if batches else {}
+    st = KVTransferStation(x, 10 * GB, sharing="fcfs", **kw)
+    rate = 2.0 * (0.2 + 1.0 + 0.9) if batches else 5.0
+    fine = st.solve(rate)
+    same = st.solve(rate, dx_floor=fine.delay.dx / 2)
+    assert same.delay.dx == fine.delay.dx and np.array_equal(same.delay.pmf, fine.delay.pmf)
+    floor = 25 * fine.delay.dx
+    coarse = st.solve(rate, dx_floor=floor)
+    assert coarse.delay.dx == floor
+    assert coarse.delay.mean_s == fine.delay.mean_s  # the means are closed forms either way
+    terms = 3 if batches else 2
+    for q in (0.5, 0.9, 0.99):
+        lo, hi = fine.delay.quantile(q), coarse.delay.quantile(q)
+        assert lo - fine.delay.dx <= hi <= lo + terms * floor + 1e-12
+
+
 def test_cached_prefix_and_stability() -> None:
     b = kv_transfer_bytes(1000.0, np.array([100.0, 50.0]), np.array([40.0, 80.0]))
     np.testing.assert_allclose(b, [60000.0, 0.0])

@@ -196,13 +196,25 @@ class DecodeStation:
         slope = (t2 - t1) / (n2 - n1)
         self._slope_per_instance = slope
         self.chain = GPSChain(step, cap=self._cap(n_max), slope_inf=slope * scale)
+        # prefix sums of t(n) and n t(n) over the fit range: the fit for any smaller slot cap (the
+        # reserved in-flight KV lowers it at every rate) is then two lookups, not a re-evaluation
+        fit_n = np.arange(1, _fit_points(n_max) + 1, dtype=float)
+        t_fit = np.asarray(self.service.decode_step_time_s(fit_n, fit_n * self.mean_context), dtype=float)
+        self._fit_sums = (np.concatenate([[0.0], np.cumsum(t_fit)]), np.concatenate([[0.0], np.cumsum(fit_n * t_fit)]))
         self.a_s, self.beta_s = self._affine(n_max)
 
     def _affine(self, n_max: int | None) -> tuple[float, float]:
-        """(a, beta) of t(n) ~ a + beta n fitted over the reachable batch sizes (the NegBin guess)."""
-        fit_n = np.arange(1, max(2, min(n_max or 512, 4096)) + 1, dtype=float)
-        t_fit = np.asarray(self.service.decode_step_time_s(fit_n, fit_n * self.mean_context), dtype=float)
-        return fit_affine(fit_n, t_fit)
+        """(a, beta) of t(n) ~ a + beta n fitted by least squares over n = 1..N, the reachable batch
+        sizes (the NegBin guess): beta = (Σ n t − n̄ Σ t) / (N (N² − 1)/12), a = t̄ − beta n̄."""
+        N = _fit_points(n_max)
+        cum_t, cum_nt = self._fit_sums
+        if N >= cum_t.size:  # a cap above the one the sums were built for (reserved KV released)
+            fit_n = np.arange(1, N + 1, dtype=float)
+            return fit_affine(fit_n, np.asarray(self.service.decode_step_time_s(fit_n, fit_n * self.mean_context), dtype=float))
+        n_bar = (N + 1) / 2.0
+        st, snt = float(cum_t[N]), float(cum_nt[N])
+        beta = (snt - n_bar * st) / (N * (N * N - 1) / 12.0)
+        return st / N - beta * n_bar, beta
 
     def _n_max(self, reserved_tokens: float) -> int | None:
         """Sequences per instance: the slot cap, and what the KV memory less ``reserved_tokens``
@@ -236,7 +248,10 @@ class DecodeStation:
         out.kv_reserved_tokens = tokens
         if n_max != self.n_max:
             out.n_max = n_max
-            out.chain = GPSChain(self._step, cap=self._cap(n_max), slope_inf=self.chain.slope_inf)
+            # the step times t(n) do not depend on the cap: the new chain starts from the evaluated
+            # ones (GPSChain extends its arrays by replacing them, never in place, so sharing is safe)
+            out.chain = GPSChain(self._step, cap=self._cap(n_max), slope_inf=self.chain.slope_inf,
+                                 _g=self.chain._g, _cum=self.chain._cum)
             out.a_s, out.beta_s = self._affine(n_max)
         return out
 
@@ -431,6 +446,11 @@ class DecodeStation:
             return wait, wait
         delay = to_dist(build(first.astype(float)), mean_wait + mean_first)
         return delay, wait
+
+
+def _fit_points(n_max: int | None) -> int:
+    """Batch sizes 1..N the affine fit spans: the reachable ones (512 uncapped), 2 to 4096."""
+    return max(2, min(n_max or 512, 4096))
 
 
 def _pow2_grid(base: float, span: float, max_points: int) -> float:

@@ -31,11 +31,13 @@ Little's law gives what the decode side must reserve while transfers are in flig
 (bytes held in flight on average, size-biased), the link time counted from transfer start.
 
 Grid: the wait, the exposed time and their sum share one step, ``dx`` if given, else 1/400 of the
-mean delay (the engine gives none: the exposed time enters TPOT spread over L − 1 tokens, where
-the prefill's TTFT step would be coarse; TTFT re-bins it with its mean kept), and coarse enough
-that the support (largest exposed time + the wait's 1 − 1e-9 quantile, known in closed form
-before any grid is built) fits in 16384 bins (MAX_POINTS for a given ``dx``). Rounding up to it
-makes quantiles conservative by at most one step per term.
+mean delay, coarse enough that the support (largest exposed time + the wait's 1 − 1e-9 quantile,
+known in closed form before any grid is built) fits in 16384 bins (MAX_POINTS for a given ``dx``),
+and no finer than ``dx_floor``. The engine gives only the floor: the step its readers re-bin the
+law to (the handoff is summed with the decode admission wait on that wait's step; TTFT re-bins it
+to its own step with the mean kept, and the floor there is a 64th of it). The prefill's TTFT step
+itself would be too coarse: the exposed time also enters TPOT, spread over L − 1 tokens. Rounding
+up to the grid makes quantiles conservative by at most one step per term.
 
 The work ahead in a batch, Σ_i d_i F^{∗i} (F the link-time law on the grid), is formed by Horner
 in F: by shifted adds when F has few atoms on the grid (few distinct transfer times; one with fixed
@@ -207,7 +209,9 @@ class KVTransferStation:
 
     ``bytes_per_request``: equally weighted sample of X (bytes); ``prefill_time_s``: the request's own
     prefill time, as a sample aligned with ``bytes_per_request``, a scalar, or a callable of the
-    bytes sample (needed for ``mode="layerwise"``; default 0, i.e. nothing hidden).
+    bytes sample (needed for ``mode="layerwise"``; default 0, i.e. nothing hidden). ``dx`` fixes the
+    grid step; ``dx_floor`` only bounds the default step from below: the step the laws' consumers
+    re-bin them to, so that a finer one would be computed and then discarded.
     """
 
     bytes_per_request: np.ndarray
@@ -222,6 +226,7 @@ class KVTransferStation:
     batch_rate_per_s: float | None = None
     batch_size_pmf: np.ndarray | None = None
     dx: float | None = None
+    dx_floor: float | None = None
 
     name: str = field(default="kv_transfer", init=False)
 
@@ -302,17 +307,30 @@ class KVTransferStation:
         return layerwise_exposed_s(self.x, bandwidth, self.layers, self.tp)
 
     # ---- solve --------------------------------------------------------------------------
+    def in_flight(self, rate_per_s: float) -> tuple[float, float]:
+        """(mean transfers in flight, mean KV bytes they hold) per path set at ``rate_per_s``, by
+        Little's law over the link time from transfer start: λ E[X/C'] and λ E[X · X/C'], with
+        C' = C (dedicated, fcfs) or C(1 − ρ) (fair). Closed forms: no grid is built."""
+        mean_occ, mean_x_occ = self._mean_occupancy
+        if self.sharing == "fair":
+            slow = 1.0 - rate_per_s / self.max_stable_rate_per_s()
+            mean_occ, mean_x_occ = mean_occ / slow, mean_x_occ / slow
+        return rate_per_s * mean_occ, rate_per_s * mean_x_occ
+
     def solve(self, rate_per_s: float, prefill_time_s: np.ndarray | None = None,
               batch_rate_per_s: float | None = None, batch_size_pmf: np.ndarray | None = None,
-              dx: float | None = None) -> StationSolution:
+              dx: float | None = None, dx_floor: float | None = None) -> StationSolution:
         """Solve at ``rate_per_s``. ``prefill_time_s`` (optional) replaces the own-prefill-time sample
         for this rate, e.g. the prefill solution's ``extra["own_batch_time_per_prompt_s"]`` (aligned
         with the bytes sample), since a request's own batch time grows with load; ``batch_rate_per_s``
         and ``batch_size_pmf`` likewise replace the batch releases for this rate, ``dx`` the grid
         step. The per-rate variant shares this station's rate-independent parts (the service law
         and its moments)."""
-        if prefill_time_s is not None or batch_rate_per_s is not None or batch_size_pmf is not None or dx is not None:
+        if prefill_time_s is not None or batch_rate_per_s is not None or batch_size_pmf is not None or dx is not None \
+                or dx_floor is not None:
             changes: dict = {} if dx is None else {"dx": dx}
+            if dx_floor is not None:
+                changes["dx_floor"] = dx_floor
             if prefill_time_s is not None:
                 changes["prefill_time_s"] = prefill_time_s
             if batch_rate_per_s is not None or batch_size_pmf is not None:
@@ -329,12 +347,11 @@ class KVTransferStation:
         svc = self.service
         notes: list[str] = []
         exact = True
-        mean_occ, mean_x_occ = self._mean_occupancy  # link time from transfer start
+        in_flight, in_flight_bytes = self.in_flight(rate_per_s)
         wait_mean = 0.0
         wait_terms: list[GridDist] = []
         if self.sharing == "fair":
             g = self._transfer_time(self.bandwidth_bytes_per_s * (1.0 - rho))
-            mean_occ, mean_x_occ = mean_occ / (1.0 - rho), mean_x_occ / (1.0 - rho)
             method = "M/G/1-PS per path: E[T|x] = (x/C)/(1-rho) (Kleinrock), mixed over x"
             exact = False  # the mean is exact; the PS sojourn law is approximated by its conditional mean
         else:
@@ -366,7 +383,6 @@ class KVTransferStation:
                 wait_dist = LazyGridDist(_wait)
         if self.mode == "layerwise":
             notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
-        in_flight = rate_per_s * mean_occ
         return StationSolution(
             name="kv_transfer",
             utilization=rho,
@@ -375,12 +391,12 @@ class KVTransferStation:
             wait=wait_dist,
             method=method,
             exact=exact,
-            mean_in_system=rate_per_s * (wait_mean + mean_occ),
+            mean_in_system=rate_per_s * wait_mean + in_flight,
             notes=tuple(notes),
             extra={
                 "in_flight_mean": in_flight,
-                "in_flight_bytes_mean": rate_per_s * mean_x_occ,
-                "in_flight_mean_bytes_each": mean_x_occ / max(mean_occ, 1e-300),
+                "in_flight_bytes_mean": in_flight_bytes,
+                "in_flight_mean_bytes_each": in_flight_bytes / max(in_flight, 1e-300),
                 "bandwidth_needed_bytes_per_s": self.bandwidth_needed_bytes_per_s(rate_per_s),
                 "bandwidth_available_bytes_per_s": self.paths * self.bandwidth_bytes_per_s,
                 "mean_transfer_bytes": self.mean_bytes,
@@ -413,13 +429,14 @@ class KVTransferStation:
 
         ``dx`` if given, else 1/400 of the mean delay and coarse enough that the delay's support
         (largest exposed time + the wait's 1 − 1e-9 quantile) fits in _SPAN_POINTS bins: the FFTs
-        stay small whatever the ratio of wait to transfer time. A given ``dx`` is coarsened only
-        where the support would not fit in MAX_POINTS bins (the grid would be truncated).
+        stay small whatever the ratio of wait to transfer time; and no finer than ``dx_floor``. A
+        given ``dx`` is coarsened only where the support would not fit in MAX_POINTS bins (the grid
+        would be truncated).
         """
         span = exposed_max_s + wait_end_s
         if self.dx:
             return max(self.dx, span / MAX_POINTS)
-        return max(max(exposed_mean_s + wait_mean_s, 1e-9) / _STEPS_PER_MEAN, span / _SPAN_POINTS)
+        return max(max(exposed_mean_s + wait_mean_s, 1e-9) / _STEPS_PER_MEAN, span / _SPAN_POINTS, self.dx_floor or 0.0)
 
     def _fcfs_wait(self, lam_p: float, svc: ServiceSample, notes: list[str],
                    exposed_mean_s: float, exposed_max_s: float) -> tuple[float, list[GridDist], str, bool]:
