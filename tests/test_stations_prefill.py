@@ -524,3 +524,85 @@ def test_wait_horizon_folds_at_most_its_tail(load: float, monkeypatch) -> None:
         ca, cb = np.cumsum(a.pmf), np.cumsum(b.pmf)
         assert np.max(np.abs(ca - cb[: a.n])) <= 2e-9
         assert a.mean_s == b.mean_s
+
+
+@pytest.mark.parametrize("load", [0.3, 0.8])
+def test_sparse_drain_and_own_batch_equal_fft_when_scaled(load: float, monkeypatch) -> None:
+    # Deterministic batch times under round-robin dispatch (wait_scale and wait_prob set): the
+    # drain and the own-batch convolution run as shifted adds and the leftover-count convolution
+    # as a Toeplitz product; they must give the FFT paths' distributions to round-off.
+    import qmodel.stations.prefill as prefill
+
+    law = BatchServiceLaw.deterministic_times([0.2 + 0.25 * k for k in range(1, 5)])
+    lam = load * law.mean_drain[0] / law.mean_drain[1]
+    kw = dict(wait_scale=0.37, wait_prob=0.6 * load)
+    fast = BulkQueue(lam, law).grids(0.013, **kw)
+    monkeypatch.setattr(prefill, "_SPARSE_LAW_BINS", -1)
+    monkeypatch.setattr(prefill, "_TOEPLITZ_COUNTS", 0)
+    slow = BulkQueue(lam, law).grids(0.013, **kw)
+    for a, b in zip(fast, slow):
+        assert a.dx == b.dx and a.n == b.n
+        np.testing.assert_allclose(a.pmf, b.pmf, rtol=0, atol=1e-13)
+        assert a.mean_s == b.mean_s
+
+
+def test_shift_add_is_the_circular_convolution() -> None:
+    # shifted adds of a few-bin law (wrapping past the row end) = the circular convolution of the
+    # transforms they replace; columns from `reach` on are zero and skipped
+    from qmodel.stations.prefill import _shift_add
+
+    rng = np.random.default_rng(4)
+    n, reach = 40, 31
+    src = np.zeros((3, n))
+    src[:, :reach] = rng.random((3, reach))
+    law = np.zeros(n)
+    law[[0, 5, 17]] = [0.2, 0.5, 0.3]
+    dst = rng.random((3, n))
+    want = dst + np.fft.irfft(np.fft.rfft(src, n, axis=1) * np.fft.rfft(law, n), n, axis=1)
+    got_reach = _shift_add(dst, src, [0, 5, 17], [0.2, 0.5, 0.3], reach)
+    np.testing.assert_allclose(dst, want, rtol=0, atol=1e-15)
+    assert got_reach == n  # 17 + 31 > 40: it wrapped
+    dst2 = np.zeros((3, n))
+    assert _shift_add(dst2, src, [2], [1.0], reach) == 2 + reach and np.array_equal(dst2[:, 2 : 2 + reach], src[:, :reach])
+
+
+@pytest.mark.parametrize("n,width", [(53, 31), (7, 1), (20, 64), (5, 3)])
+def test_toeplitz_count_convolution_equals_fft(n: int, width: int) -> None:
+    from qmodel.stations.prefill import _convolve_counts, _convolve_rows, _fast_len
+
+    rng = np.random.default_rng(n)
+    table = rng.random((n, width))
+    for w in (rng.random(7), rng.random(width + 5), np.array([0.0, 1.0])):
+        want = _convolve_rows(table, w, _fast_len(width + w.size))
+        # (the transforms' round-off is relative to the largest entry)
+        np.testing.assert_allclose(_convolve_counts(table, w), want, rtol=0, atol=1e-14 * float(want.max()))
+
+
+@given(st.integers(1, 300), st.integers(0, 250), st.floats(1e-20, 1e-9), st.integers(0, 2**31 - 1))
+@settings(max_examples=200, deadline=None)
+def test_trimmed_law_is_grid_dist_trimmed(n: int, zeros: int, tail: float, seed: int) -> None:
+    # the grids build their laws trimmed in one go; it must be GridDist.trimmed's law exactly
+    # (tiny tails, long zero runs past the first probe, nothing to trim)
+    from qmodel.dist import GridDist
+    from qmodel.stations.prefill import _trimmed_law
+
+    rng = np.random.default_rng(seed)
+    pmf = np.concatenate([rng.random(n), np.zeros(zeros), tail * rng.random(rng.integers(0, 80))])
+    pmf[rng.random(pmf.size) < 0.3] = 0.0
+    want = GridDist(0.01, pmf.copy(), 1.5, exact=False).trimmed()
+    got = _trimmed_law(0.01, pmf.copy(), 1.5, False)
+    assert got.dx == want.dx and got.mean_s == want.mean_s and got.exact == want.exact
+    assert np.array_equal(got.pmf, want.pmf)
+    assert got.trimmed() is got
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.0959, 0.6747, 1.0, 2.7])
+def test_scale_time_column_major_equals_scatter_add(scale: float) -> None:
+    # the column-major path (the grids pass u.T) must be np.add.at's sums too, bit for bit
+    from qmodel.stations.prefill import _scale_time
+
+    u = np.random.default_rng(3).random((5, 216)) ** 6  # C-ordered: u.T is column-major
+    idx = np.ceil(np.arange(216) * scale - 1e-9).astype(np.int64)
+    want = np.zeros((int(idx.max()) + 1, 5))
+    np.add.at(want, idx, u.T)
+    assert np.array_equal(_scale_time(u.T, scale), want)
