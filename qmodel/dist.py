@@ -108,10 +108,13 @@ class GridDist:
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
         """P(X <= x) on the grid (x rounded down to a grid point: conservative)."""
         c = self._cum
-        if isinstance(x, (float, int)) and math.isfinite(x):  # one point (an SLO target): no array round trip
+        if isinstance(x, (float, int)):  # one point (an SLO target): no array round trip
+            if not math.isfinite(x):
+                return float(c[-1]) if x > 0 else 0.0
             k = math.floor(x / self.dx + 1e-9)
             return 0.0 if k < 0 else float(c[min(k, self.n - 1)])
-        k = np.floor(np.asarray(x, dtype=float) / self.dx + 1e-9).astype(np.int64)
+        # (capped before the cast: an infinite x would wrap around the integer range)
+        k = np.floor(np.minimum(np.asarray(x, dtype=float) / self.dx + 1e-9, self.n)).astype(np.int64)
         out = np.where(k < 0, 0.0, c[np.clip(k, 0, self.n - 1)])
         return float(out) if np.ndim(out) == 0 else out
 
