@@ -117,7 +117,8 @@ def _measure(names: list[str], repeat: int) -> dict[str, dict[str, float]]:
 def _breakdown(names: list[str], repeat: int) -> None:
     """Median CPU ms of each part of one disaggregated solve at the scenario's rate: the three
     stations alone (each from the same inputs the composition gives it), the composition around
-    them (``compose`` minus the stations), and the Result (summaries, station reports, binding)."""
+    them (``compose(laws=True)`` minus the stations: the TTFT and TPOT laws included), and the
+    Result (summaries, station reports, binding)."""
     from qmodel.engine import Solver
 
     print(f"{'example':26s} {'prefill':>8s} {'kv':>8s} {'decode':>8s} {'compose':>8s} {'result':>8s} {'solve':>8s}"
@@ -134,11 +135,11 @@ def _breakdown(names: list[str], repeat: int) -> None:
             / solver.scenario.deployment.decode.instances
         parts = {
             "prefill": lambda: solver._prefill.solve(rate),
-            # the KV station's report builds its lazy wait law: counted with the station
-            "kv": lambda: solver._solve_link(rate, sp, sd).report(),
+            # the KV station's report reads its wait law: counted with the station
+            "kv": lambda: solver._solve_link(rate, sp, sd, wait_law=True).report(),
             # (with the KV reserved for transfers in flight at this rate, as compose solves it)
             "decode": lambda: solver._decode.with_reserved_kv(reserved).solve(rate),
-            "compose": lambda: solver.compose(rate),
+            "compose": lambda: solver.compose(rate, laws=True),
             "solve": lambda: solver.solve(rate),
         }
         # round-robin: one call of each part per round, so a noisy phase of a shared machine

@@ -175,7 +175,12 @@ class Solver:
                 raise UnstableError(name, rate / lim if lim > 0 else math.inf, rate, lim)
 
     # ---- solving -----------------------------------------------------------------------------
-    def compose(self, rate: float) -> Composition:
+    def compose(self, rate: float, laws: bool = False) -> Composition:
+        """The stations solved and composed at ``rate``. ``laws``: build the TTFT and TPOT laws (and
+        the link's wait law) now and read the attainments from them, for a caller that reads them
+        all (:meth:`solve`); by default the attainments come from the terms (:func:`sum_cdf`) and
+        the laws are built on first use (a goodput search reads only the attainments). The two
+        agree to round-off and trimming (< 1e-12)."""
         if not (rate > 0 and math.isfinite(rate)):
             raise InputError("rate", rate, "must be a positive finite number of requests per second")
         self._check_stable(rate)
@@ -193,7 +198,7 @@ class Solver:
                 if rate >= lim:
                     raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
             sd = dec.solve(rate)
-            st = self._solve_link(rate, sp, sd)
+            st = self._solve_link(rate, sp, sd, wait_law=laws)
             parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
             # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
             # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
@@ -204,12 +209,21 @@ class Solver:
             if self.scenario.deployment.first_token_from == "prefill":
                 # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
                 # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
-                tpot_terms = self._tpot_terms(sd.tpot, convolve(st.delay, sd.wait or sd.delay))
+                # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
+                # resolved as finely as TPOT reads them (moved there with their means kept).
+                h = self._handoff_step(sd)
+                handoff = convolve(*(x.regrid(h, keep_mean=True) if h > x.dx else x for x in (st.delay, sd.wait or sd.delay)))
+                tpot_terms = self._tpot_terms(sd.tpot, handoff)
             stations = [sp, st, sd]
-            a = sum_cdf(ttft_terms, slo.ttft_s)
-            b = sum_cdf(tpot_terms, slo.tpot_s)
-            ttft = LazyGridDist(lambda: convolve(*ttft_terms))
-            tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
+            if laws:
+                ttft = convolve(*ttft_terms)
+                tpot = convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]
+                a, b = float(ttft.cdf(slo.ttft_s)), float(tpot.cdf(slo.tpot_s))
+            else:
+                a = sum_cdf(ttft_terms, slo.ttft_s)
+                b = sum_cdf(tpot_terms, slo.tpot_s)
+                ttft = LazyGridDist(lambda: convolve(*ttft_terms))
+                tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
         else:
             s = self._single_pool.solve(rate)
             ttft, tpot, stations = s.delay, s.tpot, [s]
@@ -221,9 +235,11 @@ class Solver:
             point, bounds = a * b, (a * b, min(a, b))
         return Composition(rate, stations, ttft, tpot, a, b, point, bounds)
 
-    def _solve_link(self, rate: float, sp: StationSolution, sd: StationSolution) -> StationSolution:
+    def _solve_link(self, rate: float, sp: StationSolution, sd: StationSolution,
+                    wait_law: bool = False) -> StationSolution:
         """The KV link at ``rate``, fed by the prefill solution ``sp``, read by the TTFT and (the
-        handoff in TPOT) together with the decode solution ``sd``."""
+        handoff in TPOT) together with the decode solution ``sd`` (``wait_law``: see
+        :meth:`KVTransferStation.solve`)."""
         tr = self._transfer
         dep = self.scenario.deployment
         batch: dict = {}
@@ -234,14 +250,16 @@ class Solver:
         # The link keeps its own fine grid (not the prefill's): its exposed time also enters TPOT
         # (the handoff spread over L-1 tokens), where a prefill-sized step would be coarse. It need
         # not be finer than what reads it, though: the handoff is summed with the decode wait on
-        # that wait's step, and the TTFT re-bins it to its own step with the mean kept (a 64th of
-        # that step keeps the rounding-up bias under 2% of a TTFT step).
+        # the coarser of that wait's step and the handoff's own (:meth:`_handoff_step`), and the
+        # TTFT re-bins it to its step with the mean kept (a 64th of that step keeps the rounding-up
+        # bias under 2% of a TTFT step).
         ttft_step = max(sp.delay.dx, sd.delay.dx) if dep.first_token_from == "decode" else sp.delay.dx
         floor = ttft_step / _KV_STEPS_PER_TTFT_STEP
         if dep.first_token_from == "prefill":
-            floor = min(floor, (sd.wait or sd.delay).dx)
+            floor = min(floor, max(self._handoff_step(sd), (sd.wait or sd.delay).dx))
         # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
-        return tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"), dx_floor=floor, **batch)
+        return tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"), dx_floor=floor,
+                        wait_law=wait_law, **batch)
 
     @cached_property
     def _handoff_groups(self) -> tuple[np.ndarray, np.ndarray]:
@@ -254,6 +272,13 @@ class Solver:
         order = np.sort(inv)
         groups = np.array_split(order, min(_HANDOFF_GROUPS, order.size))
         return np.array([g.mean() for g in groups]), np.array([g.size for g in groups], dtype=float)
+
+    def _handoff_step(self, sd: StationSolution) -> float:
+        """The step on which the handoff (exposed transfer + decode admission wait) is as fine as
+        TPOT reads it: the TPOT grid's step times the smallest L - 1 (the handoff's largest share,
+        1/(L - 1), puts it on exactly that grid; 0 when no request has a TPOT)."""
+        scale = self._handoff_groups[0]
+        return sd.tpot.dx / float(scale.max()) if scale.size else 0.0
 
     def _tpot_terms(self, decode_tpot: GridDist, handoff: GridDist) -> list[GridDist]:
         """TPOT = decode TPOT + handoff/(L-1), mixed over output-length groups (independent terms),
@@ -300,7 +325,7 @@ class Solver:
             rate = self.resolved.base_rate_per_s
             if rate is None:
                 raise InputError("workload.arrivals.rate_per_s", None, "set a rate (or pass --rate) to solve at")
-        c = self.compose(float(rate))
+        c = self.compose(float(rate), laws=True)
         return Result(
             scenario=self.scenario.name,
             topology=self._topology,

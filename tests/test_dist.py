@@ -103,6 +103,22 @@ def test_sum_cdf_equals_the_convolved_law(terms: int) -> None:
     assert sum_cdf(laws[:1], 0.1) == laws[0].cdf(0.1)
 
 
+def test_scalar_cdf_is_the_array_cdf_and_laws_stay_frozen() -> None:
+    # cdf(x) at one point takes a scalar path (an SLO target per solve): the same grid point as
+    # the array path, at, between, before and past the grid points
+    rng = np.random.default_rng(11)
+    law = _law(rng, 50, 0.003, 1e-5)
+    xs = np.concatenate([np.arange(-2, 55) * 0.003, rng.uniform(-0.01, 0.2, 300), [0.0029999999999]])
+    arr = law.cdf(xs)
+    for x, want in zip(xs.tolist(), arr.tolist()):
+        assert law.cdf(x) == want and law.cdf(np.float64(x)) == want
+    assert law.cdf(3) == float(law._cum[-1]) and law.cdf(-3) == 0.0 and law.cdf(float("-inf")) == 0.0
+    assert law.cdf(float("inf")) == float(law._cum[-1])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        law.dx = 1.0  # type: ignore[misc]
+    assert GridDist(0.1, law.pmf, 1.0).meta == {} and GridDist(0.1, law.pmf, 1.0).meta is not law.meta
+
+
 def test_lazy_grid_dist_builds_once_on_first_use() -> None:
     rng = np.random.default_rng(3)
     eager = _law(rng, 64, 0.5, 1e-4)

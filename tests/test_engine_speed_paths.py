@@ -192,3 +192,28 @@ def test_link_on_its_readers_step_gives_the_fine_links_answers(example: str, loa
             assert f_law.quantile(q) - 1e-12 <= c_law.quantile(q) + f_law.dx
             assert c_law.quantile(q) <= f_law.quantile(q) + c_law.dx + 1e-12
     assert coarse.attainment == pytest.approx(fine.attainment, abs=1e-3)
+
+
+@pytest.mark.parametrize("example", ["opt13b-disagg-a100", "llama3-70b-disagg-h100", "azure-conv-trace-disagg-a100"])
+def test_eager_laws_are_the_lazy_ones(example: str) -> None:
+    # solve() composes with laws=True: the TTFT/TPOT laws built at once and the attainments read
+    # from them, the link's delay summed from its wait. The lazy path (a goodput search's) must
+    # give the same laws and attainments, to round-off and the 1e-12 trimming.
+    from pathlib import Path
+
+    from qmodel.engine import Solver
+    from qmodel.scenario import load_scenario
+
+    solver = Solver(load_scenario(Path(__file__).resolve().parent.parent / "examples" / f"{example}.yaml"))
+    rate = 0.7 * solver.max_stable_rate()[0]
+    lazy, eager = solver.compose(rate), solver.compose(rate, laws=True)
+    for a, b in ((lazy.attainment, eager.attainment), (lazy.ttft_attainment, eager.ttft_attainment),
+                 (lazy.tpot_attainment, eager.tpot_attainment)):
+        assert a == pytest.approx(b, abs=1e-12)
+    for x, y in ((lazy.ttft, eager.ttft), (lazy.tpot, eager.tpot), (lazy.stations[1].delay, eager.stations[1].delay),
+                 (lazy.stations[1].wait, eager.stations[1].wait)):
+        assert x.dx == y.dx and x.mean_s == y.mean_s
+        # (the lengths may differ by bins of negligible mass: the eager link trims its wait first)
+        pts = np.arange(max(x.n, y.n)) * x.dx
+        assert np.abs(x.cdf(pts) - y.cdf(pts)).max() <= 1e-12
+        assert x.summary() == y.summary()

@@ -127,6 +127,26 @@ def test_affine_fit_from_prefix_sums_is_least_squares(n_max):
     assert st_.a_s == pytest.approx(a, rel=1e-9) and st_.beta_s == pytest.approx(b, rel=1e-9)
 
 
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "ties"])
+def test_uniform_mixture_cdf_is_the_direct_sum(order):
+    # The admission wait's CDF, Σ p_i min(x/w_i, 1), by one search over the widths: the direct
+    # sum over every (point, width) pair to round-off, whatever the widths' order (step times
+    # from a measured table need not grow with the batch)
+    from qmodel.stations.decode import _uniform_mixture_cdf
+
+    rng = np.random.default_rng(4)
+    w = rng.uniform(0.01, 0.05, 300)
+    if order == "sorted":
+        w = np.sort(w)
+    elif order == "ties":
+        w = np.round(w, 3)
+    p = rng.random(300)
+    p /= p.sum()
+    x = np.concatenate([np.arange(1200) * 5e-5, w[:20]])  # grid points and the widths themselves
+    want = (p[None, :] * np.minimum(x[:, None] / w[None, :], 1.0)).sum(axis=1)
+    np.testing.assert_allclose(_uniform_mixture_cdf(x, w, p), want, rtol=0, atol=1e-14)
+
+
 def test_kv_capacity_sets_cap_and_reserved_reduces_it():
     P, L = np.full(100, 300.0), np.full(100, 200.0)
     svc = LinearService(A, B)

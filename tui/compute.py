@@ -221,12 +221,12 @@ def _solver_class():
 
         _memo: tuple[Any, Any] | None = None
 
-        def compose(self, rate: float):
+        def compose(self, rate: float, laws: bool = False):
             slo = self.scenario.slo
             key = (float(rate), slo.ttft_s, slo.tpot_s, slo.percentile)
             if self._memo is not None and self._memo[0] == key:
-                return self._memo[1]
-            c = super().compose(rate)
+                return self._memo[1]  # (its laws are built on first use if not yet)
+            c = super().compose(rate, laws=laws)
             self._memo = (key, c)
             return c
 

@@ -415,12 +415,24 @@ class DecodeStation:
         size = int(math.ceil(span / dx)) + 3
 
         def build(shift: np.ndarray | None) -> np.ndarray:
-            # Mixture of uniforms U(s, s+w) (atoms when w = 0) sampled exactly at the grid points:
-            # sum_i p_i [ramp(x - s_i) - ramp(x - s_i - w_i)] / w_i with ramp(y) = max(y, 0), and
-            # sum_j c_j ramp(x_k - e_j) = x_k C(k) - D(k) over the points e_j < x_k (prefix sums).
-            s = np.zeros(nfree) if shift is None else shift
+            # Mixture of uniforms U(s, s+w) (atoms when w = 0) sampled exactly at the grid points,
+            # plus the slot wait. The wait (s = 0) is searched on the few hundred widths
+            # (_uniform_mixture_cdf), the delay (s = the first step) by ramps.
             xk = np.arange(size) * dx
             pos = widths > 0
+            if shift is None:
+                cdf = _uniform_mixture_cdf(xk, widths[pos], w_free[pos]) + float(w_free[~pos].sum())
+            else:
+                cdf = ramps(shift, xk, pos)
+            if capped and p_wait > 0:
+                base = 0.0 if shift is None else float(g[m])
+                xx = xk - base
+                cdf = cdf + np.where(xx >= 0, p_wait * (1.0 - np.exp(-slot_rate * np.maximum(xx, 0.0))), 0.0)
+            return cdf
+
+        def ramps(s: np.ndarray, xk: np.ndarray, pos: np.ndarray) -> np.ndarray:
+            # sum_i p_i [ramp(x - s_i) - ramp(x - s_i - w_i)] / w_i with ramp(y) = max(y, 0), and
+            # sum_j c_j ramp(x_k - e_j) = x_k C(k) - D(k) over the points e_j < x_k (prefix sums)
             ka = np.minimum(np.ceil(s[~pos] / dx - 1e-9).astype(np.int64), size - 1)
             cdf = np.cumsum(np.bincount(ka, weights=w_free[~pos], minlength=size))
             if np.any(pos):
@@ -431,10 +443,6 @@ class DecodeStation:
                 C = np.cumsum(np.bincount(k, weights=c, minlength=size))
                 D = np.cumsum(np.bincount(k, weights=c * e, minlength=size))
                 cdf = cdf + xk * C - D
-            if capped and p_wait > 0:
-                base = 0.0 if shift is None else float(g[m])
-                xx = xk - base
-                cdf = cdf + np.where(xx >= 0, p_wait * (1.0 - np.exp(-slot_rate * np.maximum(xx, 0.0))), 0.0)
             return cdf
 
         def to_dist(cdf: np.ndarray, mean: float) -> GridDist:
@@ -451,6 +459,23 @@ class DecodeStation:
 def _fit_points(n_max: int | None) -> int:
     """Batch sizes 1..N the affine fit spans: the reachable ones (512 uncapped), 2 to 4096."""
     return max(2, min(n_max or 512, 4096))
+
+
+def _uniform_mixture_cdf(x: np.ndarray, widths: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Σ_i p_i min(x / w_i, 1) at the points ``x``: the mixture of U(0, w_i) (w_i > 0) with masses p_i.
+
+    With the widths sorted and j(x) of them at most x, it is Σ_{i<j} p_i + x Σ_{i>=j} p_i / w_i:
+    one search and two prefix sums over the widths (a few hundred chain states), not over the grid.
+    """
+    if widths.size > 1 and not bool((widths[1:] >= widths[:-1]).all()):
+        order = widths.argsort(kind="stable")
+        widths, weights = widths[order], weights[order]
+    below = np.zeros(widths.size + 1)
+    weights.cumsum(out=below[1:])
+    above = np.zeros(widths.size + 1)  # above[j] = Σ_{i>=j} p_i / w_i
+    (weights / widths)[::-1].cumsum(out=above[-2::-1])
+    j = widths.searchsorted(x, side="right")
+    return below[j] + x * above[j]
 
 
 def _pow2_grid(base: float, span: float, max_points: int) -> float:

@@ -191,11 +191,13 @@ def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> t
     a2, a1 = lam * m3 / 6.0, lam * m2 / 2.0
     # a2 η² + a1 η − (1 − ρ) = 0, the positive root without cancellation
     hi = max(2.0 * (1.0 - rho) / (a1 + math.sqrt(a1 * a1 + 4.0 * a2 * (1.0 - rho))), 1e-300)
-    while f(hi) <= 0:  # round-off only: η₃ is right of the root in exact arithmetic
+    first = service.expm1_mgf_and_slope(hi * scale)  # (Newton's first iterate: evaluated once)
+    while lam * first[0] - hi <= 0:  # round-off only: η₃ is right of the root in exact arithmetic
         hi *= 2.0
         if hi > 1e300:
             raise NumericalError("Cramér–Lundberg root not bracketed")
-    eta = _newton_log(lam, service, scale, hi)
+        first = service.expm1_mgf_and_slope(hi * scale)
+    eta = _newton_log(lam, service, scale, hi, first=first)
     if eta is None:
         from scipy.optimize import brentq
 
@@ -210,13 +212,14 @@ def cramer_lundberg(lam: float, service: ServiceSample, scale: float = 1.0) -> t
 
 
 def _newton_log(lam: float, service: ServiceSample, scale: float, hi: float,
-                max_iter: int = 60) -> float | None:
+                max_iter: int = 60, first: tuple[float, float] | None = None) -> float | None:
     """Root of ln(λ(E[e^{ηsS}] − 1)) = ln η in (0, hi] (f(hi) > 0) by Newton steps kept in the
     bracket, which the sign of f(η) = λ(E[e^{ηsS}] − 1) − η narrows at every iterate; None if it
-    does not settle."""
+    does not settle. ``first``: ``service.expm1_mgf_and_slope(hi · scale)`` if already known."""
     lo, x = 0.0, hi
     for _ in range(max_iter):
-        e, slope = service.expm1_mgf_and_slope(x * scale)
+        e, slope = first if first is not None else service.expm1_mgf_and_slope(x * scale)
+        first = None
         fx = lam * e - x
         if fx > 0.0:
             hi = x

@@ -73,7 +73,7 @@ _STEPS_PER_MEAN = 400.0  # default grid step: the mean delay over this
 # (atoms of the link-time law x batch positions; _position_pmf); past that one FFT pass is cheaper.
 _MAX_SHIFTS = 16
 # what a per-rate variant of a station shares with it (KVTransferStation._variant)
-_RATE_INDEPENDENT = ("x", "service", "mean_bytes", "_mean_occupancy")
+_RATE_INDEPENDENT = ("x", "service", "mean_bytes", "_mean_occupancy", "_exposed_at_full_rate")
 
 
 def _end(mg1: MG1) -> float:
@@ -147,6 +147,13 @@ class _CompoundWork(ServiceSample):
     @cached_property
     def factorial_moments(self) -> tuple[float, float, float]:
         """E[K], E[K(K−1)], E[K(K−1)(K−2)] of the batch size (every moment of B needs all three)."""
+        if self._pk_floats is not None:
+            f1 = f2 = f3 = 0.0
+            for k, p in enumerate(self._pk_floats, start=1):
+                f1 += p * k
+                f2 += p * (k * (k - 1))
+                f3 += p * (k * (k - 1) * (k - 2))
+            return f1, f2, f3
         kk, p = self._k, self._pk
         return float(p @ kk), float(p @ (kk * (kk - 1))), float(p @ (kk * (kk - 1) * (kk - 2)))
 
@@ -291,6 +298,17 @@ class KVTransferStation:
         """Link occupancy per transfer X/C (rate-independent: built once per station)."""
         return ServiceSample.of(self.x / self.bandwidth_bytes_per_s)
 
+    def _exposed(self, bandwidth: float) -> tuple[np.ndarray, float, float]:
+        """(exposed time per transfer, its mean, its maximum) at ``bandwidth``: latency + g."""
+        exposed = self._transfer_time(bandwidth) + self.latency_s
+        return exposed, float(np.mean(exposed)), float(np.max(exposed))
+
+    @cached_property
+    def _exposed_at_full_rate(self) -> tuple[np.ndarray, float, float] | None:
+        """:meth:`_exposed` at the full bandwidth when it does not depend on the rate (serialized
+        transfers: nothing overlaps the per-rate prefill time), else None."""
+        return self._exposed(self.bandwidth_bytes_per_s) if self.mode == "serialized" else None
+
     def max_stable_rate_per_s(self) -> float:
         """paths · C / E[X]."""
         return self.paths * self.bandwidth_bytes_per_s / self.mean_bytes
@@ -319,13 +337,15 @@ class KVTransferStation:
 
     def solve(self, rate_per_s: float, prefill_time_s: np.ndarray | None = None,
               batch_rate_per_s: float | None = None, batch_size_pmf: np.ndarray | None = None,
-              dx: float | None = None, dx_floor: float | None = None) -> StationSolution:
+              dx: float | None = None, dx_floor: float | None = None, wait_law: bool = False) -> StationSolution:
         """Solve at ``rate_per_s``. ``prefill_time_s`` (optional) replaces the own-prefill-time sample
         for this rate, e.g. the prefill solution's ``extra["own_batch_time_per_prompt_s"]`` (aligned
         with the bytes sample), since a request's own batch time grows with load; ``batch_rate_per_s``
         and ``batch_size_pmf`` likewise replace the batch releases for this rate, ``dx`` the grid
         step. The per-rate variant shares this station's rate-independent parts (the service law
-        and its moments)."""
+        and its moments). ``wait_law``: build the wait's law now and the delay from it (one
+        convolution fewer when both are read: the station report reads the wait); by default the
+        delay sums the terms in one pass and the wait is built on first use."""
         if prefill_time_s is not None or batch_rate_per_s is not None or batch_size_pmf is not None or dx is not None \
                 or dx_floor is not None:
             changes: dict = {} if dx is None else {"dx": dx}
@@ -335,7 +355,7 @@ class KVTransferStation:
                 changes["prefill_time_s"] = prefill_time_s
             if batch_rate_per_s is not None or batch_size_pmf is not None:
                 changes.update(batch_rate_per_s=batch_rate_per_s, batch_size_pmf=batch_size_pmf)
-            return self._variant(changes).solve(rate_per_s)
+            return self._variant(changes).solve(rate_per_s, wait_law=wait_law)
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "must be a finite number > 0")
         lim = self.max_stable_rate_per_s()
@@ -351,14 +371,13 @@ class KVTransferStation:
         wait_mean = 0.0
         wait_terms: list[GridDist] = []
         if self.sharing == "fair":
-            g = self._transfer_time(self.bandwidth_bytes_per_s * (1.0 - rho))
+            exposed = self._transfer_time(self.bandwidth_bytes_per_s * (1.0 - rho)) + self.latency_s
+            exposed_mean, exposed_max = float(np.mean(exposed)), float(np.max(exposed))
             method = "M/G/1-PS per path: E[T|x] = (x/C)/(1-rho) (Kleinrock), mixed over x"
             exact = False  # the mean is exact; the PS sojourn law is approximated by its conditional mean
         else:
-            g = self._transfer_time(self.bandwidth_bytes_per_s)
+            exposed, exposed_mean, exposed_max = self._exposed_at_full_rate or self._exposed(self.bandwidth_bytes_per_s)
             method = "dedicated path: pure delay"
-        exposed = g + self.latency_s
-        exposed_mean, exposed_max = float(np.mean(exposed)), float(np.max(exposed))
         if self.sharing == "fcfs":
             wait_mean, wait_terms, method, exact = self._fcfs_wait(lam_p, svc, notes, exposed_mean, exposed_max)
         dx = wait_terms[0].dx if wait_terms else self._grid_dx(exposed_mean, exposed_max, 0.0, 0.0)
@@ -370,17 +389,18 @@ class KVTransferStation:
         else:
             # the wait is a sum of independent terms (the batch's wait, the work ahead in it); the
             # delay convolves them with the transfer in one pass, and the wait alone, which only
-            # the station report reads, is built if it is asked for
-            d = convolve(*wait_terms, own)
-            delay = GridDist(d.dx, d.pmf, wait_mean + own.mean_s, d.tail, d.tail_rate, exact=d.exact)
-            if len(wait_terms) == 1:
-                wait_dist = wait_terms[0]
-            else:
-                def _wait(terms: list[GridDist] = wait_terms, mean: float = wait_mean) -> GridDist:
-                    w = convolve(*terms)
-                    return GridDist(w.dx, w.pmf, mean, w.tail, w.tail_rate, exact=False)
+            # the station report reads, is built if it is asked for (or first, with wait_law)
+            def _wait(terms: list[GridDist] = wait_terms, mean: float = wait_mean) -> GridDist:
+                w = convolve(*terms)
+                return GridDist(w.dx, w.pmf, mean, w.tail, w.tail_rate, exact=False)
 
+            if len(wait_terms) == 1 or wait_law:
+                wait_dist = wait_terms[0] if len(wait_terms) == 1 else _wait()
+                d = convolve(wait_dist, own)
+            else:
+                d = convolve(*wait_terms, own)
                 wait_dist = LazyGridDist(_wait)
+            delay = GridDist(d.dx, d.pmf, wait_mean + own.mean_s, d.tail, d.tail_rate, exact=d.exact)
         if self.mode == "layerwise":
             notes.append(f"layer-wise overlap with the request's own prefill over {self.layers} layers")
         return StationSolution(
