@@ -174,26 +174,51 @@ class GridDist:
         return out
 
     def _trim(self, eps: float) -> "GridDist":
-        # The mass to drop sits in the last few bins: sum them first. A longer negligible run is
-        # found on the nonzero bins alone (zeros add nothing to the sums, so the cut is the same;
-        # a law on a grid much finer than its spread is mostly zeros).
-        c = self.pmf[: -_TRIM_PROBE - 1 : -1].cumsum()
-        if c[-1] >= eps or c.size == self.n:
-            drop = int(c.searchsorted(eps))
-            rest = float(c[drop - 1]) if 0 < drop < self.n else 0.0
-        else:
-            nz = (self.pmf != 0).nonzero()[0]  # (on a bool array: 3x faster than on floats)
-            cz = self.pmf[nz[::-1]].cumsum()
-            k = int(cz.searchsorted(eps))  # the k-th nonzero bin from the end is the last kept
-            if k >= nz.size:
-                return self
-            drop = self.n - 1 - int(nz[-1 - k])
-            rest = float(cz[k - 1]) if k > 0 else 0.0
-        if drop <= 0 or drop >= self.n:
+        cut = _trim_cut(self.pmf, eps)
+        if cut is None:
             return self
-        pmf = self.pmf[: self.n - drop].copy()
+        keep, rest = cut
+        pmf = self.pmf[:keep].copy()
         pmf[-1] += rest
         return GridDist(self.dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
+
+    @staticmethod
+    def trimmed_from(pmf: np.ndarray, dx: float, mean_s: float, exact: bool = True, eps: float = 1e-12) -> "GridDist":
+        """``GridDist(dx, pmf, mean_s, exact=exact).trimmed(eps)`` for a fresh ``pmf`` the caller
+        hands over: cut in place, without the untrimmed law and the copy."""
+        cut = _trim_cut(pmf, eps)
+        if cut is not None:
+            keep, rest = cut
+            pmf = pmf[:keep]
+            pmf[-1] += rest
+        out = GridDist(dx, pmf, mean_s, exact=exact)
+        out.__dict__["_trimmed_at"] = eps
+        return out
+
+
+def _trim_cut(pmf: np.ndarray, eps: float) -> tuple[int, float] | None:
+    """(bins kept, mass of the dropped run) when the trailing bins of ``pmf`` that carry less than
+    ``eps`` together are dropped into the last kept one; None when nothing is dropped.
+
+    The mass to drop sits in the last few bins: they are summed first. A longer negligible run is
+    found on the nonzero bins alone (zeros add nothing to the sums, so the cut is the same; a law
+    on a grid much finer than its spread is mostly zeros)."""
+    n = pmf.size
+    c = pmf[: -_TRIM_PROBE - 1 : -1].cumsum()
+    if c[-1] >= eps or c.size == n:
+        drop = int(c.searchsorted(eps))
+        rest = float(c[drop - 1]) if 0 < drop < n else 0.0
+    else:
+        nz = (pmf != 0).nonzero()[0]  # (on a bool array: 3x faster than on floats)
+        cz = pmf[nz[::-1]].cumsum()
+        k = int(cz.searchsorted(eps))  # the k-th nonzero bin from the end is the last kept
+        if k >= nz.size:
+            return None
+        drop = n - 1 - int(nz[-1 - k])
+        rest = float(cz[k - 1]) if k > 0 else 0.0
+    if drop <= 0 or drop >= n:
+        return None
+    return n - drop, rest
 
 
 class LazyGridDist(GridDist):

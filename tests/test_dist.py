@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from qmodel import dist
 from qmodel.dist import GridDist, LazyGridDist, convolve, fast_len, sum_cdf
@@ -86,6 +87,21 @@ def test_trimmed_drops_exactly_the_negligible_run(negligible_bins: int) -> None:
         assert got.n == pmf.size - drop
         assert got.pmf.sum() == pytest.approx(1.0, abs=1e-15)
     assert got.n >= 300 - 1
+
+
+@given(st.integers(1, 300), st.integers(0, 250), st.floats(1e-20, 1e-9), st.integers(0, 2**31 - 1))
+@settings(max_examples=200, deadline=None)
+def test_trimmed_from_is_trimmed(n: int, zeros: int, tail: float, seed: int) -> None:
+    # a station builds its laws trimmed in one go from a fresh pmf; it must be GridDist.trimmed's
+    # law exactly (tiny tails, long zero runs past the first probe, nothing to trim)
+    rng = np.random.default_rng(seed)
+    pmf = np.concatenate([rng.random(n), np.zeros(zeros), tail * rng.random(rng.integers(0, 80))])
+    pmf[rng.random(pmf.size) < 0.3] = 0.0
+    want = GridDist(0.01, pmf.copy(), 1.5, exact=False).trimmed()
+    got = GridDist.trimmed_from(pmf.copy(), 0.01, 1.5, False)
+    assert got.dx == want.dx and got.mean_s == want.mean_s and got.exact == want.exact
+    assert np.array_equal(got.pmf, want.pmf)
+    assert got.trimmed() is got
 
 
 @pytest.mark.parametrize("terms", [2, 3])

@@ -578,24 +578,6 @@ def test_toeplitz_count_convolution_equals_fft(n: int, width: int) -> None:
         np.testing.assert_allclose(_convolve_counts(table, w), want, rtol=0, atol=1e-14 * float(want.max()))
 
 
-@given(st.integers(1, 300), st.integers(0, 250), st.floats(1e-20, 1e-9), st.integers(0, 2**31 - 1))
-@settings(max_examples=200, deadline=None)
-def test_trimmed_law_is_grid_dist_trimmed(n: int, zeros: int, tail: float, seed: int) -> None:
-    # the grids build their laws trimmed in one go; it must be GridDist.trimmed's law exactly
-    # (tiny tails, long zero runs past the first probe, nothing to trim)
-    from qmodel.dist import GridDist
-    from qmodel.stations.prefill import _trimmed_law
-
-    rng = np.random.default_rng(seed)
-    pmf = np.concatenate([rng.random(n), np.zeros(zeros), tail * rng.random(rng.integers(0, 80))])
-    pmf[rng.random(pmf.size) < 0.3] = 0.0
-    want = GridDist(0.01, pmf.copy(), 1.5, exact=False).trimmed()
-    got = _trimmed_law(0.01, pmf.copy(), 1.5, False)
-    assert got.dx == want.dx and got.mean_s == want.mean_s and got.exact == want.exact
-    assert np.array_equal(got.pmf, want.pmf)
-    assert got.trimmed() is got
-
-
 @pytest.mark.parametrize("scale", [0.0, 0.0959, 0.6747, 1.0, 2.7])
 def test_scale_time_column_major_equals_scatter_add(scale: float) -> None:
     # the column-major path (the grids pass u.T) must be np.add.at's sums too, bit for bit

@@ -198,8 +198,7 @@ class DecodeStation:
         self.chain = GPSChain(step, cap=self._cap(n_max), slope_inf=slope * scale)
         # prefix sums of t(n) and n t(n) over the fit range: the fit for any smaller slot cap (the
         # reserved in-flight KV lowers it at every rate) is then two lookups, not a re-evaluation
-        fit_n = np.arange(1, _fit_points(n_max) + 1, dtype=float)
-        t_fit = np.asarray(self.service.decode_step_time_s(fit_n, fit_n * self.mean_context), dtype=float)
+        fit_n, t_fit = self._fit_table(_fit_points(n_max))
         self._fit_sums = (np.concatenate([[0.0], np.cumsum(t_fit)]), np.concatenate([[0.0], np.cumsum(fit_n * t_fit)]))
         self.a_s, self.beta_s = self._affine(n_max)
 
@@ -209,12 +208,16 @@ class DecodeStation:
         N = _fit_points(n_max)
         cum_t, cum_nt = self._fit_sums
         if N >= cum_t.size:  # a cap above the one the sums were built for (reserved KV released)
-            fit_n = np.arange(1, N + 1, dtype=float)
-            return fit_affine(fit_n, np.asarray(self.service.decode_step_time_s(fit_n, fit_n * self.mean_context), dtype=float))
+            return fit_affine(*self._fit_table(N))
         n_bar = (N + 1) / 2.0
         st, snt = float(cum_t[N]), float(cum_nt[N])
         beta = (snt - n_bar * st) / (N * (N * N - 1) / 12.0)
         return st / N - beta * n_bar, beta
+
+    def _fit_table(self, N: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n, t(n)) for n = 1..N, one instance's step time at the mean context."""
+        n = np.arange(1, N + 1, dtype=float)
+        return n, np.asarray(self.service.decode_step_time_s(n, n * self.mean_context), dtype=float)
 
     def _n_max(self, reserved_tokens: float) -> int | None:
         """Sequences per instance: the slot cap, and what the KV memory less ``reserved_tokens``

@@ -83,7 +83,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from qmodel.dist import _TRIM_PROBE, MAX_POINTS, GridDist, fast_len
+from qmodel.dist import MAX_POINTS, GridDist, fast_len
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
@@ -1563,32 +1563,11 @@ class BulkQueue:
         # The reported mean stays the heavy-traffic-scaled chain mean (validated on its own: within
         # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
         wq = self.mean_wait_s * wait_scale
-        wait = _trimmed_law(dx, wpmf, wq, exact)
-        delay = _trimmed_law(dx, joint, wq + own_mean, exact)
+        wait = GridDist.trimmed_from(wpmf, dx, wq, exact)
+        delay = GridDist.trimmed_from(joint, dx, wq + own_mean, exact)
         own /= own.sum()
-        own_d = _trimmed_law(dx, own, own_mean, exact)
+        own_d = GridDist.trimmed_from(own, dx, own_mean, exact)
         return wait, delay, own_d
-
-
-#: GridDist.trimmed's default cut (its first pass sums the last _TRIM_PROBE bins)
-_TRIM_EPS = 1e-12
-
-
-def _trimmed_law(dx: float, pmf: np.ndarray, mean_s: float, exact: bool) -> GridDist:
-    """``GridDist(dx, pmf, mean_s, exact=exact).trimmed()`` built once: the same cut (the trailing
-    bins whose mass together is below 1e-12 move into the last kept bin, by the same cumulative sum
-    from the end) on a fresh ``pmf`` that is this function's to cut in place, without the untrimmed
-    law and the copy. Where the dropped run is longer than the first pass, GridDist.trimmed itself."""
-    c = pmf[: -_TRIM_PROBE - 1 : -1].cumsum()
-    if c[-1] < _TRIM_EPS and c.size < pmf.size:
-        return GridDist(dx, pmf, mean_s, exact=exact).trimmed(_TRIM_EPS)
-    drop = int(c.searchsorted(_TRIM_EPS))
-    if 0 < drop < pmf.size:
-        pmf = pmf[: pmf.size - drop]
-        pmf[-1] += float(c[drop - 1])
-    out = GridDist(dx, pmf, mean_s, exact=exact)
-    out.__dict__["_trimmed_at"] = _TRIM_EPS  # (as GridDist.trimmed marks it)
-    return out
 
 
 def _band(base: np.ndarray, start: int, shape: tuple[int, int], row_step: int,
