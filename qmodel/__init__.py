@@ -62,6 +62,11 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
+# ``goodput`` names both a submodule and its verb: loading the submodule (by any import of it) sets
+# the package attribute to the module, so the verb is bound here, after that load, once for all.
+from qmodel.goodput import goodput  # noqa: E402
+
+
 def __getattr__(name: str) -> Any:
     mod = _EXPORTS.get(name)
     if mod is None:
@@ -79,7 +84,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from qmodel.engine import solve
     from qmodel.errors import CatalogError, DataError, InputError, QmodelError, UnstableError
     from qmodel.compare import Comparison, compare_topologies
-    from qmodel.goodput import goodput
     from qmodel.planner import PlanResult, plan
     from qmodel.registry import load_catalog
     from qmodel.result import Goodput, Result
