@@ -112,3 +112,15 @@ def test_attainment_is_finite_everywhere_below_the_limit(path, frac):
         return
     a = s.attainment(rate)
     assert 0.0 <= a <= 1.0
+
+
+def test_sweep_row_for_a_rate_the_chain_cannot_solve():
+    """At 0.999 of the llama3-70b example's limit (set by prefill) the chain needs 10783 solved
+    states, past its cap: a row with zero attainment and the reason, not a NumericalError."""
+    from qmodel.cli.cmd_sweep import sweep_rows
+
+    sc = load_scenario(LLAMA70)
+    lam, station = Solver(sc).max_stable_rate()
+    assert station == "prefill"
+    (row,) = sweep_rows(sc, [0.999 * lam])
+    assert row["attainment"] == 0.0 and row["stable"] and row["note"].startswith("not solved")
