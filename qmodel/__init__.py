@@ -47,6 +47,9 @@ _EXPORTS: dict[str, str] = {
     "solve": "qmodel.engine",
     "goodput": "qmodel.goodput",
     "plan": "qmodel.planner",
+    "compare_topologies": "qmodel.compare",
+    "Comparison": "qmodel.compare",
+    "as_scenario": "qmodel.source",
     "PlanResult": "qmodel.planner",
     # errors
     "QmodelError": "qmodel.errors",
@@ -57,6 +60,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+# ``goodput`` names both a submodule and its verb: loading the submodule (by any import of it) sets
+# the package attribute to the module, so the verb is bound here, after that load, once for all.
+from qmodel.goodput import goodput  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
@@ -75,9 +83,10 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover
     from qmodel.engine import solve
     from qmodel.errors import CatalogError, DataError, InputError, QmodelError, UnstableError
-    from qmodel.goodput import goodput
+    from qmodel.compare import Comparison, compare_topologies
     from qmodel.planner import PlanResult, plan
     from qmodel.registry import load_catalog
     from qmodel.result import Goodput, Result
     from qmodel.scenario import *  # noqa: F403
+    from qmodel.source import as_scenario
     from qmodel.specs import GPUSpec, LinkSpec, ModelSpec

@@ -9,13 +9,18 @@ and reports goodput, goodput per GPU, the knee and the largest stable rate of ea
 
 The knee is the rate at which the binding percentile (TTFT or TPOT at the SLO percentile) reaches
 twice its near-idle value: past it, queueing dominates service and latency climbs steeply.
+
+Every topology gets a row: one that cannot be evaluated (an input a station refuses, a chain that
+cannot be solved) is reported with zero goodput and the reason in ``reason``, never dropped.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
 
-from qmodel.errors import QmodelError, UnstableError
+from qmodel.errors import NumericalError, QmodelError, UnstableError
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
                              Scenario)
 
@@ -34,6 +39,8 @@ class Candidate(BaseModel):
     max_stable_rate_per_s: float
     binding: str
     gpus: int
+    #: why this topology could not be evaluated (its figures are then zero); None when it was
+    reason: str | None = None
 
 
 class Comparison(BaseModel):
@@ -47,8 +54,16 @@ class Comparison(BaseModel):
     verdict: str
 
 
+#: the knee search's highest probe, as a fraction of the stability limit: strictly inside it, where
+#: every chain solves (the planner's knee uses the same top); a knee above it is reported as it
+KNEE_TOP = 0.99
+
+
 def knee_rate(solver, lam_max: float) -> float:
-    """Rate where the binding percentile reaches twice its near-idle value (bisection, 1% precision)."""
+    """Rate where the binding percentile reaches twice its near-idle value (bisection, 1% precision).
+
+    The bracket is [λmax·1e-3, λmax·KNEE_TOP]: a rate a chain cannot truncate (NumericalError, only
+    near saturation) counts as past the knee, like an unstable one: latency there is unbounded."""
     slo = solver.scenario.slo
     q = slo.percentile / 100.0
     idle = solver.compose(lam_max * 1e-3)
@@ -57,17 +72,17 @@ def knee_rate(solver, lam_max: float) -> float:
         return max(c.ttft.quantile(q) / slo.ttft_s, c.tpot.quantile(q) / slo.tpot_s)
 
     base = level(idle)
-    lo, hi = lam_max * 1e-3, lam_max * (1 - 1e-6)
+    lo, hi = lam_max * 1e-3, lam_max * KNEE_TOP
     try:
         if level(solver.compose(hi)) < 2 * base:
             return hi
-    except UnstableError:
+    except (UnstableError, NumericalError):
         pass
     while hi - lo > 0.01 * hi:
         mid = 0.5 * (lo + hi)
         try:
             ok = level(solver.compose(mid)) < 2 * base
-        except UnstableError:
+        except (UnstableError, NumericalError):
             ok = False
         lo, hi = (mid, hi) if ok else (lo, mid)
     return lo
@@ -75,7 +90,7 @@ def knee_rate(solver, lam_max: float) -> float:
 
 def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     from qmodel.engine import Solver
-    from qmodel.goodput import goodput_search, _binding_at
+    from qmodel.goodput import _binding_at, goodput_search
 
     solver = Solver(sc)
     lam_max, station = solver.max_stable_rate()
@@ -86,7 +101,24 @@ def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
                      binding=_binding_at(solver, g, station), gpus=gpus)
 
 
-def compare_topologies(scenario: Scenario) -> Comparison:
+def _row(sc: Scenario, topology: str, layout: str) -> Candidate:
+    """:func:`_evaluate`, or a zero row naming why the topology could not be evaluated."""
+    try:
+        return _evaluate(sc, topology, layout)
+    except QmodelError as err:
+        return _not_evaluated(topology, layout, str(err))
+
+
+def _not_evaluated(topology: str, layout: str, reason: str) -> Candidate:
+    return Candidate(topology=topology, layout=layout, goodput_rps=0.0, goodput_per_gpu=0.0, knee_rps=0.0,
+                     max_stable_rate_per_s=0.0, binding=f"not evaluated: {reason}", gpus=0, reason=reason)
+
+
+def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
+    """The three topologies on the scenario's GPUs (a Scenario or the path of a scenario file)."""
+    from qmodel.source import as_scenario
+
+    scenario = as_scenario(scenario)
     dep = scenario.deployment
     if isinstance(dep, DisaggregatedDeployment):
         gpu, tp = dep.decode.gpu, dep.decode.tp
@@ -103,24 +135,26 @@ def compare_topologies(scenario: Scenario) -> Comparison:
         chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
     cands: list[Candidate] = []
     whole = pool.model_copy(update={"instances": n_inst})
-    cands.append(_evaluate(scenario.model_copy(update={"deployment": ColocatedDeployment(pool=whole, max_batch_tokens=budget)}),
-                           "colocated", f"{n_inst} x TP{tp}"))
-    cands.append(_evaluate(scenario.model_copy(update={"deployment": ChunkedDeployment(pool=whole, chunk_tokens=chunk)}),
-                           "chunked", f"{n_inst} x TP{tp}, {chunk}-token chunks"))
+    cands.append(_row(scenario.model_copy(update={"deployment": ColocatedDeployment(pool=whole, max_batch_tokens=budget)}),
+                      "colocated", f"{n_inst} x TP{tp}"))
+    cands.append(_row(scenario.model_copy(update={"deployment": ChunkedDeployment(pool=whole, chunk_tokens=chunk)}),
+                      "chunked", f"{n_inst} x TP{tp}, {chunk}-token chunks"))
     best_dis: Candidate | None = None
+    failed: list[str] = []
     for p in range(1, n_inst):
         d = DisaggregatedDeployment(
             prefill=PrefillPool(gpu=gpu, tp=tp, instances=p, max_batch_tokens=budget),
             decode=pool.model_copy(update={"instances": n_inst - p}),
             link=link, link_sharing=sharing, transfer_mode=mode)
-        try:
-            c = _evaluate(scenario.model_copy(update={"deployment": d}), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
-        except QmodelError:
-            continue
-        if best_dis is None or c.goodput_rps > best_dis.goodput_rps:
+        c = _row(scenario.model_copy(update={"deployment": d}), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
+        if c.reason is not None:
+            failed.append(f"P:D = {p}:{n_inst - p}: {c.reason}")
+        elif best_dis is None or c.goodput_rps > best_dis.goodput_rps:
             best_dis = c
-    if best_dis is not None:
-        cands.append(best_dis)
+    if best_dis is None:
+        why = "; ".join(failed) if failed else "needs at least two instances (one prefill, one decode)"
+        best_dis = _not_evaluated("disaggregated", "-", why)
+    cands.append(best_dis)
     best = max(cands, key=lambda c: c.goodput_rps)
     return Comparison(scenario=scenario.name, gpu=gpu, tp=tp, gpus=n_inst * tp, candidates=cands,
                       best=best.topology, verdict=_verdict(cands, best, n_inst))

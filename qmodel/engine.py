@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +39,11 @@ _KV_STEPS_PER_TTFT_STEP = 64  # the link's grid is at least this much finer than
 __all__ = ["Solver", "solve", "Composition"]
 
 _RECENT = 4  # compositions kept by Solver.attainment (a goodput search's bracket ends)
+#: below this fraction of the stability limit the system is idle to within the grids' resolution
+#: (every queueing probability is of order the load, < 1e-12 against the 1e-9 tail the grids keep):
+#: the stations are solved at this load instead, so a rate like 1e-320 req/s, whose reciprocals
+#: overflow, gets the idle system's answer (see docs/methods.md, "Light load")
+LIGHT_LOAD = 1e-12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +190,7 @@ class Solver:
         if not (rate > 0 and math.isfinite(rate)):
             raise InputError("rate", rate, "must be a positive finite number of requests per second")
         self._check_stable(rate)
+        rate = max(rate, LIGHT_LOAD * self.max_stable_rate()[0])
         slo = self.scenario.slo
         if self._topology == "disaggregated":
             sp = self._prefill.solve(rate)
@@ -395,6 +402,8 @@ def _fmt_s(x: float) -> str:
     return format_duration(x)
 
 
-def solve(scenario: Scenario, rate_per_s: float | None = None) -> Result:
-    """Solve a scenario at its own rate (or ``rate_per_s``)."""
-    return Solver(scenario).solve(rate_per_s)
+def solve(scenario: Scenario | str | Path, rate_per_s: float | None = None) -> Result:
+    """Solve a scenario (or the scenario file at a path) at its own rate (or ``rate_per_s``)."""
+    from qmodel.source import as_scenario
+
+    return Solver(as_scenario(scenario)).solve(rate_per_s)

@@ -15,13 +15,14 @@ the whole goodput computation (the inputs are integers or catalog choices as oft
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Callable
 
 from qmodel.errors import NumericalError, UnstableError
 from qmodel.result import Goodput, Sensitivity
 from qmodel.scenario import DisaggregatedDeployment, Scenario, scenario_sha256
 
-__all__ = ["goodput", "goodput_search", "sensitivities"]
+__all__ = ["elasticity", "goodput", "goodput_search", "perturbations", "sensitivities"]
 
 REL_TOL = 1e-3  # bisection stops when the bracket is 0.1 % of the rate: far below model error
 _CLIMB = (0.75, 0.9, 0.97, 0.99, 0.999)  # load fractions probed above half load, cheapest first
@@ -166,10 +167,13 @@ def _check_monotone(seen: list[tuple[float, float]]) -> None:
                                  "a station's truncation is too small near saturation")
 
 
-def goodput(scenario: Scenario, with_sensitivities: bool = False) -> Goodput:
-    """Goodput of a scenario (its own arrival rate is ignored; the workload's shape is kept)."""
+def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False) -> Goodput:
+    """Goodput of a scenario, or of the scenario file at a path (its own arrival rate is ignored;
+    the workload's shape is kept)."""
     from qmodel.engine import Solver
+    from qmodel.source import as_scenario
 
+    scenario = as_scenario(scenario)
     solver = Solver(scenario)
     lam_max, station = solver.max_stable_rate()
     g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
@@ -206,7 +210,7 @@ def _binding_at(solver, g: float, station: str) -> str:
         return f"stability of {station}"
 
 
-def _perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:
+def perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:
     """(input name, --set overrides, relative change of the input) for the elasticities."""
     dep = scenario.deployment
     out: list[tuple[str, list[str], float]] = [
@@ -239,19 +243,25 @@ def sensitivities(scenario: Scenario, base: float) -> list[Sensitivity]:
 
     raw = scenario.model_dump(mode="json")
     out: list[Sensitivity] = []
-    for name, sets, rel in _perturbations(scenario):
+    for name, sets, rel in perturbations(scenario):
         try:
             sc = parse_scenario(apply_overrides(raw, sets))
             g = goodput(sc).goodput_rps
         except QmodelError as err:
             out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
             continue
-        if base <= 0:
-            el = 0.0 if g <= 0 else math.inf
-            note = f"goodput {g:.4g} req/s after the change (from 0)"
-            out.append(Sensitivity(input=name, elasticity=0.0 if not math.isfinite(el) else el, note=note))
-            continue
-        el = math.log(max(g, 1e-12) / base) / math.log1p(rel)
-        out.append(Sensitivity(input=name, elasticity=el,
-                               note=f"{sets[0].split('=')[0]} x{1 + rel:.3g}: goodput {base:.4g} -> {g:.4g} req/s ({(g / base - 1) * 100:+.1f}%)"))
+        out.append(elasticity(name, sets, rel, base, g))
     return out
+
+
+def elasticity(name: str, sets: list[str], rel: float, base: float, g: float) -> Sensitivity:
+    """ln(g / base) / ln(1 + rel): the goodput's elasticity to an input changed by the factor 1 + rel.
+
+    From zero goodput there is no elasticity (ln 0): it is None, and the note gives the goodput
+    after the change; a change to zero goodput is read at 1e-12 req/s (a large negative figure)."""
+    if base <= 0:
+        return Sensitivity(input=name, elasticity=0.0 if g <= 0 else None,
+                           note=f"goodput {g:.4g} req/s after the change (from 0)")
+    el = math.log(max(g, 1e-12) / base) / math.log1p(rel)
+    return Sensitivity(input=name, elasticity=el,
+                       note=f"{sets[0].split('=')[0]} x{1 + rel:.3g}: goodput {base:.4g} -> {g:.4g} req/s ({(g / base - 1) * 100:+.1f}%)")

@@ -50,7 +50,8 @@ class Sensitivity(_Out):
     """Elasticity of goodput to one input: d ln(goodput) / d ln(input), by finite difference."""
 
     input: str
-    elasticity: float
+    #: None where it does not exist (the goodput before the change is zero)
+    elasticity: float | None
     note: str = ""
 
 

@@ -464,27 +464,20 @@ class Engine:
     def sensitivities(self, a: Analysis, check: Check) -> Analysis:
         """Elasticities d ln(goodput) / d ln(input), as :func:`qmodel.goodput.sensitivities` defines them
         (same perturbations, same one-sided difference), computed here so an edit can interrupt them."""
-        from qmodel.goodput import _perturbations
+        from qmodel.goodput import elasticity, perturbations
         from qmodel.scenario import apply_overrides, parse_scenario
 
         sc = a.scenario
         base = a.goodput.goodput_rps if a.goodput else self._goodput(sc, check, variant=False)[0]
         raw = sc.model_dump(mode="json")
         out: list[Sensitivity] = []
-        for name, sets, rel in _perturbations(sc):
+        for name, sets, rel in perturbations(sc):
             try:
                 g = self._goodput(parse_scenario(apply_overrides(raw, sets)), check)[0]
             except QmodelError as err:
                 out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
                 continue
-            if base <= 0:
-                out.append(Sensitivity(input=name, elasticity=0.0,
-                                       note=f"goodput {g:.4g} req/s after the change (from 0)"))
-                continue
-            el = math.log(max(g, 1e-12) / base) / math.log1p(rel)
-            out.append(Sensitivity(input=name, elasticity=el,
-                                   note=f"{sets[0].split('=')[0]} x{1 + rel:.3g}: goodput {base:.4g} -> {g:.4g} req/s "
-                                        f"({(g / base - 1) * 100:+.1f}%)"))
+            out.append(elasticity(name, sets, rel, base, g))
         return dataclasses.replace(a, sensitivities=tuple(out))
 
     # ---- replay -------------------------------------------------------------------------------

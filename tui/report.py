@@ -168,7 +168,7 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
         se.add_column("sensitivity", style="bold", no_wrap=True)
         se.add_column("d ln goodput / d ln x", justify="right")
         for s in a.sensitivities:
-            se.add_row(s.input, f"{s.elasticity:+.2f}" if not s.note.startswith("not evaluated") else "n/a")
+            se.add_row(s.input, f"{s.elasticity:+.2f}" if s.elasticity is not None and not s.note.startswith("not evaluated") else "n/a")
         parts.append(se)
     for name, msg in a.stage_errors.items():
         parts.append(Text(f"{name}: {msg}", style="yellow"))

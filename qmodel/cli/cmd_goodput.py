@@ -34,5 +34,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"binding: {g.binding}")
     if g.sensitivities:
         print()
-        print_table(["input", "elasticity", "what changed"], [[s.input, f"{s.elasticity:+.3f}", s.note] for s in g.sensitivities])
+        print_table(["input", "elasticity", "what changed"], [[s.input, "n/a" if s.elasticity is None else f"{s.elasticity:+.3f}", s.note] for s in g.sensitivities])
     return 0

@@ -31,8 +31,10 @@ def register(sub) -> None:
 
 
 def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests: int = 20000, seed: int = 0) -> list[dict]:
-    """One row per rate; unstable rates are rows with stable=False and zero attainment, never NaN."""
-    from qmodel.errors import UnstableError
+    """One row per rate; unstable rates are rows with stable=False and zero attainment, never NaN.
+    A rate so near saturation that a chain cannot be truncated (NumericalError) is a row with zero
+    attainment (as a goodput search counts it) and the reason in its note."""
+    from qmodel.errors import NumericalError, UnstableError
 
     rows: list[dict] = []
     if mode == "analytic":
@@ -44,6 +46,9 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
                 res = solver.solve(r)
             except UnstableError as err:
                 rows.append(_unstable_row(r, err))
+                continue
+            except NumericalError as err:
+                rows.append(_unsolved_row(r, err))
                 continue
             rows.append(_row(r, res, ""))
     else:
@@ -66,6 +71,13 @@ def _unstable_row(r: float, err) -> dict:
     return {"rate_per_s": r, "attainment": 0.0, "ttft_attainment": 0.0, "tpot_attainment": 0.0,
             "ttft_p50": None, "ttft_p90": None, "ttft_p99": None, "tpot_p50": None, "tpot_p90": None, "tpot_p99": None,
             "stable": False, "note": f"unstable: {err.station} (largest stable rate {err.max_stable_rate_per_s:.4g} req/s)"}
+
+
+def _unsolved_row(r: float, err) -> dict:
+    """Stable, but not solvable this near saturation: zero attainment, latencies unknown."""
+    return {"rate_per_s": r, "attainment": 0.0, "ttft_attainment": 0.0, "tpot_attainment": 0.0,
+            "ttft_p50": None, "ttft_p90": None, "ttft_p99": None, "tpot_p50": None, "tpot_p90": None, "tpot_p99": None,
+            "stable": True, "note": f"not solved: {err}"}
 
 
 def run(args: argparse.Namespace) -> int:

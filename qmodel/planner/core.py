@@ -337,10 +337,9 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     and KV fraction kept in every plan; its own deployment only sets the default GPU and link.
     """
     t0 = time.perf_counter()
-    if isinstance(scenario, (str, Path)):
-        from qmodel.scenario import load_scenario
+    from qmodel.source import as_scenario
 
-        scenario = load_scenario(scenario)
+    scenario = as_scenario(scenario)
     if objective not in OBJECTIVES:
         raise InputError("objective", objective, "one of " + ", ".join(OBJECTIVES))
     if not (isinstance(top_k, int) and top_k >= 1):
