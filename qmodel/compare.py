@@ -90,7 +90,8 @@ def knee_rate(solver, lam_max: float) -> float:
 
 def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     from qmodel.engine import Solver
-    from qmodel.goodput import _binding_at, goodput_search
+    from qmodel.binding import binding_at
+    from qmodel.goodput import goodput_search
 
     solver = Solver(sc)
     lam_max, station = solver.max_stable_rate()
@@ -98,7 +99,7 @@ def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     gpus = solver.resolved.gpus
     return Candidate(topology=topology, layout=layout, goodput_rps=g, goodput_per_gpu=g / gpus,
                      knee_rps=knee_rate(solver, lam_max), max_stable_rate_per_s=lam_max,
-                     binding=_binding_at(solver, g, station), gpus=gpus)
+                     binding=binding_at(solver, g, station), gpus=gpus)
 
 
 def _row(sc: Scenario, topology: str, layout: str) -> Candidate:

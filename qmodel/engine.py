@@ -115,6 +115,11 @@ class Solver:
             ca2=r.ca2,
         )
 
+    @property
+    def transfer_station(self):
+        """The KV-transfer station (disaggregated deployments)."""
+        return self._transfer
+
     @cached_property
     def _decode(self):
         from qmodel.stations.decode import DecodeStation
@@ -206,21 +211,7 @@ class Solver:
                     raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
             sd = dec.solve(rate)
             st = self._solve_link(rate, sp, sd, wait_law=laws)
-            parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
-            # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
-            # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
-            # TTFT, so the finer terms move to the common step with their mean kept.
-            step = max(p.dx for p in parts)
-            ttft_terms = [p.regrid(step, keep_mean=True) for p in parts]
-            tpot_terms = [sd.tpot]
-            if self.scenario.deployment.first_token_from == "prefill":
-                # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
-                # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
-                # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
-                # resolved as finely as TPOT reads them (moved there with their means kept).
-                h = self._handoff_step(sd)
-                handoff = convolve(*(x.regrid(h, keep_mean=True) if h > x.dx else x for x in (st.delay, sd.wait or sd.delay)))
-                tpot_terms = self._tpot_terms(sd.tpot, handoff)
+            ttft_terms, tpot_terms = self.latency_terms(sp, st, sd)
             stations = [sp, st, sd]
             if laws:
                 ttft = convolve(*ttft_terms)
@@ -242,12 +233,41 @@ class Solver:
             point, bounds = a * b, (a * b, min(a, b))
         return Composition(rate, stations, ttft, tpot, a, b, point, bounds)
 
+    def latency_terms(self, sp: StationSolution, st: StationSolution,
+                      sd: StationSolution) -> tuple[list[GridDist], list[GridDist]]:
+        """(TTFT terms, TPOT terms) of a disaggregated deployment from its prefill, link and decode
+        solutions: each metric is the sum of its independent terms. The binding diagnosis
+        (:mod:`qmodel.binding`) calls this with one station's part replaced to measure its share."""
+        parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
+        # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
+        # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
+        # TTFT, so the finer terms move to the common step with their mean kept.
+        step = max(p.dx for p in parts)
+        ttft_terms = [p.regrid(step, keep_mean=True) for p in parts]
+        tpot_terms = [sd.tpot]
+        if self.scenario.deployment.first_token_from == "prefill":
+            # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
+            # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
+            # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
+            # resolved as finely as TPOT reads them (moved there with their means kept).
+            h = self._handoff_step(sd)
+            handoff = convolve(*(x.regrid(h, keep_mean=True) if h > x.dx else x for x in (st.delay, sd.wait or sd.delay)))
+            tpot_terms = self._tpot_terms(sd.tpot, handoff)
+        return ttft_terms, tpot_terms
+
+    def solve_link(self, rate: float, sp: StationSolution, sd: StationSolution,
+                   bandwidth_bytes_per_s: float) -> StationSolution:
+        """The KV link at ``rate`` as :meth:`compose` solves it, with each path's bandwidth set to
+        ``bandwidth_bytes_per_s`` (the binding diagnosis's bandwidth search)."""
+        tr = dataclasses.replace(self._transfer, bandwidth_bytes_per_s=bandwidth_bytes_per_s)
+        return self._solve_link(rate, sp, sd, transfer=tr)
+
     def _solve_link(self, rate: float, sp: StationSolution, sd: StationSolution,
-                    wait_law: bool = False) -> StationSolution:
+                    wait_law: bool = False, transfer=None) -> StationSolution:
         """The KV link at ``rate``, fed by the prefill solution ``sp``, read by the TTFT and (the
         handoff in TPOT) together with the decode solution ``sd`` (``wait_law``: see
         :meth:`KVTransferStation.solve`)."""
-        tr = self._transfer
+        tr = self._transfer if transfer is None else transfer
         dep = self.scenario.deployment
         batch: dict = {}
         if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and dep.link_sharing == "fcfs":
@@ -360,25 +380,10 @@ class Solver:
 
     # ---- explanations ------------------------------------------------------------------------
     def binding(self, c: Composition) -> str:
-        slo = self.scenario.slo
-        q = slo.percentile / 100.0
-        if c.ttft_attainment <= c.tpot_attainment:
-            metric, dist, target, att = "TTFT", c.ttft, slo.ttft_s, c.ttft_attainment
-            if self._topology == "disaggregated":
-                parts = {"prefill queue and batch": c.stations[0].delay, "KV transfer": c.stations[1].delay}
-                if self.scenario.deployment.first_token_from == "decode":
-                    parts["decode admission"] = c.stations[2].delay
-                culprit = max(parts, key=lambda k: parts[k].quantile(q))
-            else:
-                culprit = f"{c.stations[0].name} prefill wait behind other iterations"
-        else:
-            metric, dist, target, att = "TPOT", c.tpot, slo.tpot_s, c.tpot_attainment
-            culprit = "decode batch size (step time grows with the batch)" if self._topology == "disaggregated" \
-                else f"{c.stations[0].name}: decode steps stretched by prefill work on the same GPUs"
-        busiest = max(c.stations, key=lambda s: s.utilization)
-        return (f"{metric} binds: p{slo.percentile:g} {_fmt_s(dist.quantile(q))} vs target {_fmt_s(target)} "
-                f"({att * 100:.1f}% meet it); largest part: {culprit}; busiest station {busiest.name} "
-                f"at utilization {busiest.utilization:.2f}")
+        """The binding constraint at ``c`` in words (:func:`qmodel.binding.diagnose`)."""
+        from qmodel.binding import diagnose
+
+        return diagnose(self, c)
 
     def validity(self, c: Composition) -> str:
         """Expected agreement with the replay: the validation suite's measured errors for this
@@ -393,7 +398,9 @@ class Solver:
     def _link_report(self, c: Composition) -> LinkReport | None:
         if self._topology != "disaggregated" or self.resolved.link_bandwidth_bytes_per_s is None:
             return None
-        return self._transfer.link_report(c.rate_per_s, c.stations[1])
+        from qmodel.binding import link_report
+
+        return link_report(self, c)
 
 
 def _fmt_s(x: float) -> str:

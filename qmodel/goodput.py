@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from qmodel.errors import NumericalError, UnstableError
+from qmodel.errors import NumericalError
 from qmodel.result import Goodput, Sensitivity
 from qmodel.scenario import DisaggregatedDeployment, Scenario, scenario_sha256
 
@@ -177,7 +177,9 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False) -
     solver = Solver(scenario)
     lam_max, station = solver.max_stable_rate()
     g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
-    binding = _binding_at(solver, g, station)
+    from qmodel.binding import binding_at
+
+    binding = binding_at(solver, g, station)
     gpus = solver.resolved.gpus
     cost = solver.resolved.cost_per_hour_usd
     sens = sensitivities(scenario, g) if with_sensitivities else []
@@ -195,19 +197,6 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False) -
         sensitivities=sens,
         inputs_sha256=scenario_sha256(scenario),
     )
-
-
-def _binding_at(solver, g: float, station: str) -> str:
-    if g <= 0:
-        idle = solver.solve(solver.max_stable_rate()[0] * 1e-4)
-        return f"SLO infeasible even when idle: {idle.binding}"
-    c = solver.recent_composition(g)  # the search solved g already: explain that solution
-    if c is not None:
-        return solver.binding(c)
-    try:
-        return solver.solve(g).binding
-    except UnstableError:  # g sits at the stability edge
-        return f"stability of {station}"
 
 
 def perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:

@@ -39,11 +39,18 @@ class StationReport(_Out):
 
 
 class LinkReport(_Out):
-    bandwidth_needed_bytes_per_s: float = Field(description="KV bytes per second the handoff must move at this rate")
+    bandwidth_needed_bytes_per_s: float = Field(
+        description="effective bandwidth (all paths) at which the link's wait + transfer adds at most share_of_target "
+                    "of each SLO target to the SLO percentile of TTFT and TPOT (qmodel.binding)")
     bandwidth_available_bytes_per_s: float = Field(description="effective bandwidth of all transfer paths together")
     sufficient: bool
     mean_transfer_bytes: float
     mean_exposed_s: float
+    mean_byte_rate_bytes_per_s: float | None = Field(default=None, description="KV bytes per second the handoff moves "
+                                                     "at this rate (the link is unstable at or below it)")
+    share_of_target: float | None = None
+    reachable: bool = Field(default=True, description="False when no bandwidth up to 1e4x the available one keeps "
+                            "the share (the link's fixed latency alone exceeds it); bandwidth_needed is then that bound")
 
 
 class Sensitivity(_Out):

@@ -348,7 +348,7 @@ class Engine:
                                    tpot=_dist_curve(c.tpot, slo.tpot_s), timings_s={"solve": time.perf_counter() - t0})
 
     def goodput(self, a: Analysis, check: Check) -> Analysis:
-        from qmodel.goodput import _binding_at
+        from qmodel.binding import binding_at
 
         t0 = time.perf_counter()
         sc = a.scenario
@@ -359,7 +359,7 @@ class Engine:
         gp = Goodput(scenario=sc.name, topology=sc.deployment.topology, goodput_rps=g, goodput_per_gpu=g / gpus,
                      goodput_per_usd_hour=None if not cost else g / cost,
                      attainment_at_goodput=solver.attainment(g) if g > 0 else 0.0,
-                     max_stable_rate_per_s=lam_max, binding=_binding_at(solver, g, station), gpus=gpus,
+                     max_stable_rate_per_s=lam_max, binding=binding_at(solver, g, station), gpus=gpus,
                      cost_per_hour_usd=cost, inputs_sha256=a.sha256)
         usd = usd_per_million_tokens(cost, g, a.mean_output_tokens or 0.0)
         return dataclasses.replace(a, goodput=gp, usd_per_mtok=usd,

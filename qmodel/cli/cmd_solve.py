@@ -74,9 +74,15 @@ def _print_text(res) -> None:
                   format_duration(s.p99_wait_s), s.method + ("" if s.exact else " (approx.)")] for s in res.stations])
     if res.link is not None:
         lk = res.link
-        w(f"\nKV link: needs {format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)} at this rate, "
+        share = (f" to add at most {lk.share_of_target:.0%} of each target to the SLO percentile"
+                 if lk.share_of_target is not None else "")
+        need = format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)
+        w(f"\nKV link: needs {need if lk.reachable else 'more than ' + need}{share}, "
           f"has {format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} "
-          f"({'sufficient' if lk.sufficient else 'INSUFFICIENT'}); mean exposed transfer {format_duration(lk.mean_exposed_s)}\n")
+          f"({'sufficient' if lk.sufficient else 'INSUFFICIENT'})"
+          + (f"; mean byte rate {format_bandwidth(lk.mean_byte_rate_bytes_per_s, bits=True)}"
+             if lk.mean_byte_rate_bytes_per_s is not None else "")
+          + f"; mean exposed transfer {format_duration(lk.mean_exposed_s)}\n")
     w(f"validity: {res.validity}\n")
     for warn in res.warnings:
         w(f"{warn}\n")

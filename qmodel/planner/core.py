@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from qmodel.errors import InputError
-from qmodel.planner.evaluate import EngineEvaluator, Evaluator, PlanMetrics
+from qmodel.planner.evaluate import EngineEvaluator, Evaluator
 from qmodel.planner.result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
-from qmodel.planner.search import (FINAL_REL_TOL, SEARCH_REL_TOL, Budget, FamilyOutcome, Found, SerialExecutor, cost_of,
-                                   goodput_bracket, max_goodput_family, maximal_points, min_cost_family, pareto_flags,
-                                   power_of, run_tasks, warm)
+from qmodel.planner.rank import rank_found
+from qmodel.planner.search import (Budget, FamilyOutcome, Found, SerialExecutor, cost_of, max_goodput_family,
+                                   maximal_points, min_cost_family, pareto_flags, power_of, prune_threshold, run_tasks,
+                                   warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
 from qmodel.scenario import DisaggregatedDeployment, Scenario
 
@@ -167,23 +168,6 @@ def _bound(ctx: _Ctx, fam: Family) -> float:
     return lb
 
 
-def _sig3(x: float) -> float:
-    return float(f"{x:.3g}")
-
-
-def _rank_ties(rows: list) -> list:
-    """Rows (found, goodput, ...) by goodput, best first; the rows within FINAL_REL_TOL of the best
-    one left form a tie group, ordered by GPUs then label, and the rest follow the same way."""
-    rest = sorted(rows, key=lambda t: (-t[1], t[0].plan.gpus, t[0].plan.label))
-    out = []
-    while rest:
-        top = rest[0][1]
-        tied = [t for t in rest if t[1] >= top * (1.0 - FINAL_REL_TOL)]
-        out += sorted(tied, key=lambda t: (t[0].plan.gpus, t[0].plan.label))
-        rest = rest[len(tied):]
-    return out
-
-
 def _kth(values: list[float], k: int, reverse: bool) -> float | None:
     if len(values) < k:
         return None
@@ -228,8 +212,7 @@ def max_goodput_group(ev: Evaluator, fams: list[tuple[float, Family]], space: Se
     outs: list[FamilyOutcome] = []
     goods: list[float] = []
     for bound, fam in fams:
-        local = _kth(goods, k, reverse=True)
-        thr = threshold if local is None else max(threshold, local)
+        thr = max(threshold, prune_threshold(goods, k) or 0.0)
         if bound <= thr:
             o = FamilyOutcome(fam)
             o.pruned["stability limit below the K-th best goodput"] += space.grid_size(fam)
@@ -265,8 +248,7 @@ def _search(ctx: _Ctx, families: list[Family], executor: Executor, wave: int, pr
             cap = _kth([f.cost for f in found], ctx.top_k, reverse=False)
             cap = math.inf if cap is None else cap
         else:
-            thr = _kth([f.goodput or 0.0 for f in found], ctx.top_k, reverse=True)
-            thr = 0.0 if thr is None else thr
+            thr = prune_threshold([f.goodput or 0.0 for f in found], ctx.top_k) or 0.0
         batch = []
         while pos < len(order) and len(batch) < wave:
             best, _, items = order[pos]
@@ -295,32 +277,6 @@ def _search(ctx: _Ctx, families: list[Family], executor: Executor, wave: int, pr
         done += sum(len(items) for items in batch)
         prog.update(done, total, "configurations")
     return found, solves
-
-
-def _detail(ev: Evaluator, p: PlanSpec, lo: float, a_lo: float | None, hi: float, a_hi: float | None,
-            metrics_rate: float | None, with_knee: bool, lam_max: float) -> tuple[float, PlanMetrics, float, int]:
-    """(goodput, metrics, knee, solves) for one ranked plan (a top-level function: runs on workers).
-
-    The goodput is refined to FINAL_REL_TOL from the bracket the search left ([target, stability
-    limit] for the min objectives, the search's own bracket for max-goodput).
-    """
-    ev = warm(ev)
-    br = goodput_bracket(lambda r: ev.attainment(p, r), ev.goal, lo, hi, FINAL_REL_TOL, a_lo=a_lo, a_hi=a_hi)
-    g = br.lo
-    rate = metrics_rate if metrics_rate is not None and metrics_rate < lam_max else g
-    m = ev.metrics(p, rate)
-    knee = ev.knee(p, lam_max) if with_knee else math.nan
-    return g, m, knee, br.solves + 1
-
-
-def _detail_or_error(*args: Any) -> tuple[float, PlanMetrics, float, int] | str:
-    """:func:`_detail`, or the one-line message of a QmodelError (e.g. a chain that cannot truncate)."""
-    from qmodel.errors import QmodelError
-
-    try:
-        return _detail(*args)
-    except QmodelError as err:
-        return str(err)
 
 
 def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, target_rate_per_s: float | None = None,
@@ -443,37 +399,9 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
 
 def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
           notes: list[str]) -> tuple[list[PlanRow], int]:
-    ev = ctx.ev
-    if ctx.objective == "max-goodput":
-        # the search's goodputs are lower ends of brackets SEARCH_REL_TOL wide: refine every plan that
-        # could still be in the top K (up to 2K of them), then rank on the refined numbers
-        ranked = sorted(found, key=lambda f: (-(f.goodput or 0.0), f.plan.gpus, f.plan.label))
-        kth = ranked[min(ctx.top_k, len(ranked)) - 1].goodput or 0.0 if ranked else 0.0
-        pick = [f for f in ranked if f.bracket is not None and (f.goodput or 0.0) >= kth * (1 - SEARCH_REL_TOL)]
-        pick = pick[: 2 * ctx.top_k]
-        args = [(ev, f.plan, f.bracket.lo, f.bracket.a_lo, f.bracket.hi, f.bracket.a_hi, ctx.rate, with_knee,  # type: ignore[union-attr]
-                 f.capacity) for f in pick]
-    else:
-        # the K cheapest; among equal costs the larger stability limit first (goodput then orders them)
-        pick = sorted(found, key=lambda f: (f.cost, -f.capacity, f.plan.label))[: ctx.top_k]
-        args = [(ev, f.plan, ctx.rate, f.attainment, f.capacity, None, ctx.rate, with_knee, f.capacity) for f in pick]
-    outs = run_tasks(ex, _detail_or_error, args)
-    solves = sum(o[3] for o in outs if not isinstance(o, str))
-    mean_out = ev.mean_output_tokens()
-    rows = []
-    for f, o in zip(pick, outs):
-        if isinstance(o, str):  # a numerical failure in one plan must not sink the ranking
-            notes.append(f"left out {f.plan.label}: {o}")
-            continue
-        g, m, knee, _ = o
-        rows.append((f, g, m, knee))
-    # goodputs within the refinement tolerance of the best left are ties, ranked by GPUs (a 3-digit
-    # rounding, used before, tied goodputs 0.8% apart and could put a plan 0.3% below the best first)
-    if ctx.objective == "max-goodput":
-        rows = _rank_ties(rows)
-    else:
-        rows.sort(key=lambda t: (t[0].cost, -_sig3(t[1]), t[0].plan.label))
-    rows = rows[: ctx.top_k]
+    """The top K plans as rows (the order: :mod:`qmodel.planner.rank`)."""
+    rows, solves = rank_found(ctx.ev, ctx.objective, found, ctx.top_k, ctx.rate, ex, with_knee, notes)
+    mean_out = ctx.ev.mean_output_tokens()
     flags = pareto_flags((g / f.plan.gpus, m.ttft_p90_s, m.tpot_p90_s) for f, g, m, _ in rows)
     out: list[PlanRow] = []
     for i, ((f, g, m, knee), par) in enumerate(zip(rows, flags), start=1):

@@ -34,7 +34,7 @@ from qmodel.planner.evaluate import Evaluator
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
 
 __all__ = ["Budget", "Found", "FamilyOutcome", "SerialExecutor", "min_cost_family", "max_goodput_family",
-           "bisect_goodput", "warm", "run_tasks", "pareto_flags"]
+           "bisect_goodput", "warm", "run_tasks", "pareto_flags", "prune_threshold"]
 
 SEARCH_REL_TOL = 3e-2  # goodput bracket during the search; the ranked plans are refined to 1e-3
 FINAL_REL_TOL = 1e-3
@@ -196,6 +196,21 @@ def bisect_goodput(att: Callable[[float], float], goal: float, lo: float, hi: fl
     """(goodput, solves) by :func:`goodput_bracket` with ``hi`` a stability limit."""
     b = goodput_bracket(att, goal, lo, hi, rel_tol, a_lo=a_lo)
     return b.lo, b.solves
+
+
+def prune_threshold(lower_bounds: Sequence[float], k: int) -> float | None:
+    """The goodput below which a plan cannot enter the top K (max-goodput), from the search's lower
+    bounds so far; None while fewer than K are known.
+
+    A plan's final goodput g_f is within FINAL_REL_TOL below its true goodput g (:func:`qmodel.planner.rank.grid_goodput`)
+    and the search's lower bound L <= g, so the K-th largest L is below (1 + tol) times the K-th
+    largest g_f, G_K. A plan that can share a tie group with the top K has g >= g_f >= G_K (1 − tol);
+    L_K (1 − tol)/(1 + tol) <= G_K (1 − tol) keeps every such plan in the search.
+    """
+    if len(lower_bounds) < k:
+        return None
+    kth = sorted(lower_bounds, reverse=True)[k - 1]
+    return kth * (1.0 - FINAL_REL_TOL) / (1.0 + FINAL_REL_TOL)
 
 
 def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
@@ -387,9 +402,7 @@ def max_goodput_family(ev: Evaluator, fam: Family, space: SearchSpace, budget: B
     scored = sorted(((ev.capacity(p), p) for p in pts), key=lambda t: -t[0][0])
     local: list[float] = []
     for (cap, st), p in scored:
-        thr = threshold
-        if len(local) >= k:
-            thr = max(thr, sorted(local, reverse=True)[k - 1])
+        thr = max(threshold, prune_threshold(local, k) or 0.0)
         if cap <= 0:
             out.pruned["cannot run"] += 1
             continue

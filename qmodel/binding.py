@@ -1,0 +1,167 @@
+"""The binding constraint and the KV link's bandwidth need, read from the percentile the SLO names.
+
+Binding (:func:`diagnose`): the metric that binds is the one fewer requests meet (TTFT or TPOT).
+A disaggregated metric is a sum of independent station terms (:meth:`qmodel.engine.Solver.latency_terms`):
+
+    TTFT = prefill (queue wait and own batch) + KV link (wait and exposed transfer) [+ decode admission]
+    TPOT = decode step (batch size) + (KV link + decode admission wait) / (L − 1)
+
+Each term's contribution at the percentile p is what removing it takes off the metric's p-th
+percentile, q_p(all terms) − q_p(all terms but that one) (waits included: a station's term holds
+its queue). The largest part is the term contributing most; summing means instead, or comparing
+each term's own percentile, misses a link whose wait is a few long outliers or a term that only
+matters in the tail.
+
+Bandwidth needed (:func:`link_report`): the total bandwidth at which the link's contribution to
+the p-th percentile of TTFT and of TPOT stays within LINK_SHARE of the target, found by bisection
+on log bandwidth with the link re-solved at each point (the prefill and decode solutions are kept:
+the decode KV reserved for transfers in flight, which shrinks with bandwidth, is not re-solved, so
+the figure is slightly conservative). The mean byte rate, which the link must exceed merely to be
+stable, is reported beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from qmodel.dist import GridDist, convolve
+from qmodel.errors import QmodelError, UnstableError
+from qmodel.result import LinkReport
+
+__all__ = ["diagnose", "binding_at", "link_report", "contributions", "LINK_SHARE"]
+
+LINK_SHARE = 0.10  # the link's allowed share of each SLO target at the SLO percentile
+_BW_REL_TOL = 0.02  # bandwidth search precision (relative)
+_BW_MAX_FACTOR = 1e4  # search up to this multiple of the available bandwidth
+
+
+def _q(terms: list[GridDist], q: float) -> float:
+    return float((convolve(*terms) if len(terms) > 1 else terms[0]).quantile(q))
+
+
+def _without(sol: Any, *fields: str) -> Any:
+    """A station solution with the named distributions replaced by zero (the term removed)."""
+    return dataclasses.replace(sol, **{f: GridDist.point(0.0, getattr(sol, f).dx) for f in fields
+                                       if getattr(sol, f) is not None})
+
+
+def contributions(solver: Any, c: Any) -> dict[str, dict[str, float]]:
+    """{"TTFT"|"TPOT": {part: seconds it adds to the metric's SLO percentile}} (disaggregated)."""
+    q = solver.scenario.slo.percentile / 100.0
+    sp, st, sd = c.stations
+    ttft, tpot = solver.latency_terms(sp, st, sd)
+    base = {"TTFT": _q(ttft, q), "TPOT": _q(tpot, q)}
+    removed = {
+        "prefill queue and batch": (_without(sp, "delay"), st, sd),
+        "KV link wait and transfer": (sp, _without(st, "delay", "wait"), sd),
+        "decode admission wait": (sp, st, _without(sd, "wait", "delay")),
+        "decode step (step time grows with the batch)": (sp, st, _without(sd, "tpot")),
+    }
+    out: dict[str, dict[str, float]] = {"TTFT": {}, "TPOT": {}}
+    for name, sols in removed.items():
+        t2, p2 = solver.latency_terms(*sols)
+        out["TTFT"][name] = max(0.0, base["TTFT"] - _q(t2, q))
+        out["TPOT"][name] = max(0.0, base["TPOT"] - _q(p2, q))
+    return out
+
+
+def _fmt_s(x: float) -> str:
+    from qmodel.units import format_duration
+
+    return format_duration(x)
+
+
+def diagnose(solver: Any, c: Any) -> str:
+    """The binding constraint at composition ``c`` in words (see the module doc)."""
+    slo = solver.scenario.slo
+    q = slo.percentile / 100.0
+    topology = solver.scenario.deployment.topology
+    if c.ttft_attainment <= c.tpot_attainment:
+        metric, dist, target, att = "TTFT", c.ttft, slo.ttft_s, c.ttft_attainment
+        culprit = f"{c.stations[0].name} prefill wait behind other iterations"
+    else:
+        metric, dist, target, att = "TPOT", c.tpot, slo.tpot_s, c.tpot_attainment
+        culprit = f"{c.stations[0].name}: decode steps stretched by prefill work on the same GPUs"
+    if topology == "disaggregated":
+        parts = contributions(solver, c)[metric]
+        name = max(parts, key=lambda k: parts[k])
+        others = ", ".join(f"{k.split(' (')[0]} {_fmt_s(v)}" for k, v in sorted(parts.items(), key=lambda t: -t[1])
+                           if k != name)
+        culprit = f"{name} (adds {_fmt_s(parts[name])} to p{slo.percentile:g}; {others})"
+    busiest = max(c.stations, key=lambda s: s.utilization)
+    return (f"{metric} binds: p{slo.percentile:g} {_fmt_s(dist.quantile(q))} vs target {_fmt_s(target)} "
+            f"({att * 100:.1f}% meet it); largest part: {culprit}; busiest station {busiest.name} "
+            f"at utilization {busiest.utilization:.2f}")
+
+
+def binding_at(solver: Any, g: float, station: str) -> str:
+    """The binding constraint at rate ``g`` (a goodput): what :func:`diagnose` says there, or
+    why the SLO cannot be met at all (g <= 0), or the station at whose stability edge g sits."""
+    if g <= 0:
+        idle = solver.solve(solver.max_stable_rate()[0] * 1e-4)
+        return f"SLO infeasible even when idle: {idle.binding}"
+    c = solver.recent_composition(g)  # a goodput search solved g already: explain that solution
+    if c is not None:
+        return solver.binding(c)
+    try:
+        return solver.solve(g).binding
+    except UnstableError:  # g sits at the stability edge
+        return f"stability of {station}"
+
+
+def _link_share(solver: Any, c: Any, bw_per_path: float, without: dict[str, float]) -> float:
+    """max over TTFT/TPOT of the link's contribution to the SLO percentile / the target, with the
+    link re-solved at ``bw_per_path`` (inf where it is unstable there)."""
+    slo = solver.scenario.slo
+    q = slo.percentile / 100.0
+    sp, _, sd = c.stations
+    try:
+        st = solver.solve_link(c.rate_per_s, sp, sd, bw_per_path)
+    except (UnstableError, QmodelError):
+        return math.inf
+    ttft, tpot = solver.latency_terms(sp, st, sd)
+    return max((_q(ttft, q) - without["TTFT"]) / slo.ttft_s, (_q(tpot, q) - without["TPOT"]) / slo.tpot_s)
+
+
+def link_report(solver: Any, c: Any) -> LinkReport:
+    """The link's report at ``c``, its bandwidth need found as the module doc states."""
+    tr = solver.transfer_station
+    base = tr.link_report(c.rate_per_s, c.stations[1])
+    q = solver.scenario.slo.percentile / 100.0
+    sp, st, sd = c.stations
+    t0, p0 = solver.latency_terms(sp, _without(st, "delay", "wait"), sd)
+    without = {"TTFT": _q(t0, q), "TPOT": _q(p0, q)}
+    paths = base.bandwidth_available_bytes_per_s / tr.bandwidth_bytes_per_s
+    have = tr.bandwidth_bytes_per_s
+    floor = base.bandwidth_needed_bytes_per_s / paths  # per path: at or below it the link is unstable
+
+    def ok(bw: float) -> bool:
+        return _link_share(solver, c, bw, without) <= LINK_SHARE
+
+    hi = have
+    if not ok(hi):
+        while not ok(hi):
+            hi *= 4.0
+            if hi > have * _BW_MAX_FACTOR:
+                return base.model_copy(update={
+                    "bandwidth_needed_bytes_per_s": base.bandwidth_available_bytes_per_s * _BW_MAX_FACTOR,
+                    "sufficient": False, "mean_byte_rate_bytes_per_s": base.bandwidth_needed_bytes_per_s,
+                    "share_of_target": LINK_SHARE, "reachable": False})
+        lo = hi / 4.0
+    else:
+        lo = max(floor * (1.0 + 1e-6), 1e-300)
+        if ok(lo):
+            hi = lo
+    while hi / lo > 1.0 + _BW_REL_TOL:
+        mid = math.sqrt(lo * hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    need = hi * paths
+    return base.model_copy(update={"bandwidth_needed_bytes_per_s": need,
+                                   "sufficient": need <= base.bandwidth_available_bytes_per_s * (1 + _BW_REL_TOL),
+                                   "mean_byte_rate_bytes_per_s": base.bandwidth_needed_bytes_per_s,
+                                   "share_of_target": LINK_SHARE, "reachable": True})
