@@ -115,3 +115,17 @@ def test_loaded_plus_reported_is_every_row(tmp_path_factory, n: int, damage: dic
     for i in range(n):  # a line with an odd number of quotes is never loaded
         if lines[i].count('"') % 2:
             assert i + 2 in skipped
+
+
+@pytest.mark.parametrize("name,text,line", [
+    ("t.csv", f"{HEADER}\n0,1,1\n1,{10**20},1\n", 3),
+    ("t.jsonl", '{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+                '{"timestamp": 1, "input_length": %d, "output_length": 1}\n' % 10**20, 2),
+])
+def test_token_count_beyond_int64_is_a_row_error(tmp_path, name: str, text: str, line: int):
+    # found by the property above: 10**20 tokens passed the parser and overflowed the int64
+    # arrays (OverflowError traceback); counts above MAX_TOKENS (2**31 - 1) are that row's error
+    p = _write(tmp_path, name, text)
+    with pytest.raises(TraceRowError) as e:
+        load_trace(p)
+    assert [ln for ln, _ in e.value.bad] == [line] and "tokens" in e.value.bad[0][1]

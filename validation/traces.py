@@ -67,9 +67,7 @@ import csv
 import datetime as _dt
 import gzip
 import hashlib
-import io
 import json
-import math
 import re
 import threading
 from collections import OrderedDict
@@ -81,6 +79,8 @@ from typing import Any, Literal
 import numpy as np
 
 from qmodel.errors import DataError, InputError, TraceRowError
+from qmodel.validation.trace_fields import (AzureClock, BadRow, csv_fields, data_lines, parse_hash_ids, parse_time,
+                                            parse_tokens)
 from qmodel.settings import missing_file_problem, resolve_data_path
 from qmodel.validation.trace_types import Trace
 
@@ -101,10 +101,6 @@ OnError = Literal["report", "skip"]
 _BLOCK_TOKENS = 512  # Mooncake's (and qmodel's) prefix-block size in tokens
 
 
-class _Bad(Exception):
-    """One malformed row: the reason, later tagged with its line number."""
-
-
 @dataclass
 class _Row:
     line: int
@@ -114,138 +110,26 @@ class _Row:
     hashes: tuple[int, ...] | None = None
 
 
-# ---- field parsing ------------------------------------------------------------------------------
-
-def _show(value: Any) -> str:
-    """``repr(value)``, cut to 40 characters: an error names the bad field, not a whole line."""
-    r = repr(value)
-    return r if len(r) <= 40 else r[:37] + "..."
-
-
-def _tokens(value: Any, name: str) -> int:
-    """A token count: a whole number >= 1 (``"12"``, ``12``, ``12.0``)."""
-    if isinstance(value, bool):
-        raise _Bad(f"{name} {_show(value)} is not a whole number")
-    if isinstance(value, int):
-        n = value
-    else:
-        s = str(value).strip()
-        try:
-            n = int(s)
-        except ValueError:
-            try:
-                f = float(s)
-            except ValueError:
-                raise _Bad(f"{name} {_show(value)} is not a number") from None
-            if not math.isfinite(f) or f != int(f):
-                raise _Bad(f"{name} {_show(value)} is not a whole number")
-            n = int(f)
-    if n < 1:
-        raise _Bad(f"{name} {_show(value)} must be at least 1")
-    return n
-
-
-def _time(value: Any, name: str, scale: float = 1.0) -> float:
-    """A finite, non-negative time, multiplied by ``scale`` to get seconds."""
-    if isinstance(value, bool):
-        raise _Bad(f"{name} {_show(value)} is not a number")
-    try:
-        f = float(value if not isinstance(value, str) else value.strip())
-    except (TypeError, ValueError):
-        raise _Bad(f"{name} {_show(value)} is not a number") from None
-    if not math.isfinite(f):
-        raise _Bad(f"{name} {_show(value)} is not finite")
-    if f < 0:
-        raise _Bad(f"{name} {_show(value)} is negative")
-    return f * scale
-
-
-def _hash_list(value: Any, name: str = "hash_ids") -> tuple[int, ...]:
-    if isinstance(value, str):
-        s = value.strip()
-        if s.startswith("["):
-            try:
-                value = json.loads(s)
-            except json.JSONDecodeError:
-                raise _Bad(f"{name} {_show(value)} is not a JSON list of integers") from None
-        else:
-            parts = [p for p in re.split(r"[\s;]+", s) if p]
-            try:
-                return tuple(int(p) for p in parts)
-            except ValueError:
-                raise _Bad(f"{name} {_show(value)} is not a space-separated list of integers") from None
-    if not isinstance(value, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
-        raise _Bad(f"{name} must be a list of integers")
-    return tuple(value)
-
-
-_TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
-
-
-class _AzureClock:
-    """Wall-clock strings -> integer nanoseconds since 0001-01-01 (exact; no float rounding)."""
-
-    def __init__(self) -> None:
-        self._days: dict[tuple[str, str, str], int] = {}
-
-    def ns(self, text: str) -> int:
-        m = _TS.fullmatch(text.strip())
-        if not m:
-            raise _Bad(f"TIMESTAMP {_show(text)} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
-        y, mo, d, hh, mm, ss, frac = m.groups()
-        day_key = (y, mo, d)  # the parsed date, not the raw text (which may carry leading blanks)
-        day = self._days.get(day_key)
-        if day is None:
-            try:
-                day = _dt.date(int(y), int(mo), int(d)).toordinal()
-            except ValueError:
-                raise _Bad(f"TIMESTAMP {_show(text)} is not a calendar date") from None
-            self._days[day_key] = day
-        h, mi, s = int(hh), int(mm), int(ss)
-        if h > 23 or mi > 59 or s > 59:
-            raise _Bad(f"TIMESTAMP {_show(text)} is not a valid time of day")
-        frac_ns = int((frac or "0").ljust(9, "0"))
-        return ((day * 86400 + h * 3600 + mi * 60 + s) * 1_000_000_000) + frac_ns
-
-
 # ---- readers per format -------------------------------------------------------------------------
-
-def _lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each physical line that is not blank or a ``#`` comment."""
-    for number, raw in enumerate(io.StringIO(text), start=1):
-        line = raw.rstrip("\r\n")
-        if line.strip() and not line.lstrip().startswith("#"):
-            yield number, line
-
-
-def _csv_fields(line: str) -> list[str]:
-    """The fields of one CSV line; a quoting error or an over-long quoted field is this line's _Bad."""
-    if '"' not in line:
-        return line.split(",")  # no quoting: the fields are exactly the comma-separated parts
-    try:
-        return next(csv.reader([line], strict=True))
-    except csv.Error as err:
-        raise _Bad(f"not valid CSV ({err})") from None
-
 
 def _csv_header(path: str, text: str) -> list[str]:
     """The column names (the first line that is not blank or a comment); [] for an empty file."""
-    for number, line in _lines(text):
+    for number, line in data_lines(text):
         try:
-            return [f.strip() for f in _csv_fields(line)]
-        except _Bad as why:
+            return [f.strip() for f in csv_fields(line)]
+        except BadRow as why:
             raise DataError(path, f"line {number} (the header): {why}") from None
     return []
 
 
 def _csv_records(text: str, bad: list[tuple[int, str]]) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of each data line after the header; lines that are not CSV go to ``bad``."""
-    lines = _lines(text)
+    lines = data_lines(text)
     next(lines, None)  # the header
     for number, line in lines:
         try:
-            yield number, _csv_fields(line)
-        except _Bad as why:
+            yield number, csv_fields(line)
+        except BadRow as why:
             bad.append((number, str(why)))
 
 
@@ -268,18 +152,18 @@ def _csv_rows(path: str, text: str, fmt: str, required: Sequence[str],
             continue
         try:
             rows.append(make(line, {name: fields[i] for name, i in cols.items()}))
-        except _Bad as why:
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows
 
 
 def _read_azure(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
-    clock = _AzureClock()
+    clock = AzureClock()
 
     def make(line: int, f: dict[str, str]) -> _Row:
         # Arrival kept in integer ns here; made relative (and float) once all rows are read.
-        return _Row(line, clock.ns(f["TIMESTAMP"]), _tokens(f["ContextTokens"], "ContextTokens"),
-                    _tokens(f["GeneratedTokens"], "GeneratedTokens"))
+        return _Row(line, clock.ns(f["TIMESTAMP"]), parse_tokens(f["ContextTokens"], "ContextTokens"),
+                    parse_tokens(f["GeneratedTokens"], "GeneratedTokens"))
 
     rows = _csv_rows(path, text, "azure", ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), make, bad)
     meta: dict[str, Any] = {}
@@ -295,8 +179,8 @@ def _read_azure(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[
 
 def _read_splitwise(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
     def make(line: int, f: dict[str, str]) -> _Row:
-        return _Row(line, _time(f["arrival_timestamp"], "arrival_timestamp"),
-                    _tokens(f["prompt_size"], "prompt_size"), _tokens(f["token_size"], "token_size"))
+        return _Row(line, parse_time(f["arrival_timestamp"], "arrival_timestamp"),
+                    parse_tokens(f["prompt_size"], "prompt_size"), parse_tokens(f["token_size"], "token_size"))
 
     return _csv_rows(path, text, "splitwise", ("arrival_timestamp", "prompt_size", "token_size"), make, bad), {}
 
@@ -305,9 +189,9 @@ def _read_vidur(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[
     has_time = "arrived_at" in _csv_header(path, text)
 
     def make(line: int, f: dict[str, str]) -> _Row:
-        t = _time(f["arrived_at"], "arrived_at") if has_time else None
-        return _Row(line, t, _tokens(f["num_prefill_tokens"], "num_prefill_tokens"),
-                    _tokens(f["num_decode_tokens"], "num_decode_tokens"))
+        t = parse_time(f["arrived_at"], "arrived_at") if has_time else None
+        return _Row(line, t, parse_tokens(f["num_prefill_tokens"], "num_prefill_tokens"),
+                    parse_tokens(f["num_decode_tokens"], "num_decode_tokens"))
 
     return _csv_rows(path, text, "vidur", ("num_prefill_tokens", "num_decode_tokens"), make, bad), {}
 
@@ -316,9 +200,9 @@ def _read_qmodel_csv(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[
     has_hash = "hash_ids" in _csv_header(path, text)
 
     def make(line: int, f: dict[str, str]) -> _Row:
-        return _Row(line, _time(f["arrival_s"], "arrival_s"), _tokens(f["prompt_tokens"], "prompt_tokens"),
-                    _tokens(f["output_tokens"], "output_tokens"),
-                    _hash_list(f["hash_ids"]) if has_hash else None)
+        return _Row(line, parse_time(f["arrival_s"], "arrival_s"), parse_tokens(f["prompt_tokens"], "prompt_tokens"),
+                    parse_tokens(f["output_tokens"], "output_tokens"),
+                    parse_hash_ids(f["hash_ids"]) if has_hash else None)
 
     return _csv_rows(path, text, "qmodel", ("arrival_s", "prompt_tokens", "output_tokens"), make, bad), {}
 
@@ -326,7 +210,7 @@ def _read_qmodel_csv(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[
 def _jsonl_objects(text: str, bad: list[tuple[int, str]]) -> Iterator[tuple[int, dict]]:
     # Lines split at "\n" only: str.splitlines would also split at U+2028 and the like, which
     # JSON strings may hold unescaped, and then misnumber every later line.
-    for line, raw in _lines(text):
+    for line, raw in data_lines(text):
         s = raw.strip()
         try:
             obj = json.loads(s)
@@ -342,7 +226,7 @@ def _jsonl_objects(text: str, bad: list[tuple[int, str]]) -> Iterator[tuple[int,
 def _need(obj: dict, *keys: str) -> None:
     missing = [k for k in keys if k not in obj]
     if missing:
-        raise _Bad(f"missing key(s) {', '.join(missing)}")
+        raise BadRow(f"missing key(s) {', '.join(missing)}")
 
 
 def _read_mooncake(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
@@ -350,10 +234,10 @@ def _read_mooncake(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[li
     for line, obj in _jsonl_objects(text, bad):
         try:
             _need(obj, "timestamp", "input_length", "output_length")
-            hashes = _hash_list(obj["hash_ids"]) if "hash_ids" in obj else None
-            rows.append(_Row(line, _time(obj["timestamp"], "timestamp", 1e-3), _tokens(obj["input_length"], "input_length"),
-                             _tokens(obj["output_length"], "output_length"), hashes))
-        except _Bad as why:
+            hashes = parse_hash_ids(obj["hash_ids"]) if "hash_ids" in obj else None
+            rows.append(_Row(line, parse_time(obj["timestamp"], "timestamp", 1e-3), parse_tokens(obj["input_length"], "input_length"),
+                             parse_tokens(obj["output_length"], "output_length"), hashes))
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows, {}
 
@@ -363,10 +247,10 @@ def _read_qmodel_jsonl(path: str, text: str, bad: list[tuple[int, str]]) -> tupl
     for line, obj in _jsonl_objects(text, bad):
         try:
             _need(obj, "arrival_s", "prompt_tokens", "output_tokens")
-            hashes = _hash_list(obj["hash_ids"]) if obj.get("hash_ids") is not None else None
-            rows.append(_Row(line, _time(obj["arrival_s"], "arrival_s"), _tokens(obj["prompt_tokens"], "prompt_tokens"),
-                             _tokens(obj["output_tokens"], "output_tokens"), hashes))
-        except _Bad as why:
+            hashes = parse_hash_ids(obj["hash_ids"]) if obj.get("hash_ids") is not None else None
+            rows.append(_Row(line, parse_time(obj["arrival_s"], "arrival_s"), parse_tokens(obj["prompt_tokens"], "prompt_tokens"),
+                             parse_tokens(obj["output_tokens"], "output_tokens"), hashes))
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows, {}
 
@@ -409,15 +293,15 @@ def _read_distserve(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[l
                 p, d = item[-2], item[-1]  # [p, d] or DistServe's [prompt_text, p, d]
             elif isinstance(item, dict):
                 if "prompt_len" not in item:
-                    raise _Bad("missing key prompt_len")
+                    raise BadRow("missing key prompt_len")
                 d_key = "output_len" if "output_len" in item else "decode_len"
                 if d_key not in item:
-                    raise _Bad("missing key output_len (or decode_len)")
+                    raise BadRow("missing key output_len (or decode_len)")
                 p, d = item["prompt_len"], item[d_key]
             else:
-                raise _Bad("expected [prompt_len, decode_len]")
-            rows.append(_Row(line, None, _tokens(p, "prompt_len"), _tokens(d, "decode_len")))
-        except _Bad as why:
+                raise BadRow("expected [prompt_len, decode_len]")
+            rows.append(_Row(line, None, parse_tokens(p, "prompt_len"), parse_tokens(d, "decode_len")))
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows, {}
 
@@ -455,7 +339,7 @@ def detect_format(path: str | Path, text: str) -> str:
         # The first line that is a JSON object tells the format; bad lines before it are left to the
         # reader, which reports each with its line number.
         first_bad = None
-        for number, line in _lines(text):
+        for number, line in data_lines(text):
             if first_bad is None and line.lstrip().startswith("["):
                 return "distserve"
             try:
