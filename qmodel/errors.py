@@ -64,11 +64,16 @@ class CatalogError(InputError):
 
 
 class DataError(InputError):
-    """A data file (trace, table, scenario) that cannot be read as asked."""
+    """A data file (trace, table, scenario) that cannot be read as asked.
+
+    The message shows a path longer than 80 characters as its first 40 and last 37 around "...",
+    so the error stays one readable line; ``.path`` keeps it whole.
+    """
 
     def __init__(self, path: str, problem: str) -> None:
         self.path = path
-        QmodelError.__init__(self, f"{path}: {problem}")
+        shown = path if len(path) <= 80 else f"{path[:40]}...{path[-37:]}"
+        QmodelError.__init__(self, f"{shown}: {problem}")
         self.field, self.value, self.allowed = path, None, problem
 
 

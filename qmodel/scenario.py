@@ -330,15 +330,15 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
     """Make relative trace/table paths relative to the scenario file, not the working directory."""
     from qmodel.settings import resolve_data_path
 
-    def fix(d: Any) -> None:
+    def fix(d: Any, where: str) -> None:
         if isinstance(d, dict):
             for k, v in d.items():
                 if k == "path" and isinstance(v, str):
-                    d[k] = str(resolve_data_path(v, base))
+                    d[k] = str(resolve_data_path(v, base, field=f"{where}{k}"))
                 else:
-                    fix(v)
+                    fix(v, f"{where}{k}.")
 
-    fix(data)
+    fix(data, "")
 
 
 def _coerce_scalar(text: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from data_needs import missing_data
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -14,14 +15,22 @@ def repo_root() -> Path:
     return REPO
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a ``needs_data`` test, saying what is missing, when its data is absent (tests/data_needs.py)."""
+    for mark in item.iter_markers("needs_data"):
+        why = missing_data(*mark.args)
+        if why is not None:
+            pytest.skip(why)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     from qmodel.settings import data_dir as find
 
-    d = find()
-    if d is None:
-        pytest.skip("public data folder not found: set QMODEL_DATA_DIR (or place shared/data beside the checkout)")
-    return d
+    why = missing_data()
+    if why is not None:
+        pytest.skip(why)
+    return find()
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from qmodel.errors import NumericalError
 from qmodel.goodput import REL_TOL, goodput_search
 from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
 from qmodel.stations.kv_transfer import KVTransferStation
+from data_needs import example_param
 
 
 def _bisection_calls(lam_max: float) -> int:
@@ -160,8 +161,9 @@ def test_cramer_lundberg_newton_root(rho: float) -> None:
     assert const == pytest.approx((1 - rho) / (lam * s.mgf_s(eta) - 1), rel=1e-12)
 
 
-@pytest.mark.parametrize("example,load", [("opt13b-disagg-a100", 0.8), ("azure-conv-trace-disagg-a100", 0.5),
-                                          ("llama3-70b-disagg-h100", 0.9)])
+@pytest.mark.parametrize("example,load", [example_param("opt13b-disagg-a100", 0.8),
+                                          example_param("azure-conv-trace-disagg-a100", 0.5),
+                                          example_param("llama3-70b-disagg-h100", 0.9)])
 def test_link_on_its_readers_step_gives_the_fine_links_answers(example: str, load: float,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # The composition solves the link no finer than the step its readers re-bin it to (the decode
@@ -194,7 +196,8 @@ def test_link_on_its_readers_step_gives_the_fine_links_answers(example: str, loa
     assert coarse.attainment == pytest.approx(fine.attainment, abs=1e-3)
 
 
-@pytest.mark.parametrize("example", ["opt13b-disagg-a100", "llama3-70b-disagg-h100", "azure-conv-trace-disagg-a100"])
+@pytest.mark.parametrize("example", [example_param(e) for e in ("opt13b-disagg-a100", "llama3-70b-disagg-h100",
+                                                                 "azure-conv-trace-disagg-a100")])
 def test_eager_laws_are_the_lazy_ones(example: str) -> None:
     # solve() composes with laws=True: the TTFT/TPOT laws built at once and the attainments read
     # from them, the link's delay summed from its wait. The lazy path (a goodput search's) must

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from qmodel.errors import CatalogError, DataError, InputError
 
-__all__ = ["Dataset", "DATASETS", "FetchResult", "get_dataset", "url_for", "target_path", "fetch", "sha256_file"]
+__all__ = ["Dataset", "DATASETS", "FetchResult", "get_dataset", "dataset_for", "url_for", "target_path", "fetch",
+           "sha256_file"]
 
 BASE_URL_ENV = "QMODEL_FETCH_BASE_URL"
 _RAW = "https://raw.githubusercontent.com"
@@ -126,6 +127,11 @@ def get_dataset(name: str) -> Dataset:
         return DATASETS[name]
     except KeyError:
         raise CatalogError("trace", name, DATASETS) from None
+
+
+def dataset_for(rel_path: str) -> Dataset | None:
+    """The dataset whose file lands at ``rel_path`` under the data folder, if the registry has one."""
+    return next((ds for ds in DATASETS.values() if ds.rel_path == rel_path), None)
 
 
 def url_for(ds: Dataset, base_url: str | None = None) -> str:

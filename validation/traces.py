@@ -32,11 +32,20 @@ mix, not an arrival process. Use them as ``lengths: {kind: empirical}`` with Poi
 arrivals; :func:`require_arrivals` turns an attempt to take arrivals from them into one clear
 InputError.
 
-**Malformed rows** (wrong field count, non-numbers, token counts < 1, negative or non-finite
-times, bad hash ids) are never dropped silently. With ``on_error="report"`` (default) a
-:class:`~qmodel.errors.TraceRowError` lists every bad line number (physical, 1-based, the header
-is line 1). With ``on_error="skip"`` they are left out and recorded in
-``meta["skipped_lines"]`` (line numbers) and ``meta["skipped"]`` ("line N: why" strings).
+**Rows are lines.** A CSV or JSONL request is one physical line (the files are machine-written; no
+field spans lines), so a bad line cannot swallow the lines after it: each line after the header
+that is not blank or a ``#`` comment is either loaded or reported with its own line number, and
+loaded + reported = the rows in the file. (An unterminated quote or an over-long field is that
+line's error; :mod:`csv` reading the whole text would run on to the end of the file, or stop
+at its 131,072-character field limit.)
+
+**Malformed rows** (wrong field count, bad CSV quoting, non-numbers, token counts < 1, negative
+or non-finite times, bad hash ids, invalid JSON) are never dropped silently. With
+``on_error="report"`` (default) a :class:`~qmodel.errors.TraceRowError` lists every bad line
+number (physical, 1-based, the header is line 1). With ``on_error="skip"`` they are left out and
+recorded in ``meta["skipped_lines"]`` (line numbers) and ``meta["skipped"]`` ("line N: why"
+strings). Errors quote at most a short field value, never a header or a line: a ``data:`` or
+scenario path may name a file that is not a trace at all, and its content must not leak.
 
 **Order.** Rows out of time order are stably sorted (``meta["resorted"] = True``); the file order
 of equal timestamps is kept.
@@ -58,9 +67,7 @@ import csv
 import datetime as _dt
 import gzip
 import hashlib
-import io
 import json
-import math
 import re
 import threading
 from collections import OrderedDict
@@ -72,6 +79,9 @@ from typing import Any, Literal
 import numpy as np
 
 from qmodel.errors import DataError, InputError, TraceRowError
+from qmodel.validation.trace_fields import (AzureClock, BadRow, csv_fields, data_lines, parse_hash_ids, parse_time,
+                                            parse_tokens)
+from qmodel.settings import missing_file_problem, resolve_data_path
 from qmodel.validation.trace_types import Trace
 
 __all__ = [
@@ -91,10 +101,6 @@ OnError = Literal["report", "skip"]
 _BLOCK_TOKENS = 512  # Mooncake's (and qmodel's) prefix-block size in tokens
 
 
-class _Bad(Exception):
-    """One malformed row: the reason, later tagged with its line number."""
-
-
 @dataclass
 class _Row:
     line: int
@@ -104,152 +110,60 @@ class _Row:
     hashes: tuple[int, ...] | None = None
 
 
-# ---- field parsing ------------------------------------------------------------------------------
-
-def _tokens(value: Any, name: str) -> int:
-    """A token count: a whole number >= 1 (``"12"``, ``12``, ``12.0``)."""
-    if isinstance(value, bool):
-        raise _Bad(f"{name} {value!r} is not a whole number")
-    if isinstance(value, int):
-        n = value
-    else:
-        s = str(value).strip()
-        try:
-            n = int(s)
-        except ValueError:
-            try:
-                f = float(s)
-            except ValueError:
-                raise _Bad(f"{name} {value!r} is not a number") from None
-            if not math.isfinite(f) or f != int(f):
-                raise _Bad(f"{name} {value!r} is not a whole number")
-            n = int(f)
-    if n < 1:
-        raise _Bad(f"{name} {value!r} must be at least 1")
-    return n
-
-
-def _time(value: Any, name: str, scale: float = 1.0) -> float:
-    """A finite, non-negative time, multiplied by ``scale`` to get seconds."""
-    if isinstance(value, bool):
-        raise _Bad(f"{name} {value!r} is not a number")
-    try:
-        f = float(value if not isinstance(value, str) else value.strip())
-    except (TypeError, ValueError):
-        raise _Bad(f"{name} {value!r} is not a number") from None
-    if not math.isfinite(f):
-        raise _Bad(f"{name} {value!r} is not finite")
-    if f < 0:
-        raise _Bad(f"{name} {value!r} is negative")
-    return f * scale
-
-
-def _hash_list(value: Any, name: str = "hash_ids") -> tuple[int, ...]:
-    if isinstance(value, str):
-        s = value.strip()
-        if s.startswith("["):
-            try:
-                value = json.loads(s)
-            except json.JSONDecodeError:
-                raise _Bad(f"{name} {value!r} is not a JSON list of integers") from None
-        else:
-            parts = [p for p in re.split(r"[\s;]+", s) if p]
-            try:
-                return tuple(int(p) for p in parts)
-            except ValueError:
-                raise _Bad(f"{name} {value!r} is not a space-separated list of integers") from None
-    if not isinstance(value, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
-        raise _Bad(f"{name} must be a list of integers")
-    return tuple(value)
-
-
-_TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
-
-
-class _AzureClock:
-    """Wall-clock strings -> integer nanoseconds since 0001-01-01 (exact; no float rounding)."""
-
-    def __init__(self) -> None:
-        self._days: dict[str, int] = {}
-
-    def ns(self, text: str) -> int:
-        m = _TS.fullmatch(text.strip())
-        if not m:
-            raise _Bad(f"TIMESTAMP {text!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
-        y, mo, d, hh, mm, ss, frac = m.groups()
-        day_key = text[:10]
-        day = self._days.get(day_key)
-        if day is None:
-            try:
-                day = _dt.date(int(y), int(mo), int(d)).toordinal()
-            except ValueError:
-                raise _Bad(f"TIMESTAMP {text!r} is not a calendar date") from None
-            self._days[day_key] = day
-        h, mi, s = int(hh), int(mm), int(ss)
-        if h > 23 or mi > 59 or s > 59:
-            raise _Bad(f"TIMESTAMP {text!r} is not a valid time of day")
-        frac_ns = int((frac or "0").ljust(9, "0"))
-        return ((day * 86400 + h * 3600 + mi * 60 + s) * 1_000_000_000) + frac_ns
-
-
 # ---- readers per format -------------------------------------------------------------------------
 
-def _csv_records(text: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) for each data row after the header; blank rows and '#' comments skipped."""
-    reader = csv.reader(io.StringIO(text))
-    header_seen = False
-    for fields in reader:
-        if not fields or (len(fields) == 1 and not fields[0].strip()):
-            continue
-        if fields[0].lstrip().startswith("#"):
-            continue
-        if not header_seen:
-            header_seen = True
-            continue
-        yield reader.line_num, fields
-
-
-def _csv_header(text: str) -> list[str]:
-    reader = csv.reader(io.StringIO(text))
-    for fields in reader:
-        if not fields or (len(fields) == 1 and not fields[0].strip()) or fields[0].lstrip().startswith("#"):
-            continue
-        return [f.strip() for f in fields]
+def _csv_header(path: str, text: str) -> list[str]:
+    """The column names (the first line that is not blank or a comment); [] for an empty file."""
+    for number, line in data_lines(text):
+        try:
+            return [f.strip() for f in csv_fields(line)]
+        except BadRow as why:
+            raise DataError(path, f"line {number} (the header): {why}") from None
     return []
+
+
+def _csv_records(text: str, bad: list[tuple[int, str]]) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each data line after the header; lines that are not CSV go to ``bad``."""
+    lines = data_lines(text)
+    next(lines, None)  # the header
+    for number, line in lines:
+        try:
+            yield number, csv_fields(line)
+        except BadRow as why:
+            bad.append((number, str(why)))
 
 
 def _columns(path: str, header: list[str], required: Sequence[str], fmt: str) -> dict[str, int]:
     missing = [c for c in required if c not in header]
     if missing:
-        raise DataError(path, f"not a {fmt} trace: missing column(s) {', '.join(missing)} "
-                              f"(header is {','.join(header) or 'empty'})")
+        raise DataError(path, f"not a {fmt} trace: missing column(s) {', '.join(missing)}")
     return {name: i for i, name in enumerate(header)}
 
 
 def _csv_rows(path: str, text: str, fmt: str, required: Sequence[str],
               make: Callable[[int, dict[str, str]], _Row], bad: list[tuple[int, str]]) -> list[_Row]:
-    header = _csv_header(text)
+    header = _csv_header(path, text)
     cols = _columns(path, header, required, fmt)
     width = len(header)
     rows: list[_Row] = []
-    for line, fields in _csv_records(text):
+    for line, fields in _csv_records(text, bad):
         if len(fields) != width:
             bad.append((line, f"expected {width} fields, got {len(fields)}"))
             continue
         try:
             rows.append(make(line, {name: fields[i] for name, i in cols.items()}))
-        except _Bad as why:
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows
 
 
 def _read_azure(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
-    clock = _AzureClock()
+    clock = AzureClock()
 
     def make(line: int, f: dict[str, str]) -> _Row:
         # Arrival kept in integer ns here; made relative (and float) once all rows are read.
-        return _Row(line, clock.ns(f["TIMESTAMP"]), _tokens(f["ContextTokens"], "ContextTokens"),
-                    _tokens(f["GeneratedTokens"], "GeneratedTokens"))
+        return _Row(line, clock.ns(f["TIMESTAMP"]), parse_tokens(f["ContextTokens"], "ContextTokens"),
+                    parse_tokens(f["GeneratedTokens"], "GeneratedTokens"))
 
     rows = _csv_rows(path, text, "azure", ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), make, bad)
     meta: dict[str, Any] = {}
@@ -265,39 +179,39 @@ def _read_azure(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[
 
 def _read_splitwise(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
     def make(line: int, f: dict[str, str]) -> _Row:
-        return _Row(line, _time(f["arrival_timestamp"], "arrival_timestamp"),
-                    _tokens(f["prompt_size"], "prompt_size"), _tokens(f["token_size"], "token_size"))
+        return _Row(line, parse_time(f["arrival_timestamp"], "arrival_timestamp"),
+                    parse_tokens(f["prompt_size"], "prompt_size"), parse_tokens(f["token_size"], "token_size"))
 
     return _csv_rows(path, text, "splitwise", ("arrival_timestamp", "prompt_size", "token_size"), make, bad), {}
 
 
 def _read_vidur(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
-    has_time = "arrived_at" in _csv_header(text)
+    has_time = "arrived_at" in _csv_header(path, text)
 
     def make(line: int, f: dict[str, str]) -> _Row:
-        t = _time(f["arrived_at"], "arrived_at") if has_time else None
-        return _Row(line, t, _tokens(f["num_prefill_tokens"], "num_prefill_tokens"),
-                    _tokens(f["num_decode_tokens"], "num_decode_tokens"))
+        t = parse_time(f["arrived_at"], "arrived_at") if has_time else None
+        return _Row(line, t, parse_tokens(f["num_prefill_tokens"], "num_prefill_tokens"),
+                    parse_tokens(f["num_decode_tokens"], "num_decode_tokens"))
 
     return _csv_rows(path, text, "vidur", ("num_prefill_tokens", "num_decode_tokens"), make, bad), {}
 
 
 def _read_qmodel_csv(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
-    has_hash = "hash_ids" in _csv_header(text)
+    has_hash = "hash_ids" in _csv_header(path, text)
 
     def make(line: int, f: dict[str, str]) -> _Row:
-        return _Row(line, _time(f["arrival_s"], "arrival_s"), _tokens(f["prompt_tokens"], "prompt_tokens"),
-                    _tokens(f["output_tokens"], "output_tokens"),
-                    _hash_list(f["hash_ids"]) if has_hash else None)
+        return _Row(line, parse_time(f["arrival_s"], "arrival_s"), parse_tokens(f["prompt_tokens"], "prompt_tokens"),
+                    parse_tokens(f["output_tokens"], "output_tokens"),
+                    parse_hash_ids(f["hash_ids"]) if has_hash else None)
 
     return _csv_rows(path, text, "qmodel", ("arrival_s", "prompt_tokens", "output_tokens"), make, bad), {}
 
 
 def _jsonl_objects(text: str, bad: list[tuple[int, str]]) -> Iterator[tuple[int, dict]]:
-    for line, raw in enumerate(text.splitlines(), start=1):
+    # Lines split at "\n" only: str.splitlines would also split at U+2028 and the like, which
+    # JSON strings may hold unescaped, and then misnumber every later line.
+    for line, raw in data_lines(text):
         s = raw.strip()
-        if not s or s.startswith("#"):
-            continue
         try:
             obj = json.loads(s)
         except json.JSONDecodeError as err:
@@ -312,7 +226,7 @@ def _jsonl_objects(text: str, bad: list[tuple[int, str]]) -> Iterator[tuple[int,
 def _need(obj: dict, *keys: str) -> None:
     missing = [k for k in keys if k not in obj]
     if missing:
-        raise _Bad(f"missing key(s) {', '.join(missing)}")
+        raise BadRow(f"missing key(s) {', '.join(missing)}")
 
 
 def _read_mooncake(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[list[_Row], dict]:
@@ -320,10 +234,10 @@ def _read_mooncake(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[li
     for line, obj in _jsonl_objects(text, bad):
         try:
             _need(obj, "timestamp", "input_length", "output_length")
-            hashes = _hash_list(obj["hash_ids"]) if "hash_ids" in obj else None
-            rows.append(_Row(line, _time(obj["timestamp"], "timestamp", 1e-3), _tokens(obj["input_length"], "input_length"),
-                             _tokens(obj["output_length"], "output_length"), hashes))
-        except _Bad as why:
+            hashes = parse_hash_ids(obj["hash_ids"]) if "hash_ids" in obj else None
+            rows.append(_Row(line, parse_time(obj["timestamp"], "timestamp", 1e-3), parse_tokens(obj["input_length"], "input_length"),
+                             parse_tokens(obj["output_length"], "output_length"), hashes))
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows, {}
 
@@ -333,10 +247,10 @@ def _read_qmodel_jsonl(path: str, text: str, bad: list[tuple[int, str]]) -> tupl
     for line, obj in _jsonl_objects(text, bad):
         try:
             _need(obj, "arrival_s", "prompt_tokens", "output_tokens")
-            hashes = _hash_list(obj["hash_ids"]) if obj.get("hash_ids") is not None else None
-            rows.append(_Row(line, _time(obj["arrival_s"], "arrival_s"), _tokens(obj["prompt_tokens"], "prompt_tokens"),
-                             _tokens(obj["output_tokens"], "output_tokens"), hashes))
-        except _Bad as why:
+            hashes = parse_hash_ids(obj["hash_ids"]) if obj.get("hash_ids") is not None else None
+            rows.append(_Row(line, parse_time(obj["arrival_s"], "arrival_s"), parse_tokens(obj["prompt_tokens"], "prompt_tokens"),
+                             parse_tokens(obj["output_tokens"], "output_tokens"), hashes))
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows, {}
 
@@ -379,15 +293,15 @@ def _read_distserve(path: str, text: str, bad: list[tuple[int, str]]) -> tuple[l
                 p, d = item[-2], item[-1]  # [p, d] or DistServe's [prompt_text, p, d]
             elif isinstance(item, dict):
                 if "prompt_len" not in item:
-                    raise _Bad("missing key prompt_len")
+                    raise BadRow("missing key prompt_len")
                 d_key = "output_len" if "output_len" in item else "decode_len"
                 if d_key not in item:
-                    raise _Bad("missing key output_len (or decode_len)")
+                    raise BadRow("missing key output_len (or decode_len)")
                 p, d = item["prompt_len"], item[d_key]
             else:
-                raise _Bad("expected [prompt_len, decode_len]")
-            rows.append(_Row(line, None, _tokens(p, "prompt_len"), _tokens(d, "decode_len")))
-        except _Bad as why:
+                raise BadRow("expected [prompt_len, decode_len]")
+            rows.append(_Row(line, None, parse_tokens(p, "prompt_len"), parse_tokens(d, "decode_len")))
+        except BadRow as why:
             bad.append((line, str(why)))
     return rows, {}
 
@@ -422,22 +336,31 @@ def detect_format(path: str | Path, text: str) -> str:
     p = Path(path)
     suffix = _inner_suffix(p)
     if suffix in (".jsonl", ".json"):
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
-        if first.startswith("["):
-            return "distserve"
-        try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict):
+        # The first line that is a JSON object tells the format; bad lines before it are left to the
+        # reader, which reports each with its line number.
+        first_bad = None
+        for number, line in data_lines(text):
+            if first_bad is None and line.lstrip().startswith("["):
+                return "distserve"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                obj = None
+            if not isinstance(obj, dict):
+                first_bad = first_bad or number
+                continue
             if "input_length" in obj and "timestamp" in obj:
                 return "mooncake"
             if "arrival_s" in obj:
                 return "qmodel"
-        raise DataError(str(path), "cannot tell the trace format from the first record; expected Mooncake "
+            where = f"the record at line {number}"
+            break
+        else:
+            where = f"any line (line {first_bad} is not a JSON object)" if first_bad else "an empty file"
+        raise DataError(str(path), f"cannot tell the trace format from {where}; expected Mooncake "
                                    "(timestamp, input_length, output_length), qmodel (arrival_s, prompt_tokens, "
                                    "output_tokens) or a DistServe list; pass --format")
-    header = set(_csv_header(text))
+    header = set(_csv_header(str(path), text))
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
         return "azure"
     if {"arrival_timestamp", "prompt_size", "token_size"} <= header:
@@ -446,8 +369,8 @@ def detect_format(path: str | Path, text: str) -> str:
         return "sharegpt" if "sharegpt" in p.name.lower() else "vidur"
     if {"arrival_s", "prompt_tokens", "output_tokens"} <= header:
         return "qmodel"
-    raise DataError(str(path), f"cannot tell the trace format from the header {','.join(sorted(header)) or '(empty)'}; "
-                               f"known formats: {', '.join(FORMATS)}; pass --format")
+    raise DataError(str(path), f"cannot tell the trace format from the header ({len(header)} column(s), none of "
+                               f"the known sets); known formats: {', '.join(FORMATS)}; pass --format")
 
 
 # ---- assembly -----------------------------------------------------------------------------------
@@ -456,7 +379,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise DataError(str(path), "no such trace file") from None
+        raise DataError(str(path), missing_file_problem(path, "trace file")) from None
     except IsADirectoryError:
         raise DataError(str(path), "is a folder, not a trace file") from None
     except OSError as err:
@@ -547,18 +470,6 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-def _resolve(path: str | Path) -> Path:
-    s = str(path)
-    if s.startswith("data:"):
-        from qmodel.settings import data_dir
-
-        d = data_dir()
-        if d is None:
-            raise DataError(s, "no data folder found; set QMODEL_DATA_DIR or run 'qmodel trace fetch NAME'")
-        return d / s[len("data:"):]
-    return Path(s).expanduser()
-
-
 def load_trace(path: str | Path, format: str = "auto", *, on_error: OnError = "report",
                jitter_seed: int | None = None) -> Trace:
     """Load a trace file (see the module docstring for formats and options).
@@ -572,13 +483,15 @@ def load_trace(path: str | Path, format: str = "auto", *, on_error: OnError = "r
         raise InputError("format", format, f"use auto or one of {', '.join(FORMATS)}")
     if on_error not in ("report", "skip"):
         raise InputError("on_error", on_error, "use 'report' or 'skip'")
-    p = _resolve(path)
+    p = resolve_data_path(str(path))
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise DataError(str(path), "no such trace file") from None
+        raise DataError(str(path), missing_file_problem(p, "trace file")) from None
     except OSError as err:
         raise DataError(str(path), f"cannot read ({err.strerror})") from None
+    except ValueError:  # an embedded NUL: no file can have that name
+        raise DataError(repr(str(path)), "not a usable file name") from None
     key = (str(p.resolve()), st.st_mtime_ns, st.st_size, format, on_error, jitter_seed)
     with _LOCK:
         hit = _CACHE.get(key)

@@ -77,6 +77,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from qmodel.errors import DataError, InputError
+from qmodel.settings import missing_file_problem
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
 
 __all__ = [
@@ -129,9 +130,11 @@ def _read_bytes(path: str | Path) -> bytes:
     try:
         return p.read_bytes()
     except FileNotFoundError:
-        raise DataError(str(p), "no such file") from None
+        raise DataError(str(p), missing_file_problem(p)) from None
     except OSError as err:
         raise DataError(str(p), f"cannot read ({err.strerror})") from None
+    except ValueError:  # an embedded NUL: no file can have that name
+        raise DataError(repr(str(p)), "not a usable file name") from None
 
 
 def _interp(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, loglog: bool) -> tuple[np.ndarray, np.ndarray]:
