@@ -31,8 +31,13 @@ def register(sub) -> None:
 
 
 def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests: int = 20000, seed: int = 0) -> list[dict]:
-    """One row per rate; unstable rates are rows with stable=False and zero attainment, never NaN."""
-    from qmodel.errors import UnstableError
+    """One row per rate; unstable rates are rows with stable=False and zero attainment, never NaN.
+
+    A rate so close to a stability limit that the solver cannot reach its accuracy (a
+    :class:`~qmodel.errors.NumericalError`, e.g. the prefill chain at load 0.9994) is a row saying
+    "near the limit" with no figures; the sweep goes on with the other rates.
+    """
+    from qmodel.errors import NumericalError, UnstableError
 
     rows: list[dict] = []
     if mode == "analytic":
@@ -44,6 +49,9 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
                 res = solver.solve(r)
             except UnstableError as err:
                 rows.append(_unstable_row(r, err))
+                continue
+            except NumericalError as err:
+                rows.append(_near_limit_row(r, err))
                 continue
             rows.append(_row(r, res, ""))
     else:
@@ -68,6 +76,12 @@ def _unstable_row(r: float, err) -> dict:
             "stable": False, "note": f"unstable: {err.station} (largest stable rate {err.max_stable_rate_per_s:.4g} req/s)"}
 
 
+def _near_limit_row(r: float, err) -> dict:
+    return {"rate_per_s": r, "attainment": None, "ttft_attainment": None, "tpot_attainment": None,
+            "ttft_p50": None, "ttft_p90": None, "ttft_p99": None, "tpot_p50": None, "tpot_p90": None, "tpot_p99": None,
+            "stable": True, "note": f"near the limit, not solved: {err}"}
+
+
 def run(args: argparse.Namespace) -> int:
     sc = scenario_from_args(args)
     rates = parse_rate_range(args.rate)
@@ -88,6 +102,6 @@ def run(args: argparse.Namespace) -> int:
         w.writerows(rows)
     else:
         print_table(["req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
-                    [[r["rate_per_s"], f"{r['attainment'] * 100:.1f}%"] +
+                    [[r["rate_per_s"], "-" if r["attainment"] is None else f"{r['attainment'] * 100:.1f}%"] +
                      [("-" if r[k] is None else f"{r[k]:.4g}") for k in FIELDS[4:10]] + [r["note"]] for r in rows])
     return 0

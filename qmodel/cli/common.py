@@ -18,7 +18,18 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
-    return load_scenario(args.scenario, args.overrides)
+    """The verb's scenario, validated the same way for every verb (one scenario path).
+
+    Schema validation (:func:`~qmodel.scenario.load_scenario`) is followed by
+    :func:`qmodel.build.resolve`: catalog names, model fit and KV room of every pool, the workload.
+    So ``compare`` and ``plan``, which re-lay the GPUs, refuse a scenario that ``solve`` refuses
+    (exit 2 naming the field) instead of searching around it.
+    """
+    from qmodel.build import resolve
+
+    sc = load_scenario(args.scenario, args.overrides)
+    resolve(sc)
+    return sc
 
 
 def parse_rate_range(text: str, field: str = "--rate") -> list[float]:
