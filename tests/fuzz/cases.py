@@ -238,12 +238,16 @@ def _names(rng: random.Random, base: str) -> Case:
 
 def _yaml_case(rng: random.Random, base: str) -> Case:
     kind = rng.choice(["bomb", "deep", "list", "empty", "scalar", "bigint", "dup"])
-    if kind == "bomb":
+    if kind == "bomb":  # ~1.6 kB expanding to 10^8..10^10 values, as lists or as mappings, with or without --set
         levels, fan = rng.choice([(8, 10), (9, 9), (6, 20)])
         lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+        as_map = rng.random() < 0.5
         for i in range(1, levels + 1):
-            lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fan) + "]")
+            kids = [f"k{j}: *a{i - 1}" if as_map else f"*a{i - 1}" for j in range(fan)]
+            lines.append(f"a{i}: &a{i} " + ("{" if as_map else "[") + ", ".join(kids) + ("}" if as_map else "]"))
         raw = (_yaml(BASES[base]) + "\n".join(lines) + "\n").encode()
+        overrides = ["name=x"] if rng.random() < 0.5 else []
+        return Case("yaml", "solve", base, raw=raw, suffix=".yaml", overrides=overrides, field=None)
     elif kind == "deep":
         n = rng.choice([200, 5000, 50000])
         raw = (_yaml(BASES[base]) + "extra: " + "[" * n + "]" * n + "\n").encode()
