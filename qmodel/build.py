@@ -112,6 +112,11 @@ def resolve_workload(scenario: Scenario, model: ModelSpec
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
     p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
+    if cut and not np.any(o > 1) and np.any(mix.output > 1):
+        # Truncation left every request one output token: no TPOT exists, and the prompt is the cause.
+        field = "workload.lengths.prompt_tokens" if scenario.workload.lengths.kind == "fixed" else "workload.lengths"
+        raise InputError(field, int(mix.prompt.max()), f"prompts that leave room for output in {model.name}'s "
+                                                       f"{model.max_context_tokens}-token context")
     if cut:
         # Traces can exceed a small model's window; the engine would truncate, so do we, and say so.
         warnings.append(f"warning: {cut} of {len(mix)} requests exceed {model.name}'s "

@@ -227,3 +227,30 @@ def test_sweep_row_near_the_limit_goes_on(capsys):
     assert [r["stable"] for r in rows] == [True, True, False]
     assert rows[0]["attainment"] > 0 and rows[1]["attainment"] is None
     assert rows[1]["note"].startswith("near the limit")
+
+
+
+@pytest.mark.parametrize("verb, extra", [("goodput", []), ("compare", []), ("sweep", ["--rate", "1"])])
+def test_truncation_to_the_context_is_a_warning_in_every_verb(capsys, tmp_path, verb, extra):
+    from tests.fuzz.cases import BASES
+
+    p = tmp_path / "long.json"  # opt-13b's context is 2048 tokens: 5000-token prompts are truncated
+    d = json.loads(json.dumps(BASES["disaggregated"]))
+    d["workload"]["lengths"] = {"kind": "lognormal", "prompt_median_tokens": 1500, "prompt_sigma": 0.5,
+                                "output_median_tokens": 100, "output_sigma": 0.5}
+    p.write_text(json.dumps(d))
+    rc, _, err = run(capsys, verb, str(p), *extra)
+    assert rc in (0, 3), err
+    assert "qmodel: warning: " in err and "requests exceed opt-13b's 2048-token context and are truncated" in err
+
+
+def test_over_long_fixed_prompt_names_prompt_tokens(capsys, tmp_path):
+    from tests.fuzz.cases import BASES
+
+    p = tmp_path / "long.json"  # was "output_tokens: 'all 1' is not valid" from the stations
+    d = json.loads(json.dumps(BASES["colocated"]))
+    d["workload"]["lengths"]["prompt_tokens"] = 5000
+    p.write_text(json.dumps(d))
+    for verb in ("solve", "compare"):
+        rc, _, err = run(capsys, verb, str(p))
+        assert rc == 2 and one_line(err).startswith("qmodel: error: workload.lengths.prompt_tokens: 5000"), err

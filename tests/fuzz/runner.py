@@ -124,7 +124,7 @@ def _classify(o: Outcome, path: Path) -> list[str]:
     if _NONFINITE.search(scan):
         f.append("nonfinite")
     if o.rc and o.rc != 0:
-        lines = [ln for ln in o.stderr.splitlines() if ln.strip()]
+        lines = [ln for ln in o.stderr.splitlines() if ln.strip() and not ln.startswith("qmodel: warning: ")]
         if len(lines) != 1:
             f.append("multiline")
         if any(len(ln) > MAX_LINE for ln in lines):
