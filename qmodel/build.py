@@ -74,7 +74,7 @@ def _pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: Mod
     from qmodel.perf.build import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
 
-    gpu = load_catalog().gpu(cfg.gpu)
+    gpu = load_catalog().gpu(cfg.gpu, f"{field}.gpu")
     service = service_model(scenario.perf, model, gpu, cfg.tp, cfg.pp, field_prefix=field)
     compute_dtype = getattr(scenario.perf, "compute_dtype", None)
     cap = kv_capacity_tokens(model, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
@@ -93,7 +93,7 @@ def resolve(scenario: Scenario) -> Resolved:
         # Prefill holds no long-lived KV beyond the batch in flight; the memory check still applies.
         pools["prefill"] = _pool("prefill", "deployment.prefill", dep.prefill, scenario, model, 0.9)
         pools["decode"] = _pool("decode", "deployment.decode", dep.decode, scenario, model, dep.decode.kv_memory_fraction)
-        link = cat.link(dep.link)
+        link = cat.link(dep.link, "deployment.link")
         nominal = dep.link_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s
         link_bw = nominal * link.efficiency
     elif isinstance(dep, (ColocatedDeployment, ChunkedDeployment)):
@@ -112,6 +112,11 @@ def resolve_workload(scenario: Scenario, model: ModelSpec
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
     p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
+    if cut and not np.any(o > 1) and np.any(mix.output > 1):
+        # Truncation left every request one output token: no TPOT exists, and the prompt is the cause.
+        field = "workload.lengths.prompt_tokens" if scenario.workload.lengths.kind == "fixed" else "workload.lengths"
+        raise InputError(field, int(mix.prompt.max()), f"prompts that leave room for output in {model.name}'s "
+                                                       f"{model.max_context_tokens}-token context")
     if cut:
         # Traces can exceed a small model's window; the engine would truncate, so do we, and say so.
         warnings.append(f"warning: {cut} of {len(mix)} requests exceed {model.name}'s "

@@ -23,7 +23,20 @@ __all__ = [
     "UnstableError",
     "NumericalError",
     "exit_code_for",
+    "shorten",
 ]
+
+#: The most characters of a value an error message echoes (a kilobyte of nested garbage is not a message).
+ECHO_CHARS = 80
+
+
+def shorten(value: object, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters (the middle elided), on one line."""
+    text = repr(value).replace("\n", " ")
+    if len(text) <= limit:
+        return text
+    keep = limit - 5
+    return f"{text[:keep - keep // 3]} ... {text[-(keep // 3):]}"
 
 
 class QmodelError(Exception):
@@ -41,13 +54,13 @@ class InputError(QmodelError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field}: {value!r} is not valid; {allowed}")
+        super().__init__(f"{field}: {shorten(value)} is not valid; {allowed}")
 
 
 class CatalogError(InputError):
     """An unknown catalog name; suggests the closest known names."""
 
-    def __init__(self, kind: str, name: str, known: Iterable[str]) -> None:
+    def __init__(self, kind: str, name: str, known: Iterable[str], field: str | None = None) -> None:
         import difflib
 
         known = sorted(known)
@@ -60,7 +73,7 @@ class CatalogError(InputError):
             f"run 'qmodel catalog list' to see the {len(known)} known {kind}s"
         )
         self.suggestions: list[str] = close
-        super().__init__(kind, name, f"unknown {kind}; {hint}")
+        super().__init__(field or kind, name, f"unknown {kind}; {hint}")
 
 
 class DataError(InputError):
@@ -104,7 +117,7 @@ class UnstableError(QmodelError):
         self.max_stable_rate_per_s = float(max_stable_rate_per_s)
         extra = f" ({detail})" if detail else ""
         super().__init__(
-            f"{station} is unstable at {rate_per_s:.4g} req/s: load {rho:.3f} >= 1{extra}; "
+            f"{station} is unstable at {rate_per_s:.4g} req/s: load {rho:.4g} >= 1{extra}; "
             f"largest stable rate {max_stable_rate_per_s:.4g} req/s"
         )
 

@@ -42,24 +42,25 @@ class Catalog:
     def _bucket(self, kind: str) -> dict:
         return {"model": self.models, "gpu": self.gpus, "link": self.links, "workload": self.workloads}[kind]
 
-    def _get(self, kind: str, name: str):
+    def _get(self, kind: str, name: str, field: str | None = None):
         bucket = self._bucket(kind)
-        key = name.strip().lower()
+        key = name.strip().lower() if isinstance(name, str) else None
         if key in bucket:
             return bucket[key]
-        raise CatalogError(kind, name, [v.name for v in bucket.values()])
+        raise CatalogError(kind, name, [v.name for v in bucket.values()], field)
 
-    def model(self, name: str) -> ModelSpec:
-        return self._get("model", name)
+    def model(self, name: str, field: str | None = None) -> ModelSpec:
+        """The model called ``name``; an unknown name raises a CatalogError naming ``field`` (default 'model')."""
+        return self._get("model", name, field)
 
-    def gpu(self, name: str) -> GPUSpec:
-        return self._get("gpu", name)
+    def gpu(self, name: str, field: str | None = None) -> GPUSpec:
+        return self._get("gpu", name, field)
 
-    def link(self, name: str) -> LinkSpec:
-        return self._get("link", name)
+    def link(self, name: str, field: str | None = None) -> LinkSpec:
+        return self._get("link", name, field)
 
-    def workload(self, name: str) -> WorkloadPreset:
-        return self._get("workload", name)
+    def workload(self, name: str, field: str | None = None) -> WorkloadPreset:
+        return self._get("workload", name, field)
 
     def names(self) -> dict[str, list[str]]:
         return {
@@ -144,5 +145,5 @@ def get_link(name: str) -> LinkSpec:
     return load_catalog().link(name)
 
 
-def get_workload(name: str) -> WorkloadPreset:
-    return load_catalog().workload(name)
+def get_workload(name: str, field: str | None = None) -> WorkloadPreset:
+    return load_catalog().workload(name, field)

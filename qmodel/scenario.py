@@ -10,15 +10,18 @@ naming the dotted field, the value and what is allowed.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qmodel.errors import DataError, InputError
-from qmodel.units import BytesPerSecond, RatePerSecond, Seconds
+from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
+from qmodel.units import BytesPerSecond, Count, RatePerSecond, Real, Seconds
 
 __all__ = [
     "Strict",
@@ -53,24 +56,39 @@ __all__ = [
 
 
 class Strict(BaseModel):
-    """Scenario parts: unknown keys are errors (a typo must never be silently ignored)."""
+    """Scenario parts: unknown keys are errors (a typo must never be silently ignored).
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    Every number has a declared domain (``Field`` bounds): the realistic range of the quantity, so
+    that a value no deployment has (an MBU of 1e-300, a 9e18 s overhead, a 1e30-token prompt) is
+    refused here, naming the field, instead of overflowing inside a station. Numbers are
+    :data:`~qmodel.units.Real` / :data:`~qmodel.units.Count`: booleans, NaN and inf are refused.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+
+#: Domains shared by several fields (see :class:`Strict`): the largest prompt/output/budget in tokens
+#: (10M, beyond any model's context), the largest arrival rate, the smallest efficiency factor
+#: (1% of peak: no engine runs slower and still serves) and the largest fixed overhead per step.
+MAX_TOKENS = 10_000_000
+MAX_RATE_PER_S = 1e9
+MIN_EFFICIENCY = 0.01
+MAX_OVERHEAD_S = 10.0
 
 
 # ---- workload ----------------------------------------------------------------------------------
 
 class PoissonArrivals(Strict):
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: RatePerSecond = Field(gt=0)
+    rate_per_s: RatePerSecond = Field(gt=0, le=MAX_RATE_PER_S)
 
 
 class GammaArrivals(Strict):
     """Renewal arrivals with Gamma inter-arrival times; ``cv`` is the coefficient of variation (1 = Poisson)."""
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: RatePerSecond = Field(gt=0)
-    cv: float = Field(gt=0, le=20)
+    rate_per_s: RatePerSecond = Field(gt=0, le=MAX_RATE_PER_S)
+    cv: Real = Field(ge=0.01, le=20)
 
 
 class TraceArrivals(Strict):
@@ -79,9 +97,10 @@ class TraceArrivals(Strict):
     kind: Literal["trace"] = "trace"
     path: str
     format: Literal["auto", "azure", "mooncake", "splitwise", "vidur", "distserve", "qmodel"] = "auto"
-    time_scale: float = Field(default=1.0, gt=0)
-    rate_per_s: RatePerSecond | None = Field(default=None, gt=0, description="if set, rescale time to this mean rate")
-    jitter_seed: int | None = Field(
+    time_scale: Real = Field(default=1.0, ge=1e-6, le=1e6)
+    rate_per_s: RatePerSecond | None = Field(default=None, gt=0, le=MAX_RATE_PER_S,
+                                             description="if set, rescale time to this mean rate")
+    jitter_seed: Count | None = Field(
         default=None, ge=0, description="spread arrivals uniformly within quantised timestamp slots (Mooncake's ~3 s slots), seeded")
 
 
@@ -90,21 +109,21 @@ Arrivals = Annotated[Union[PoissonArrivals, GammaArrivals, TraceArrivals], Field
 
 class FixedLengths(Strict):
     kind: Literal["fixed"] = "fixed"
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
+    prompt_tokens: Count = Field(gt=0, le=MAX_TOKENS)
+    output_tokens: Count = Field(gt=0, le=MAX_TOKENS)
 
 
 class LognormalLengths(Strict):
     """Lognormal prompt and output lengths (median and log-sigma), truncated at the caps."""
 
     kind: Literal["lognormal"] = "lognormal"
-    prompt_median_tokens: float = Field(gt=0)
-    prompt_sigma: float = Field(ge=0)
-    prompt_max_tokens: int = Field(default=32768, gt=0)
-    output_median_tokens: float = Field(gt=0)
-    output_sigma: float = Field(ge=0)
-    output_max_tokens: int = Field(default=4096, gt=0)
-    correlation: float = Field(default=0.0, ge=-1, le=1, description="correlation of log-lengths")
+    prompt_median_tokens: Real = Field(ge=1, le=MAX_TOKENS)
+    prompt_sigma: Real = Field(ge=0, le=5, description="log-sigma; 5 already spans a factor 1e4 between p1 and p99")
+    prompt_max_tokens: Count = Field(default=32768, gt=0, le=MAX_TOKENS)
+    output_median_tokens: Real = Field(ge=1, le=MAX_TOKENS)
+    output_sigma: Real = Field(ge=0, le=5)
+    output_max_tokens: Count = Field(default=4096, gt=0, le=MAX_TOKENS)
+    correlation: Real = Field(default=0.0, ge=-1, le=1, description="correlation of log-lengths")
 
 
 class EmpiricalLengths(Strict):
@@ -128,25 +147,25 @@ Lengths = Annotated[Union[FixedLengths, LognormalLengths, EmpiricalLengths, Pres
 class Workload(Strict):
     arrivals: Arrivals
     lengths: Lengths
-    prefix_hit_ratio: float = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
+    prefix_hit_ratio: Real = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
 
 
 class SLO(Strict):
     """Latency targets. Attainment = P(TTFT <= ttft_s and TPOT <= tpot_s); goodput needs it >= attainment_goal."""
 
-    ttft_s: Seconds = Field(gt=0)
-    tpot_s: Seconds = Field(gt=0)
-    percentile: float = Field(default=90.0, gt=0, lt=100, description="percentile reported against the targets")
-    attainment_goal: float = Field(default=0.9, gt=0, lt=1)
+    ttft_s: Seconds = Field(ge=1e-4, le=86400, description="100 us to a day")
+    tpot_s: Seconds = Field(ge=1e-5, le=3600, description="10 us to an hour")
+    percentile: Real = Field(default=90.0, ge=1, lt=100, description="percentile reported against the targets")
+    attainment_goal: Real = Field(default=0.9, ge=0.01, lt=1)
 
 
 # ---- deployment --------------------------------------------------------------------------------
 
 class PoolConfig(Strict):
     gpu: str
-    tp: int = Field(default=1, ge=1, le=64)
-    pp: int = Field(default=1, ge=1, le=64)
-    instances: int = Field(default=1, ge=1, le=100000)
+    tp: Count = Field(default=1, ge=1, le=64)
+    pp: Count = Field(default=1, ge=1, le=64)
+    instances: Count = Field(default=1, ge=1, le=100000)
 
     @property
     def gpus(self) -> int:
@@ -154,13 +173,13 @@ class PoolConfig(Strict):
 
 
 class PrefillPool(PoolConfig):
-    max_batch_tokens: int = Field(default=8192, ge=1, description="token budget of one prefill batch")
+    max_batch_tokens: Count = Field(default=8192, ge=1, le=MAX_TOKENS, description="token budget of one prefill batch")
     dispatch: Literal["random", "round_robin", "least_loaded"] = "round_robin"
 
 
 class DecodePool(PoolConfig):
-    kv_memory_fraction: float = Field(default=0.9, gt=0, le=1, description="fraction of memory left after weights given to KV")
-    max_batch: int = Field(default=256, ge=1, description="max concurrent sequences per instance")
+    kv_memory_fraction: Real = Field(default=0.9, ge=0.01, le=1, description="fraction of memory left after weights given to KV")
+    max_batch: Count = Field(default=256, ge=1, le=1_000_000, description="max concurrent sequences per instance")
     dispatch: Literal["random", "round_robin", "least_loaded"] = "least_loaded"
 
 
@@ -169,7 +188,7 @@ class ColocatedDeployment(Strict):
 
     topology: Literal["colocated"] = "colocated"
     pool: DecodePool
-    max_batch_tokens: int = Field(default=8192, ge=1, description="token budget of a prefill iteration")
+    max_batch_tokens: Count = Field(default=8192, ge=1, le=MAX_TOKENS, description="token budget of a prefill iteration")
 
     @property
     def gpus(self) -> int:
@@ -181,7 +200,7 @@ class ChunkedDeployment(Strict):
 
     topology: Literal["chunked"] = "chunked"
     pool: DecodePool
-    chunk_tokens: int = Field(default=512, ge=16, description="per-iteration token budget (decode tokens + prefill chunk)")
+    chunk_tokens: Count = Field(default=512, ge=16, le=MAX_TOKENS, description="per-iteration token budget (decode tokens + prefill chunk)")
 
     @property
     def gpus(self) -> int:
@@ -199,7 +218,7 @@ class DisaggregatedDeployment(Strict):
         default="fcfs", description="dedicated: no contention; fcfs: one transfer at a time per link; fair: concurrent transfers share it")
     transfer_mode: Literal["serialized", "layerwise"] = "layerwise"
     link_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
-        default=None, gt=0, description="override the catalog link's nominal bandwidth (what-if), e.g. '200 Gbps'")
+        default=None, ge=1e6, le=1e14, description="override the catalog link's nominal bandwidth (what-if), e.g. '200 Gbps'")
     first_token_from: Literal["prefill", "decode"] = Field(
         default="prefill", description="whether TTFT ends at the prefill pass or at the first decode step")
 
@@ -217,14 +236,25 @@ class RooflinePerf(Strict):
     """Roofline step times from catalog specs with documented efficiency factors."""
 
     kind: Literal["roofline"] = "roofline"
-    mfu: float = Field(default=0.55, gt=0, le=1, description="achieved fraction of dense tensor FLOP/s in prefill")
-    mbu: float = Field(default=0.75, gt=0, le=1, description="achieved fraction of memory bandwidth in decode")
-    prefill_overhead_s: Seconds = Field(default=0.010, ge=0)
-    decode_overhead_s: Seconds = Field(default=0.004, ge=0)
-    comm_efficiency: float = Field(default=0.7, gt=0, le=1, description="achieved fraction of intra-node link bandwidth for TP all-reduce")
+    mfu: Real = Field(default=0.55, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of dense tensor FLOP/s in prefill")
+    mbu: Real = Field(default=0.75, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of memory bandwidth in decode")
+    prefill_overhead_s: Seconds = Field(default=0.010, ge=0, le=MAX_OVERHEAD_S)
+    decode_overhead_s: Seconds = Field(default=0.004, ge=0, le=MAX_OVERHEAD_S)
+    comm_efficiency: Real = Field(default=0.7, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of intra-node link bandwidth for TP all-reduce")
     compute_dtype: str | None = Field(default=None, description="default: the model's weight dtype")
-    attention_efficiency: float = Field(default=1.0, gt=0, le=1, description="attention FLOPs run at mfu * this (calibration fits it)")
-    prefill_per_request_s: Seconds = Field(default=0.0, ge=0, description="time per request in a prefill batch beyond its tokens (calibration fits it)")
+    attention_efficiency: Real = Field(default=1.0, ge=MIN_EFFICIENCY, le=1,
+                                       description="attention FLOPs run at mfu * this (calibration fits it)")
+    prefill_per_request_s: Seconds = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S, description="time per request in a prefill batch beyond its tokens (calibration fits it)")
+
+    @field_validator("compute_dtype")
+    @classmethod
+    def _known_dtype(cls, v: str | None) -> str | None:
+        """An empty or unknown dtype is an error here, not a silent fallback to the weight dtype."""
+        if v is not None:
+            from qmodel.units import dtype_bits
+
+            dtype_bits(v, "perf.compute_dtype")
+        return v
 
 
 class TablePerf(Strict):
@@ -241,8 +271,8 @@ class FixedPerf(Strict):
     """Constant prefill time per request and constant decode step (teaching, closed-form checks)."""
 
     kind: Literal["fixed"] = "fixed"
-    prefill_s: Seconds = Field(gt=0)
-    decode_step_s: Seconds = Field(gt=0)
+    prefill_s: Seconds = Field(gt=0, le=3600)
+    decode_step_s: Seconds = Field(gt=0, le=60)
 
 
 PerfModel = Annotated[Union[RooflinePerf, TablePerf, FixedPerf], Field(discriminator="kind")]
@@ -255,6 +285,14 @@ class Scenario(Strict):
     slo: SLO
     deployment: Deployment
     perf: PerfModel = Field(default_factory=RooflinePerf)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _date_name(cls, v: Any) -> Any:
+        """YAML reads ``name: 2024-01-01`` as a date; a name is its text."""
+        import datetime
+
+        return v.isoformat() if isinstance(v, (datetime.date, datetime.time)) else v
 
     @property
     def rate_per_s(self) -> float | None:
@@ -273,12 +311,17 @@ def _first_error_line(err: ValidationError, source: str) -> InputError:
     loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
     msg = e["msg"].removeprefix("Value error, ")
     value = e.get("input")
+    inner = (e.get("ctx") or {}).get("error")
+    if isinstance(inner, InputError):  # a unit parser's own message; the location is the full field path
+        return InputError(loc or source, inner.value, inner.allowed)
     if e["type"] == "extra_forbidden":
         return InputError(loc, value, "unknown field (check the spelling)")
     if e["type"] == "missing":
         return InputError(loc, None, "this field is required")
     if e["type"] == "union_tag_invalid":
-        return InputError(loc + (".kind" if "kind" in msg else ".topology"), value, msg)
+        ctx = e.get("ctx") or {}
+        tag = ctx.get("discriminator", "'kind'").strip("'")
+        return InputError(f"{loc}.{tag}", ctx.get("tag", value), f"expected one of {ctx.get('expected_tags', '')}")
     return InputError(loc or source, value, msg)
 
 
@@ -296,18 +339,13 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario") -> Scenario:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(str(path), "no such file") from None
-    except OSError as err:
-        raise DataError(str(path), f"cannot read ({err.strerror})") from None
+    text = read_text(path)
     suffix = path.suffix.lower()
     try:
         if suffix in (".yaml", ".yml"):
             import yaml
 
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=yaml_loader())
         elif suffix == ".toml":
             import tomllib
 
@@ -318,11 +356,14 @@ def _read(path: Path) -> dict[str, Any]:
             raise DataError(str(path), "scenario files must end in .yaml, .yml, .toml or .json")
     except DataError:
         raise
+    except RecursionError:
+        raise DataError(str(path), f"nested deeper than {MAX_SCENARIO_DEPTH} levels; a scenario is a few levels deep") from None
     except Exception as err:  # each parser has its own exception type; all mean "not parseable"
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(str(path), f"not valid {suffix[1:].upper()}: {first}") from None
+        first = " ".join(str(err).split()) if str(err) else type(err).__name__
+        raise DataError(str(path), f"not valid {suffix[1:].upper()}: {first[:160]}") from None
     if not isinstance(data, dict):
         raise DataError(str(path), "the top level must be a mapping of scenario fields")
+    check_size(data, str(path))
     return data
 
 
@@ -342,22 +383,29 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
 
 
 def _coerce_scalar(text: str) -> Any:
+    """``--set`` text as YAML would read it: booleans, null, ints, finite floats; anything else stays text.
+
+    Text naming a non-finite float ('inf', '1e999') stays text, so the field's error echoes what was typed.
+    """
     low = text.strip().lower()
     if low in ("true", "false"):
         return low == "true"
     if low in ("null", "none"):
         return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        return text
+    return x if math.isfinite(x) else text
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides to a raw scenario dict (before validation)."""
-    out = json.loads(json.dumps(data))
+    out = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:
             raise InputError("--set", item, "expected path.to.field=value")

@@ -20,7 +20,7 @@ import math
 import re
 from typing import Annotated, Callable
 
-from pydantic import BeforeValidator
+from pydantic import AllowInfNan, BeforeValidator
 
 from qmodel.errors import InputError
 
@@ -45,6 +45,8 @@ __all__ = [
     "FlopsPerSecond",
     "Watts",
     "RatePerSecond",
+    "Real",
+    "Count",
 ]
 
 _DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -75,6 +77,13 @@ _EXAMPLES = {
 }
 
 
+def _finite(x: float, value: object, field: str, kind: str) -> float:
+    """``x`` if it is a finite float; a number whose unit multiplier overflows (``'1e308 PB'``) is refused."""
+    if not math.isfinite(x):
+        raise InputError(field, value, f"expected a finite {kind}")
+    return x
+
+
 def _prefix_mult(prefix: str) -> float:
     return _BIN[prefix] if prefix in _BIN else _DEC[prefix]
 
@@ -83,9 +92,11 @@ def _coerce(value: object, field: str, kind: str) -> str | float:
     if isinstance(value, bool):
         raise InputError(field, value, f"expected a {kind} such as {_EXAMPLES[kind]}")
     if isinstance(value, (int, float)):
-        if not math.isfinite(float(value)):
-            raise InputError(field, value, f"expected a finite {kind}")
-        return float(value)
+        try:
+            x = float(value)
+        except OverflowError:  # an int beyond float range
+            x = math.inf
+        return _finite(x, value, field, kind)
     if isinstance(value, str):
         return value
     raise InputError(field, value, f"expected a {kind} such as {_EXAMPLES[kind]}")
@@ -101,7 +112,7 @@ def parse_bytes(value: object, field: str = "size") -> float:
         raise InputError(field, value, "size units are B with k/M/G/T or Ki/Mi/Gi/Ti prefixes (bits are not a size)")
     if unit == "" and prefix:
         raise InputError(field, value, "write the unit: e.g. '80 GB' or '141 GiB'")
-    return num * _prefix_mult(prefix)
+    return _finite(num * _prefix_mult(prefix), value, field, "size")
 
 
 def parse_bandwidth(value: object, field: str = "bandwidth") -> float:
@@ -112,9 +123,9 @@ def parse_bandwidth(value: object, field: str = "bandwidth") -> float:
     num, prefix, unit = _split(v, field, "bandwidth")
     mult = _prefix_mult(prefix)
     if unit in ("bps", "b/s", "bit/s", "bits/s"):
-        return num * mult / 8.0
+        return _finite(num * mult / 8.0, value, field, "bandwidth")
     if unit in ("Bps", "B/s", "byte/s", "bytes/s"):
-        return num * mult
+        return _finite(num * mult, value, field, "bandwidth")
     raise InputError(field, value, "bandwidth units are bps or b/s (bits) and B/s or Bps (bytes), e.g. '400 Gbps', '25 GB/s'")
 
 
@@ -130,7 +141,7 @@ def parse_duration(value: object, field: str = "duration") -> float:
     m = re.match(_NUM + r"\s*(?P<unit>[a-zµ]*)\s*$", v.strip())
     if not m or m.group("unit") not in _TIME and m.group("unit") != "":
         raise InputError(field, value, f"expected a duration such as {_EXAMPLES['duration']}")
-    return float(m.group("num")) * _TIME.get(m.group("unit"), 1.0)
+    return _finite(float(m.group("num")) * _TIME.get(m.group("unit"), 1.0), value, field, "duration")
 
 
 def parse_tokens(value: object, field: str = "tokens") -> float:
@@ -141,7 +152,7 @@ def parse_tokens(value: object, field: str = "tokens") -> float:
     num, prefix, unit = _split(v, field, "token count")
     if unit not in ("", "tok", "tokens", "token"):
         raise InputError(field, value, f"expected a token count such as {_EXAMPLES['token count']}")
-    return num * _prefix_mult(prefix)
+    return _finite(num * _prefix_mult(prefix), value, field, "token count")
 
 
 def parse_flops(value: object, field: str = "flops") -> float:
@@ -152,7 +163,7 @@ def parse_flops(value: object, field: str = "flops") -> float:
     num, prefix, unit = _split(v, field, "compute rate")
     if unit.upper() not in ("FLOPS", "FLOP/S", "OPS", "TOPS", ""):
         raise InputError(field, value, f"expected a compute rate such as {_EXAMPLES['compute rate']}")
-    return num * _prefix_mult(prefix)
+    return _finite(num * _prefix_mult(prefix), value, field, "compute rate")
 
 
 def parse_power(value: object, field: str = "power") -> float:
@@ -163,7 +174,7 @@ def parse_power(value: object, field: str = "power") -> float:
     num, prefix, unit = _split(v, field, "power")
     if unit not in ("W", ""):
         raise InputError(field, value, f"expected a power such as {_EXAMPLES['power']}")
-    return num * _prefix_mult(prefix)
+    return _finite(num * _prefix_mult(prefix), value, field, "power")
 
 
 def parse_rate(value: object, field: str = "rate") -> float:
@@ -175,7 +186,7 @@ def parse_rate(value: object, field: str = "rate") -> float:
     if not m:
         raise InputError(field, value, f"expected a rate such as {_EXAMPLES['rate']}")
     per = {"s": 1.0, "sec": 1.0, None: 1.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}[m.group("per")]
-    return float(m.group("num")) / per
+    return _finite(float(m.group("num")) / per, value, field, "rate")
 
 
 #: Storage bits per element for weight and KV dtypes. Sub-byte KV (e.g. 3-bit) is first-class.
@@ -247,3 +258,25 @@ Tokens = Annotated[float, _validator(parse_tokens)]
 FlopsPerSecond = Annotated[float, _validator(parse_flops)]
 Watts = Annotated[float, _validator(parse_power)]
 RatePerSecond = Annotated[float, _validator(parse_rate)]
+
+
+def _plain_number(kind: str) -> BeforeValidator:
+    """Refuse booleans (``true`` is not 1) and non-finite or overflowing numbers before pydantic's coercion."""
+
+    def run(v: object, info: object = None) -> object:
+        name = getattr(info, "field_name", None) or kind
+        if isinstance(v, bool):
+            raise InputError(name, v, f"expected a {kind}, not a boolean")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InputError(name, v, f"expected a finite {kind}")
+        if isinstance(v, int) and abs(v) > 2**63:
+            raise InputError(name, v, f"expected a {kind} below 2**63")
+        return v
+
+    return BeforeValidator(run)
+
+
+#: A finite real number (booleans, NaN and inf refused); numbers with a unit use the aliases above.
+Real = Annotated[float, _plain_number("number"), AllowInfNan(False)]
+#: A whole count (booleans refused, as are floats with a fraction: pydantic's lax int rule).
+Count = Annotated[int, _plain_number("whole number")]

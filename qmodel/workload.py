@@ -87,7 +87,7 @@ def length_mix(workload: Workload, n: int = DEFAULT_SAMPLE, seed: int = 0) -> Le
     elif isinstance(lg, PresetLengths):
         from qmodel.registry import get_workload
 
-        pre = get_workload(lg.name).lengths
+        pre = get_workload(lg.name, "workload.lengths.name").lengths
         p, o = lognormal_pairs(n, seed, pre.prompt_median_tokens, pre.prompt_sigma, pre.prompt_min_tokens,
                                pre.prompt_max_tokens, pre.output_median_tokens, pre.output_sigma,
                                pre.output_min_tokens, pre.output_max_tokens, pre.correlation)

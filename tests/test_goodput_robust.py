@@ -123,4 +123,4 @@ def test_sweep_row_for_a_rate_the_chain_cannot_solve():
     lam, station = Solver(sc).max_stable_rate()
     assert station == "prefill"
     (row,) = sweep_rows(sc, [0.999 * lam])
-    assert row["attainment"] == 0.0 and row["stable"] and row["note"].startswith("not solved")
+    assert row["attainment"] == 0.0 and row["stable"] and "not solved" in row["note"]

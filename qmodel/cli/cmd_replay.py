@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--requests", args.requests, "a positive number of requests")
     if args.seed < 0:
         raise InputError("--seed", args.seed, "a non-negative integer")
-    sc = scenario_from_args(args)
+    sc = scenario_from_args(args, warn=False)  # its output lists the warnings
     trace = None
     if args.trace:
         from qmodel.validation.traces import load_trace

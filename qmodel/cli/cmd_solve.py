@@ -28,7 +28,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from qmodel.engine import Solver
 
-    sc = scenario_from_args(args)
+    sc = scenario_from_args(args, warn=False)  # its output lists the warnings
     rate = parse_rate(args.rate, "--rate") if args.rate else None
     solver = Solver(sc)
     res = solver.solve(rate)

@@ -77,7 +77,7 @@ def _unsolved_row(r: float, err) -> dict:
     """Stable, but not solvable this near saturation: zero attainment, latencies unknown."""
     return {"rate_per_s": r, "attainment": 0.0, "ttft_attainment": 0.0, "tpot_attainment": 0.0,
             "ttft_p50": None, "ttft_p90": None, "ttft_p99": None, "tpot_p50": None, "tpot_p90": None, "tpot_p99": None,
-            "stable": True, "note": f"not solved: {err}"}
+            "stable": True, "note": f"near the limit, not solved: {err}"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,6 +100,6 @@ def run(args: argparse.Namespace) -> int:
         w.writerows(rows)
     else:
         print_table(["req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
-                    [[r["rate_per_s"], f"{r['attainment'] * 100:.1f}%"] +
+                    [[r["rate_per_s"], "-" if r["attainment"] is None else f"{r['attainment'] * 100:.1f}%"] +
                      [("-" if r[k] is None else f"{r[k]:.4g}") for k in FIELDS[4:10]] + [r["note"]] for r in rows])
     return 0

@@ -17,8 +17,25 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     add_set_option(p)
 
 
-def scenario_from_args(args: argparse.Namespace) -> Scenario:
-    return load_scenario(args.scenario, args.overrides)
+def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:
+    """The verb's scenario, validated the same way for every verb (one scenario path).
+
+    Schema validation (:func:`~qmodel.scenario.load_scenario`) is followed by
+    :func:`qmodel.build.resolve`: catalog names, model fit and KV room of every pool, the workload.
+    So ``compare`` and ``plan``, which re-lay the GPUs, refuse a scenario that ``solve`` refuses
+    (exit 2 naming the field) instead of searching around it. The resolution's warnings (requests
+    truncated to the context) go to stderr as ``qmodel: warning: ...`` lines unless ``warn`` is
+    False, for verbs whose own output carries them (solve, replay).
+    """
+    import sys
+
+    from qmodel.build import resolve
+
+    sc = load_scenario(args.scenario, args.overrides)
+    warnings = resolve(sc).warnings
+    for line in warnings if warn else ():
+        print(f"qmodel: warning: {line.removeprefix('warning: ')}", file=sys.stderr)
+    return sc
 
 
 def parse_rate_range(text: str, field: str = "--rate") -> list[float]:

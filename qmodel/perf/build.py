@@ -79,6 +79,11 @@ def table_model(path: str | Path, model: ModelSpec, gpu: GPUSpec, tp: int, pp: i
             raise InputError("perf.model_key", model.name, f"DistServe profiles {', '.join(sorted(DISTSERVE_MODELS))}; "
                                                            "set perf.model_key to use another model's entry")
         tag = next((t for t in DISTSERVE_HARDWARE if t in p.name), None)
+        if hardware_key is not None and hardware_key != tag and (tag is not None or hardware_key not in DISTSERVE_HARDWARE):
+            # DistServe files hold one GPU's profile: a key can only confirm it, never select other rows.
+            raise InputError("perf.hardware_key", hardware_key,
+                             f"{p.name} is DistServe's profile of '{tag}'; use that key or none" if tag else
+                             f"DistServe profiles carry no hardware rows; known tags: {', '.join(sorted(DISTSERVE_HARDWARE))}")
         if hardware_key is None and tag is not None and DISTSERVE_HARDWARE[tag] != gpu.name:
             raise InputError("perf.hardware_key", gpu.name, f"{p.name} was profiled on {DISTSERVE_HARDWARE[tag]}; "
                                                             f"set perf.hardware_key = '{tag}' to use it anyway")

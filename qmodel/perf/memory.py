@@ -108,6 +108,10 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, memory_f
         room = gpu.memory_bytes - reserve_bytes
         hint = (f"at least {math.ceil(model.weight_bytes(dtype) / room)} GPUs per instance (tp x pp)"
                 if room > 0 else "a GPU with more memory")
+        if free > 0:  # the weights fit: the KV share is what leaves no room for one token
+            raise InputError(f"{field_prefix}.kv_memory_fraction", memory_fraction,
+                             f"a fraction leaving room for KV: {memory_fraction:.3g} of the {free / 1e9:.1f} GB left "
+                             f"after weights on {gpu.name} holds no token ({kv_tok:.3g} B per token)")
         raise InputError(
             f"{field_prefix}.tp", tp,
             f"{model.name} at tp={tp} x pp={pp} needs {need / 1e9:.1f} GB per GPU "
