@@ -52,9 +52,9 @@ def test_colocated_slot_wait_matches_the_decode_rule():
     tok = rate * st.mean_output / (1.0 - rho_p)
     pi, tail, rc = st.chain.solve(tok, 64)
     p, r = slot_wait(pi, tail, rc, 8, float(st.chain.g(8)[8]), st.mean_output, st.cv2_output, 1.0 - rho_p)
+    # exact: the same formula on the same chain (1e-9 for round-off)
     assert s.extra["mean_slot_wait_s"] == pytest.approx(p / r, rel=1e-9)
-    # Little: the slot queue beyond the cap holds lam * E[W] requests
-    assert p > 0.3
+    assert p > 0.3  # the case is at the cap often enough to matter
 
 
 def test_uncapped_station_unchanged():
