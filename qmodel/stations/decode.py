@@ -50,7 +50,8 @@ from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 
-__all__ = ["DecodeStation", "GPSChain", "mean_context_tokens", "fit_affine"]
+__all__ = ["DecodeStation", "GPSChain", "mean_context_tokens", "fit_affine", "slot_wait", "slot_wait_span_s",
+           "admission_wait"]
 
 Dispatch = Literal["random", "round_robin", "least_loaded"]
 
@@ -58,6 +59,8 @@ _LOG_TAIL = 40.0  # truncate the chain where pi(n)/max pi < e^-40 (~4e-18): far 
 _MAX_STATES = 1 << 22
 _ADMISSION_STEPS = 400.0  # admission-wait grid: the one-sequence step t(1) over this (before power-of-two coarsening)
 _TPOT_STEPS = 2000.0  # TPOT grid: t(1) over this
+#: a slot-wait probability below this adds nothing any reported quantile or attainment can see
+SLOT_WAIT_NEGLIGIBLE = 1e-10
 
 
 def mean_context_tokens(prompt: np.ndarray, output: np.ndarray) -> float:
@@ -72,6 +75,55 @@ def fit_affine(n: np.ndarray, t: np.ndarray) -> tuple[float, float]:
     A = np.vstack([np.ones_like(n, dtype=float), np.asarray(n, dtype=float)]).T
     (a, b), *_ = np.linalg.lstsq(A, np.asarray(t, dtype=float), rcond=None)
     return float(a), float(b)
+
+
+def slot_wait(pi: np.ndarray, tail: float, rc: float, cap: int, step_at_cap_s: float, mean_output: float,
+              cv2_output: float, capacity: float = 1.0) -> tuple[float, float]:
+    """(P(wait), rate) of the wait for a free slot in a GPS chain capped at ``cap`` sequences.
+
+    ``pi`` is the chain's law on 0..cap and ``tail`` its geometric mass beyond the cap (ratio ``rc``).
+    An arrival that finds every slot taken (P = pi(cap) + tail, PASTA) queues; at the cap the pool
+    completes sequences at mu_full = capacity cap / (E[L] t(cap)), and the queue beyond the cap is
+    geometric with ratio rc = lam / mu_full, so the FCFS wait is Exp(mu_full (1 - rc)) (the M/M/1
+    wait: exact for geometric L), divided by (1 + c_L^2)/2 for other output lengths (Allen–Cunneen;
+    ±15% against DES). ``capacity``: the share of time the engine decodes when the chain runs at
+    token rate lam E[L] / capacity (colocated prefill priority: 1 - rho_p); 1 for a decode pool.
+    """
+    p_wait = float(pi[-1]) + float(tail)
+    mu_full = capacity * cap / (mean_output * step_at_cap_s)
+    return p_wait, mu_full * (1.0 - rc) / ((1.0 + cv2_output) / 2.0)
+
+
+def slot_wait_span_s(p_wait: float, rate: float) -> float:
+    """How far a grid covers the slot wait Exp(rate) of mass ``p_wait``: to 1e-6 of p_wait, or to where
+    under 1e-10 is left when that comes first (at moderate load p_wait is ~1e-10 to 1e-30, and a full
+    1e-6 span made grids 5-10x longer for no mass). Past it the law is kept as its exponential tail
+    (exact in quantiles)."""
+    if p_wait <= SLOT_WAIT_NEGLIGIBLE:
+        return 0.0
+    return min(math.log(1e6), math.log(p_wait / SLOT_WAIT_NEGLIGIBLE)) / rate
+
+
+def admission_wait(pi: np.ndarray, tail: float, rc: float, cap: int | None, step_at_cap_s: float,
+                   mean_output: float, cv2_output: float, dx: float, capacity: float = 1.0) -> GridDist | None:
+    """Law of the wait for a free slot (KV or batch cap) before a request is admitted, or None where the
+    chain never reaches its cap (no cap, or truncated below it) or the wait's probability is negligible.
+
+    Atom 1 - p at zero and p Exp(rate) with (p, rate) from :func:`slot_wait`, on the grid dx 2^k
+    (the smallest k that covers :func:`slot_wait_span_s` in 16000 points), the rest kept as the
+    exponential tail. The colocated and chunked engines add it to TTFT (a prompt waits for KV
+    before its prefill); the decode station folds the same wait into its admission delay.
+    """
+    if cap is None or len(pi) - 1 != cap:
+        return None
+    p_wait, rate = slot_wait(pi, tail, rc, cap, step_at_cap_s, mean_output, cv2_output, capacity)
+    if not (p_wait > SLOT_WAIT_NEGLIGIBLE and rate > 0 and math.isfinite(rate)):
+        return None
+    span = slot_wait_span_s(p_wait, rate)
+    step = _pow2_grid(dx, span, 16000)
+    x = np.arange(int(math.ceil(span / step)) + 2) * step
+    cdf = (1.0 - p_wait) + p_wait * -np.expm1(-rate * x)
+    return GridDist.from_cdf_values(cdf, step, p_wait / rate, tail_rate=rate, exact=False)
 
 
 @dataclass
@@ -324,10 +376,11 @@ class DecodeStation:
         mean_tpot = float(np.dot(tp_val, tp_w))
 
         # admission: residual step (uniform on g(min(n, cap)), 0 when idle) + slot wait
-        p_wait = (float(pi[-1]) + tail) if capped else 0.0
-        mu_full = (cap / (self.mean_output * float(g[cap]))) if capped else 0.0
+        if capped:
+            p_wait, slot_rate = slot_wait(pi, tail, rc, cap, float(g[cap]), self.mean_output, self.cv2_output)
+        else:
+            p_wait, slot_rate = 0.0, math.inf
         ac = (1.0 + self.cv2_output) / 2.0
-        slot_rate = mu_full * (1.0 - rc) / ac if capped else math.inf
         mean_slot = p_wait / slot_rate if capped else 0.0
         resid_w = pi.copy()
         resid_w[0] = 0.0
@@ -404,12 +457,8 @@ class DecodeStation:
         if not capped:
             w_free[-1] += tail
         hi = float(g[min(m, len(g) - 1)])
-        # The slot wait's exponential tail is covered while its mass matters: to 1e-6 of p_wait,
-        # or to where under 1e-10 is left when that comes first (at moderate load p_wait is ~1e-10
-        # to 1e-30, and a full 1e-6 span made the grid 5-10x longer for no mass). What lies
-        # past the grid is kept as its tail (exponential at the slot rate, exact in quantiles).
-        tail_efolds = min(math.log(1e6), math.log(p_wait / 1e-10)) if capped and p_wait > 1e-10 else 0.0
-        span_wait = hi + tail_efolds / slot_rate
+        # The slot wait's exponential tail is covered while its mass matters (slot_wait_span_s).
+        span_wait = hi + (slot_wait_span_s(p_wait, slot_rate) if capped else 0.0)
         span = span_wait + (hi if self.first_step_in_ttft else 0.0)
         mean_tot = mean_wait + mean_first
         # rate-independent base step (power-of-two coarsening past 16000 points), so P(delay <= x)
