@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qmodel.errors import InputError
+from qmodel.errors import InputError, NumericalError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.result import DistSummary
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment,
@@ -46,9 +46,11 @@ from qmodel.validation.stations._core import Requests, Sim, StepCache
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["ReplayPlan", "build_plan", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace", "kv_capacity_tokens"]
+__all__ = ["LITTLE_TOLERANCE", "little_rel_error", "ReplayPlan", "build_plan", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace", "kv_capacity_tokens"]
 
 ENGINE = "qmodel-replay/1"
+#: the Little's-law identity's relative gap allowed for round-off (see little_rel_error), any run length
+LITTLE_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -381,16 +383,22 @@ def _run_single(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np
 
 # ---- statistics -------------------------------------------------------------------------------
 
-def _dist(x: np.ndarray) -> DistSummary:
+def _dist(x: np.ndarray, name: str) -> DistSummary:
     if len(x) == 0:
         return DistSummary(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
     p50, p90, p99 = np.percentile(x, [50.0, 90.0, 99.0])
-    return DistSummary(mean=_f(x.mean()), p50=_f(p50), p90=_f(p90), p99=_f(p99))
+    return DistSummary(mean=_f(x.mean(), f"{name}.mean"), p50=_f(p50, f"{name}.p50"), p90=_f(p90, f"{name}.p90"),
+                       p99=_f(p99, f"{name}.p99"))
 
 
-def _f(v: float) -> float:
+def _f(v: float, name: str) -> float:
+    """``v`` as a float for the JSON report. A non-finite statistic is a replay bug (every mean,
+    rate and percentile here is over finite event times; an empty sample is reported as 0 by its
+    caller before it gets here), so it raises instead of being written as a number."""
     v = float(v)
-    return v if math.isfinite(v) else 0.0
+    if not math.isfinite(v):
+        raise NumericalError(f"replay: {name} is {v}; a finite number was expected (a replay bug: not written as a number)")
+    return v
 
 
 def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.ndarray,
@@ -400,19 +408,43 @@ def _station_report(st, servers: int, arrival: np.ndarray, measured_mask: np.nda
     sel = measured_mask & np.isfinite(entry) & np.isfinite(exit_)
     wait = (start - entry)[sel]
     soj = (exit_ - entry)[sel]
-    # Little's law over the window: lambda = entries in the window / span, W their mean sojourn.
     inwin = np.isfinite(entry) & (entry >= window[0]) & (entry <= window[1]) & np.isfinite(exit_)
     lam = inwin.sum() / span if span > 0 else 0.0
-    W = float((exit_ - entry)[inwin].mean()) if inwin.any() else 0.0
     L = st.in_sys.mean()
-    little = abs(L - lam * W) / L if L > 0 else 0.0
-    wd = _dist(wait)
+    little = little_rel_error(L, entry, exit_, window)
+    wd = _dist(wait, f"{st.name}.wait")
     util = st.utilization(servers) if hasattr(st, "utilization") else st.busy_m.mean() / servers
-    return ReplayStation(name=st.name, utilization=_f(util),
-                         mean_in_system=_f(L), mean_wait_s=wd.mean, p90_wait_s=wd.p90, p99_wait_s=wd.p99,
-                         mean_sojourn_s=_f(soj.mean() if len(soj) else 0.0), throughput_rps=_f(lam),
-                         little_rel_error=_f(little), servers=servers, notes=list(getattr(st, "notes", [])),
-                         **{k: _f(v) for k, v in (st.extra() if hasattr(st, "extra") else {}).items()})
+    return ReplayStation(name=st.name, utilization=_f(util, f"{st.name}.utilization"),
+                         mean_in_system=_f(L, f"{st.name}.mean_in_system"), mean_wait_s=wd.mean, p90_wait_s=wd.p90,
+                         p99_wait_s=wd.p99,
+                         mean_sojourn_s=_f(soj.mean() if len(soj) else 0.0, f"{st.name}.mean_sojourn_s"),
+                         throughput_rps=_f(lam, f"{st.name}.throughput_rps"),
+                         little_rel_error=_f(little, f"{st.name}.little_rel_error"), servers=servers,
+                         notes=list(getattr(st, "notes", [])),
+                         **{k: _f(v, f"{st.name}.{k}") for k, v in (st.extra() if hasattr(st, "extra") else {}).items()})
+
+
+def little_rel_error(mean_in_system: float, entry: np.ndarray, exit_: np.ndarray, window: tuple[float, float]) -> float:
+    """Little's law on the sample path over the measurement window [w0, w1]:
+    L·(w1 − w0) = Σ_i |[entry_i, exit_i] ∩ [w0, w1]|, the time-average count ``mean_in_system``
+    against the requests' marks, each sojourn clipped to the window (a request still in the
+    station at the end counts to w1). Both sides exclude the warm-up and drain edges in the same
+    way, so the identity is exact whatever the run length: the relative gap is round-off (below
+    LITTLE_TOLERANCE) unless the time integral and the marks disagree, which is a replay bug.
+    (The unclipped form L = λ·W, λ the entries in the window and W their whole sojourns, differs
+    from it by the edge terms, a statistical error of the order of a sojourn over the window:
+    2% on 20k requests near saturation, so it could not tell a bug from a short run.)"""
+    w0, w1 = window
+    span = w1 - w0
+    area = mean_in_system * span
+    seen = np.isfinite(entry)
+    if span <= 0 or not seen.any():
+        return 0.0
+    lo = np.maximum(entry[seen], w0)
+    hi = np.minimum(np.where(np.isfinite(exit_[seen]), exit_[seen], w1), w1)
+    clipped = float(np.maximum(hi - lo, 0.0).sum())
+    scale = max(area, clipped)
+    return abs(area - clipped) / scale if scale > 0 else 0.0
 
 
 FCFS_NOTE = " (the layer chunks of a batch interleave; batches FCFS, each holding the path to its last chunk)"
@@ -424,13 +456,15 @@ def _batch_se(x: np.ndarray, batches: int = 20) -> float:
     if m < 2:
         return 0.0
     means = x[: m * batches].reshape(batches, m).mean(axis=1)
-    return _f(means.std(ddof=1) / math.sqrt(batches))
+    return _f(means.std(ddof=1) / math.sqrt(batches), "batch-means standard error")
 
 
 def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
     """The modelling choices behind the numbers, printed with every result."""
     out = ["KV memory: each request reserves prompt + output tokens and a batch slot (worst case, no preemption)",
-           "statistics exclude requests arriving in the warm-up fraction; time averages use warm-up..last arrival"]
+           "statistics exclude requests arriving in the warm-up fraction; time averages use warm-up..last arrival",
+           "Little's law is checked on the sample path over that window, each sojourn clipped to it: "
+           f"exact at any run length, so a gap above {LITTLE_TOLERANCE:g} (round-off) is a replay bug"]
     if plan.topology == "disaggregated":
         out += [f"prefill: per-instance FCFS queues, {plan.prefill_dispatch} dispatch, batches of <= "
                 f"{plan.max_batch_tokens} new tokens (an oversized request runs alone)",
@@ -489,6 +523,9 @@ def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations
                         "arrivals in the measurement window; it is likely unstable at this rate and the latencies "
                         "grow with the run length")
     little = max((s.little_rel_error for s in reports), default=0.0)
+    if little > LITTLE_TOLERANCE:
+        warnings.append(f"Little's law fails by {little:.3g} (tolerance {LITTLE_TOLERANCE:g}): the time-average "
+                        "counts and the request marks disagree (a replay bug)")
     header = ReplayHeader(
         scenario=plan.name, scenario_sha256=plan.scenario_sha256, trace_sha256=trace.sha256, trace_source=trace.source,
         perf_sha256={k: m.fingerprint for k, m in (("prefill", plan.prefill_model), ("decode", plan.decode_model))
@@ -496,16 +533,16 @@ def _summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations
         seed=seed, n_requests=req.n, warmup_fraction=warmup_fraction, engine=ENGINE, assumptions=list(plan.notes) + _assumptions(plan, trace))
     return ReplayResult(
         header=header, scenario=plan.name, topology=plan.topology,  # type: ignore[arg-type]
-        rate_per_s=_f((req.n - 1) / arrival[-1]) if req.n > 1 and arrival[-1] > 0 else 0.0,
-        ttft=_dist(ttft), tpot=_dist(tpot), e2e=_dist(e2e),
-        attainment=_f((ok_ttft & ok_tpot).mean()) if nm else 0.0,
-        ttft_attainment=_f(ok_ttft.mean()) if nm else 0.0, tpot_attainment=_f(ok_tpot.mean()) if nm else 0.0,
-        throughput_rps=_f(fin_in.sum() / span) if span > 0 else 0.0,
-        output_tokens_per_s=_f(out[fin_in].sum() / span) if span > 0 else 0.0,
+        rate_per_s=_f((req.n - 1) / arrival[-1], "rate_per_s") if req.n > 1 and arrival[-1] > 0 else 0.0,
+        ttft=_dist(ttft, "ttft"), tpot=_dist(tpot, "tpot"), e2e=_dist(e2e, "e2e"),
+        attainment=_f((ok_ttft & ok_tpot).mean(), "attainment") if nm else 0.0,
+        ttft_attainment=_f(ok_ttft.mean(), "ttft_attainment") if nm else 0.0, tpot_attainment=_f(ok_tpot.mean(), "tpot_attainment") if nm else 0.0,
+        throughput_rps=_f(fin_in.sum() / span, "throughput_rps") if span > 0 else 0.0,
+        output_tokens_per_s=_f(out[fin_in].sum() / span, "output_tokens_per_s") if span > 0 else 0.0,
         stations=reports,
         precision=Precision(batches=20, ttft_mean_se_s=_batch_se(ttft), tpot_mean_se_s=_batch_se(tpot),
                             attainment_se=_batch_se((ok_ttft & ok_tpot).astype(float))),
         conservation=Conservation(arrived=req.n, completed=int(done.sum()), dropped=int(dropped.sum()),
-                                  unfinished=unfinished, measured=nm, little_max_rel_error=_f(little)),
-        gpus=plan.gpus, horizon_s=_f(np.nanmax(t_last) if done.any() else 0.0), events=sim.events,
+                                  unfinished=unfinished, measured=nm, little_max_rel_error=_f(little, "little_max_rel_error")),
+        gpus=plan.gpus, horizon_s=_f(np.nanmax(t_last) if done.any() else 0.0, "horizon_s"), events=sim.events,
         warnings=warnings)

@@ -49,7 +49,9 @@ class ReplayStation(_Out):
     p99_wait_s: float
     mean_sojourn_s: float
     throughput_rps: float = Field(description="requests that entered the station per second of window")
-    little_rel_error: float = Field(description="|L - lambda W| / L over the window (Little's law check)")
+    little_rel_error: float = Field(description="Little's law on the sample path: |L T - sum of sojourns clipped to "
+                                    "the window| / (L T), T the window; exact at any run length, so above 1e-9 "
+                                    "(round-off) it is a replay bug")
     servers: int
     mean_batch: float | None = Field(default=None, description="prefill: requests per batch; decode engines: "
                                      "sequences per decode step (whole run)")
@@ -63,7 +65,7 @@ class Conservation(_Out):
     dropped: int = Field(description="requests that can never fit one instance's KV memory")
     unfinished: int = Field(description="requests still in the system when the event list emptied (0 unless deadlocked)")
     measured: int = Field(description="completed requests arriving after warm-up (the statistics' sample)")
-    little_max_rel_error: float
+    little_max_rel_error: float = Field(description="largest station little_rel_error (tolerance 1e-9, any run length)")
 
 
 class Precision(_Out):
