@@ -4,9 +4,9 @@ Every case runs in-process through ``qmodel.cli.main.main``; the suite requires 
 0 exit codes outside {0, 2, 3, 4} or other than the category's, 0 NaN/inf in any output, 0 hangs
 (> 30 s), and every error one line naming the field with the value shortened. Counts by category
 print with ``-s``. The CI profile (2,000 cases) runs in the normal suite; the long profile
-(10,000 cases, another seed) is marked ``slow``. Cases of categories owned by other branches
-(``Case.xfail``, e.g. tiny rates, issue 16 item 3) are counted apart and documented by an xfail
-test until those branches merge.
+(10,000 cases, another seed) is marked ``slow``. A case may carry ``Case.xfail`` (a known open
+issue item): such cases are counted apart by the runner and left out of these contracts; none is
+marked today.
 """
 
 from __future__ import annotations
@@ -47,17 +47,8 @@ def test_fuzz_ci_profile(tmp_path):
     _run(CI_CASES, CI_SEED, tmp_path, own=True)
 
 
-@pytest.mark.xfail(reason="tiny arrival rates: issue 16 item 3 (h/goodput); remove after that merge", strict=False)
-def test_fuzz_ci_profile_other_branches(tmp_path):
-    _run(CI_CASES, CI_SEED, tmp_path, own=False)
-
 
 @pytest.mark.slow
 def test_fuzz_long_profile(tmp_path):
     _run(LONG_CASES, LONG_SEED, tmp_path, own=True)
 
-
-@pytest.mark.slow
-@pytest.mark.xfail(reason="tiny arrival rates: issue 16 item 3 (h/goodput); remove after that merge", strict=False)
-def test_fuzz_long_profile_other_branches(tmp_path):
-    _run(LONG_CASES, LONG_SEED, tmp_path, own=False)
