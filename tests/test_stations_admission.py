@@ -76,7 +76,7 @@ def test_issue_scenario_ttft_against_replay(data_dir, tmp_path):
     from qmodel.engine import Solver
     from qmodel.scenario import load_scenario
     from qmodel.validation.engine import replay
-    from qmodel.validation.harness import _metrics
+    from qmodel.validation.harness import latency_metrics
 
     rows = list(csv.DictReader(open(data_dir / "length_distributions" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")))
     out = tmp_path / "lengths.csv"
@@ -103,6 +103,6 @@ perf: {{kind: table, path: "data:distserve/profiler-a100-80g.vllm.json", format:
 """)
     sc = load_scenario(str(scen))
     s = Solver(sc)._single_pool.solve(4.5)
-    rep = _metrics(replay(sc, n_requests=20000, seed=0))
+    rep = latency_metrics(replay(sc, n_requests=20000, seed=0))
     assert s.delay.quantile(0.9) >= 0.3 * rep["ttft_p90"], (s.delay.quantile(0.9), rep["ttft_p90"])
     assert s.delay.mean_s >= 0.3 * rep["ttft_mean"], (s.delay.mean_s, rep["ttft_mean"])

@@ -283,7 +283,7 @@ def test_single_instance_ttft_against_replay(data_dir):
     # +16.8/+4.5%). Bands: those errors plus 3 replay standard errors (0.5% mean, 1% p90, 2% p99).
     from qmodel.engine import Solver
     from qmodel.validation.engine import replay
-    from qmodel.validation.harness import _metrics
+    from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import get_suite
 
     suite = get_suite("quick")
@@ -293,7 +293,7 @@ def test_single_instance_ttft_against_replay(data_dir):
     sc = sc.model_copy(update={"deployment": dep}).with_rate(7.35)
     st_ = Solver(sc)._single_pool
     s = st_.solve(7.35)
-    rep = [_metrics(replay(sc, n_requests=20000, seed=seed)) for seed in (1, 2)]
+    rep = [latency_metrics(replay(sc, n_requests=20000, seed=seed)) for seed in (1, 2)]
     for key, model, band in (("ttft_mean", s.delay.mean_s, 0.05), ("ttft_p50", s.delay.quantile(0.5), 0.05),
                              ("ttft_p90", s.delay.quantile(0.9), 0.09), ("ttft_p99", s.delay.quantile(0.99), 0.10)):
         ref = float(np.mean([m[key] for m in rep]))
@@ -391,7 +391,7 @@ def test_least_loaded_pool_ttft_against_replay(u, bands):
     # (seed-to-seed spread 2-5%).
     from qmodel.engine import Solver
     from qmodel.validation.engine import replay
-    from qmodel.validation.harness import _metrics
+    from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import get_suite
 
     case = next(c for c in get_suite("quick").cases if c.config.topology == "colocated")
@@ -400,7 +400,7 @@ def test_least_loaded_pool_ttft_against_replay(u, bands):
     solver = Solver(sc)
     rate = u * solver.max_stable_rate()[0]
     r = solver.solve(rate)
-    rep = [_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=seed)) for seed in (1, 2)]
+    rep = [latency_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=seed)) for seed in (1, 2)]
     for key, model in (("ttft_p50", r.ttft.p50), ("ttft_p90", r.ttft.p90), ("ttft_p99", r.ttft.p99)):
         err = model / float(np.mean([m[key] for m in rep])) - 1.0
         lo, hi = bands[key]

@@ -19,17 +19,7 @@ from qmodel.validation.traces import (clear_cache, detect_format, load_trace, re
                                       write_qmodel_csv)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    clear_cache()
-    yield
-    clear_cache()
-
-
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_bytes(text.encode())
-    return p
+from tests.trace_files import fresh_trace_cache, write_trace as _write  # noqa: F401 (autouse fixture)
 
 
 AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -15,17 +15,7 @@ from qmodel.validation.traces import clear_cache, load_trace
 HEADER = "arrival_s,prompt_tokens,output_tokens"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    clear_cache()
-    yield
-    clear_cache()
-
-
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(text, encoding="utf-8")
-    return p
+from tests.trace_files import fresh_trace_cache, write_trace as _write  # noqa: F401 (autouse fixture)
 
 
 def test_unterminated_quote_is_its_own_line_and_loses_nothing(tmp_path):

@@ -33,7 +33,7 @@ from qmodel.errors import QmodelError
 from qmodel.validity import BANDS, band_of
 from qmodel.validation.suites import Case, Config, Suite
 
-__all__ = ["LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "run_case", "run_goodput",
+__all__ = ["LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "run_case", "run_goodput",
            "replay_goodput", "summarize", "run_suite", "round_sig"]
 
 LATENCY_METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"]
@@ -56,7 +56,7 @@ def round_sig(x: Any, digits: int = 4) -> Any:
     return x
 
 
-def _metrics(res) -> dict[str, float]:
+def latency_metrics(res) -> dict[str, float]:
     """The compared fields of a Result or ReplayResult (same names by design)."""
     out = {f"ttft_{k}": float(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")}
     out.update({f"tpot_{k}": float(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")})
@@ -95,14 +95,14 @@ def run_case(case: Case, suite: Suite) -> dict[str, Any]:
     rate = case.utilization * lam
     rec.update(rate_per_s=rate, max_stable_rate_per_s=lam, limiting_station=station)
     try:
-        rec["analytic"] = _metrics(solver.solve(rate))
+        rec["analytic"] = latency_metrics(solver.solve(rate))
     except Exception as err:  # noqa: BLE001 -- a station bug must not abort a long suite: the record
         # says why, summary["failures"] lists it (and the CI test fails on it)
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
     n = suite.n_requests(case.utilization)
     runs = [replay(sc0.with_rate(rate), n_requests=n, seed=s) for s in suite.seeds]
-    per_seed = [_metrics(r) for r in runs]
+    per_seed = [latency_metrics(r) for r in runs]
     rep: dict[str, float] = {}
     noise: dict[str, float] = {}
     for k in per_seed[0]:
