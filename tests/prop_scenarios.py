@@ -18,14 +18,20 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, strategies as st
 
 from qmodel.errors import QmodelError
 from qmodel.scenario import DisaggregatedDeployment, Scenario, apply_overrides, load_scenario, parse_scenario
 from tests.data_needs import missing_data
 from tests.fuzz.cases import BASES
 
-__all__ = ["SCENARIOS", "CHEAP", "scenario", "variant", "knobs", "link_bandwidth", "variants", "label"]
+__all__ = ["PROP", "SCENARIOS", "CHEAP", "scenario", "variant", "knobs", "link_bandwidth", "variants", "label"]
+
+#: the properties' hypothesis settings: deterministic (derandomize: the same examples on every run and in
+#: CI), no deadline (a solve near saturation takes seconds), and the first failing example reported as
+#: drawn, unshrunk (one shrink step re-solves a goodput search or a compare: minutes)
+PROP = dict(deadline=None, derandomize=True, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 _DATA_REF = re.compile(r"data:([\w./-]+)")

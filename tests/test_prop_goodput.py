@@ -23,7 +23,7 @@ from hypothesis import assume, given, settings, strategies as st
 import qmodel
 from qmodel.errors import QmodelError
 from qmodel.goodput import REL_TOL
-from tests.prop_scenarios import CHEAP, SCENARIOS, get, knobs, label, link_bandwidth, scenario, variant, variants
+from tests.prop_scenarios import CHEAP, PROP, SCENARIOS, get, knobs, label, link_bandwidth, scenario, variant, variants
 
 LIMIT_TOL = 1e-9
 
@@ -76,7 +76,7 @@ KNOBS = ["instances", "bandwidth", "tp", "slo"]
 
 
 @pytest.mark.parametrize("knob", KNOBS)
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=12, **PROP)
 @given(data=st.data())
 def test_goodput_non_decreasing(knob, data):
     v = data.draw(variants(CHEAP if knob != "bandwidth" else [s for s in CHEAP if _disagg(s)]))
@@ -87,7 +87,7 @@ def test_goodput_non_decreasing(knob, data):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("knob", KNOBS)
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40, **PROP)
 @given(data=st.data())
 def test_goodput_non_decreasing_wide(knob, data):
     v = data.draw(variants(SCENARIOS if knob != "bandwidth" else [s for s in SCENARIOS if _disagg(s)]))
@@ -98,3 +98,15 @@ def test_goodput_non_decreasing_wide(knob, data):
 
 def _disagg(name: str) -> bool:
     return scenario(name).deployment.topology == "disaggregated"
+
+
+_BURSTY_COLOCATED = ("colocated station (qmodel/stations/colocated.py), bursty arrivals (ca2 > 1) on 2 instances: "
+                     "TTFT attainment is not monotone in the rate (llama3-8b-colocated-h100, Gamma cv 2: 0.9556166 at "
+                     "0.6550 λmax, 0.9561417 at 0.6575 λmax; none at cv 1 or on 1 instance), so the goodput search "
+                     "sees A rise 0.949842 at 8.045 -> 0.949927 at 8.05 req/s and raises NumericalError")
+
+
+@pytest.mark.xfail(strict=True, raises=qmodel.QmodelError, reason=_BURSTY_COLOCATED)
+def test_goodput_of_the_bursty_colocated_example_at_goal_095():
+    g = qmodel.goodput(variant("llama3-8b-colocated-h100.yaml", ("slo.attainment_goal=0.95",)))
+    assert 0 < g.goodput_rps < g.max_stable_rate_per_s
