@@ -80,8 +80,8 @@ def _own_goodput(sc, row, where: str) -> float | None:
         return None
 
 
-@settings(max_examples=10, **PROP)
-@given(v=variants(CHEAP))
+@settings(max_examples=5, **PROP)
+@given(v=variants([s for s in CHEAP if not s.startswith("llama3-8b")]))
 def test_compare_has_three_rows(v):
     _check_rows(*v)
 
