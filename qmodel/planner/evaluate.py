@@ -110,7 +110,8 @@ def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], 
         dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
                "dispatch": dep.decode.dispatch}
         top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
-               "max_batch_tokens": dep.prefill.max_batch_tokens}
+               "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
+               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
     else:
         dec = {"kv_memory_fraction": dep.pool.kv_memory_fraction, "max_batch": dep.pool.max_batch,
                "dispatch": dep.pool.dispatch}
@@ -121,7 +122,8 @@ def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], 
 
 
 def deployment_for(scenario: Scenario, plan: PlanSpec):
-    """The scenario's deployment re-targeted at ``plan``; batch limits, dispatch and KV fraction are kept."""
+    """The scenario's deployment re-targeted at ``plan``; batch limits, dispatch and KV fraction are kept,
+    and so is a ``link_bandwidth_bytes_per_s`` override for plans over the scenario's own link."""
     pre, dec, top = _pool_defaults(scenario)
     f = plan.family
     dpool = DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
@@ -132,6 +134,8 @@ def deployment_for(scenario: Scenario, plan: PlanSpec):
     assert plan.prefill is not None
     ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
     extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
+    if top.get("link") == f.link and top.get("link_bandwidth_bytes_per_s") is not None:
+        extra["link_bandwidth_bytes_per_s"] = top["link_bandwidth_bytes_per_s"]
     return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link, transfer_mode=f.transfer_mode or "layerwise",
                                    **extra)
 
