@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from qmodel.build import Resolved, resolve
 from qmodel.engine import Solver
@@ -133,3 +134,32 @@ def test_service_model_override_still_wins(repo_root: Path):
                                   ["perf.mbu=0.4"])).pools["pool"].service
     plan = build_plan(scn, {"decode": other})
     assert plan.decode_model is other
+
+
+_NO_DATA = [n for n in NAMES if not any(getattr(m, "name", "") == "needs_data" for m in
+                                        example_param(n).marks)]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.data())
+def test_property_random_override_mixes(data):
+    """Property: any mix of the overrides above, on any example that runs without the data
+    folder, resolves to the same inputs in the solver and the replay (deterministic draws)."""
+    name = data.draw(st.sampled_from(_NO_DATA), label="example")
+    (path,) = EXAMPLES.glob(f"{name}.*")
+    text = path.read_text(encoding="utf-8")
+    pool = DISAGG_SETS[1:] if re.search(r"topology\W+disaggregated", text) else POOL_SETS[1:]
+    if "roofline" in text:
+        pool = pool + ROOFLINE_SETS
+    picks = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4), label="overrides")
+    sets: dict[str, str] = {}
+    for group in picks:  # a later pick of the same field wins, as repeated --set does
+        sets.update(dict(s.split("=", 1) for s in group))
+    try:
+        scn = load_scenario(path, [f"{k}={v}" for k, v in sets.items()])
+    except InputError:
+        return  # a mix the schema refuses (both sides would never see it)
+    r, plan = _resolve_both(scn)
+    if r is not None:
+        want = _solver_view(r)
+        assert _replay_view(plan, want) == want
