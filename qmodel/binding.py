@@ -3,8 +3,11 @@
 Binding (:func:`diagnose`): the metric that binds is the one fewer requests meet (TTFT or TPOT).
 A disaggregated metric is a sum of independent station terms (:meth:`qmodel.engine.Solver.latency_terms`):
 
-    TTFT = prefill (queue wait and own batch) + KV link (wait and exposed transfer) [+ decode admission]
-    TPOT = decode step (batch size) + (KV link + decode admission wait) / (L − 1)
+    first token from prefill:  TTFT = prefill (queue wait and own batch)
+                               TPOT = decode step (batch size) + (KV link + decode admission wait) / (L − 1)
+    first token from decode:   TTFT = prefill + KV link (wait and exposed transfer) + decode admission
+                                      wait and first step
+                               TPOT = decode step (batch size)
 
 Each term's contribution at the percentile p is what removing it takes off the metric's p-th
 percentile, q_p(all terms) − q_p(all terms but that one) (waits included: a station's term holds
