@@ -26,17 +26,20 @@ from qmodel.perf.importers import SOURCES, ImportedTable
 __all__ = ["register", "add_source_args", "import_from_args"]
 
 
-def add_source_args(p: argparse.ArgumentParser, *, with_source: bool = True) -> None:
-    """The arguments that name a measured source (shared by ``perf import`` and ``calibrate``)."""
+def add_source_args(p: argparse.ArgumentParser, *, with_source: bool = True, with_keys: bool = True) -> None:
+    """The arguments that name a measured source (shared by ``perf import`` and ``calibrate``;
+    ``calibrate`` has its own SOURCE/PATH positionals and ``--model-key``/``--hardware-key``)."""
     if with_source:
         p.add_argument("source", metavar="SOURCE", help=f"one of {', '.join(SOURCES)}")
         p.add_argument("paths", metavar="PATH", nargs="*",
                        help="source file or folder (vidur: the profiling folder; vllm-bench: one or more result "
                             "JSONs; aic: none)")
-    p.add_argument("--model-key", default=None,
-                   help="the model's name in the source (aic/vidur: HF id, splitwise: llama2-70b, distserve: facebook/opt-13b)")
-    p.add_argument("--hardware-key", default=None,
-                   help="the hardware's name in the source (aic: h200_sxm, vidur: a100, splitwise: a100-80gb)")
+    if with_keys:
+        p.add_argument("--model-key", default=None,
+                       help="the model's name in the source (aic/vidur: HF id, splitwise: llama2-70b, "
+                            "distserve: facebook/opt-13b)")
+        p.add_argument("--hardware-key", default=None,
+                       help="the hardware's name in the source (aic: h200_sxm, vidur: a100, splitwise: a100-80gb)")
     p.add_argument("--backend", default="vllm", help="aic: backend database (vllm, sglang, trtllm)")
     p.add_argument("--backend-version", default=None, help="aic: database version (default: the latest)")
     p.add_argument("--network", default=None, help="vidur: network profile folder (default <sku>_dgx)")
