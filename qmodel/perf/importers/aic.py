@@ -95,7 +95,7 @@ def _check_names(model_key: str, system: str, backend: str) -> Path:
     if model_key not in models and not Path(model_key).is_dir():
         raise CatalogError("aic model", model_key, models, field="--model-key")
     root = _core_root() / "systems" / "data" / system
-    backends = sorted({p.name for p in root.glob("*/*") if p.is_dir()})
+    backends = sorted(p.name for p in (root / "gemm").glob("*") if p.is_dir())  # every backend measures GEMMs
     if backend not in backends:
         raise InputError("--backend", backend, f"the database has {system} data for {', '.join(backends)}")
     return root

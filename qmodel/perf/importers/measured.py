@@ -17,8 +17,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from qmodel.errors import InputError
 from qmodel.perf.importers import ImportedTable, sha256_file
 from qmodel.perf.tables import load_distserve, load_splitwise
 from qmodel.settings import resolve_data_path
@@ -33,10 +36,25 @@ _PREFILL_BATCHES = (1, 2, 4, 8, 16)
 _DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+_CLI_FIELDS = {"perf.model_key": "--model-key", "perf.hardware_key": "--hardware-key", "perf import.tp": "--tp"}
+
+
+@contextmanager
+def _cli_fields() -> Iterator[None]:
+    """Name the readers' scenario fields (perf.model_key, ...) as this command's options."""
+    try:
+        yield
+    except InputError as err:
+        if err.field in _CLI_FIELDS and err.value is not None:
+            raise InputError(_CLI_FIELDS[err.field], err.value, err.allowed) from None
+        raise
+
+
 def import_splitwise(path: str, model_key: str, hardware_key: str, tp: int) -> ImportedTable:
     """The medians of one (model, hardware, tp) group of splitwise-sim's perf_model.csv."""
     p = resolve_data_path(path)
-    m = load_splitwise(p, model_key, hardware_key, tp, field_prefix="perf import")
+    with _cli_fields():
+        m = load_splitwise(p, model_key, hardware_key, tp, field_prefix="perf import")
     notes = [f"splitwise-sim perf_model.csv, medians of the repeats of {model_key} on {hardware_key} at tp {tp}; "
              "decode context per sequence = prompt_size + token_size / 2"]
     for phase, rows in m.suspect.items():
@@ -52,7 +70,8 @@ def import_splitwise(path: str, model_key: str, hardware_key: str, tp: int) -> I
 def import_distserve(path: str, model_key: str, tp: int) -> ImportedTable:
     """DistServe's fitted step-time formula for (model, tp), sampled on a prefill and a decode grid."""
     p = resolve_data_path(path)
-    m = load_distserve(p, model_key, tp, field_prefix="perf import")
+    with _cli_fields():
+        m = load_distserve(p, model_key, tp, field_prefix="perf import")
     pre = [(float(n), float(q), float(m.prefill_time_s(float(n * q), float(n * q * q), float(n))))
            for n in _PREFILL_BATCHES for q in DISTSERVE_PROMPTS]
     thr = m.threshold
