@@ -34,12 +34,13 @@ def main() -> None:
     ap.add_argument("--system", default="h200_sxm")
     ap.add_argument("--backend", default="vllm")
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--moe-ep", type=int, default=1)
     args = ap.parse_args()
     if args.table:
         model = load_qmodel_csv(args.table, tp=args.tp)
     else:
-        model = import_aic(args.model_key, args.system, args.tp, backend=args.backend).to_model()
-    kw = {"backend": args.backend}
+        model = import_aic(args.model_key, args.system, args.tp, backend=args.backend, moe_ep=args.moe_ep).to_model()
+    kw = {"backend": args.backend, "moe_ep": args.moe_ep}
     errs: dict[str, list[float]] = {"prefill": [], "decode": []}
     print(f"{args.model_key} on {args.system} ({args.backend}), tp {args.tp}")
     for n, p in PREFILL_POINTS:

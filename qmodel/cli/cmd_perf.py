@@ -42,6 +42,7 @@ def add_source_args(p: argparse.ArgumentParser, *, with_source: bool = True, wit
                        help="the hardware's name in the source (aic: h200_sxm, vidur: a100, splitwise: a100-80gb)")
     p.add_argument("--backend", default="vllm", help="aic: backend database (vllm, sglang, trtllm)")
     p.add_argument("--backend-version", default=None, help="aic: database version (default: the latest)")
+    p.add_argument("--moe-ep", type=int, default=1, help="aic: expert-parallel width of an MoE model (default 1)")
     p.add_argument("--network", default=None, help="vidur: network profile folder (default <sku>_dgx)")
     p.add_argument("--layers", type=int, default=None, help="vidur: transformer layers (default: from --model)")
 
@@ -99,7 +100,7 @@ def import_from_args(args: argparse.Namespace) -> ImportedTable:
         raise InputError("PATH", args.paths, "aic reads the installed aiconfigurator database; give no PATH")
     return import_aic(_need(args, "model-key", "a HF model id the database covers, e.g. meta-llama/Meta-Llama-3.1-8B"),
                       _need(args, "hardware-key", "an aiconfigurator system, e.g. h200_sxm"), args.tp,
-                      backend=args.backend, backend_version=args.backend_version)
+                      backend=args.backend, backend_version=args.backend_version, moe_ep=args.moe_ep)
 
 
 def register(sub: Any) -> None:

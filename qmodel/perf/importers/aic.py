@@ -38,8 +38,13 @@ __all__ = ["import_aic", "aic_static_ms", "aic_systems", "aic_models", "AIC_PROM
 #: prefill grid: prompt lengths (four per doubling, 64..32768) x batch sizes
 AIC_PROMPTS: tuple[int, ...] = tuple(round(64 * 2 ** (k / 4)) for k in range(37))
 AIC_PREFILL_BATCHES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 12, 16)
-#: decode grid: batch sizes (every one to 8, then four per doubling to 512) x contexts (as the prompts)
-AIC_DECODE_BATCHES: tuple[int, ...] = tuple(sorted({*range(1, 9), *(round(8 * 2 ** (k / 4)) for k in range(25))}))
+#: decode grid: batch sizes x contexts (as the prompts). The batch is the decode GEMMs' M; AIC's
+#: GEMM tables are measured at every M to 17 and at pairs (m, m + 1) on tile boundaries (multiples
+#: of 16 to 128, of 32 to 256), with jumps in between the pair, so the grid holds both sides of
+#: each boundary and linear interpolation follows AIC's own between them.
+AIC_DECODE_BATCHES: tuple[int, ...] = tuple(sorted({*range(1, 18), *(m + d for m in range(32, 129, 16) for d in (0, 1)),
+                                                    *(m + d for m in range(160, 257, 32) for d in (0, 1)),
+                                                    320, 384, 448, 512}))
 AIC_CONTEXTS: tuple[int, ...] = AIC_PROMPTS
 EXTRA_HINT = "install the optional extra: pip install 'qmodel[aic]'"
 
@@ -67,8 +72,12 @@ def aic_models() -> list[str]:
 
 
 def aic_static_ms(model_key: str, system: str, tp: int, *, mode: str, batch_size: int, isl: int, osl: int,
-                  backend: str = "vllm", backend_version: str | None = None) -> tuple[float, str]:
-    """One static estimate from AIC (ttft for static_ctx, tpot for static_gen) in ms, and the resolved version."""
+                  backend: str = "vllm", backend_version: str | None = None, moe_ep: int = 1) -> tuple[float, str]:
+    """One static estimate from AIC (ttft for static_ctx, tpot for static_gen) in ms, and the resolved version.
+
+    ``moe_ep`` is the expert-parallel width of an MoE model (AIC infers the expert-TP width as
+    ``tp / moe_ep``); dense models ignore it.
+    """
     _core_root()
     from aiconfigurator.cli.api import cli_estimate
 
@@ -76,7 +85,7 @@ def aic_static_ms(model_key: str, system: str, tp: int, *, mode: str, batch_size
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
     try:
         r = cli_estimate(model_key, system, mode=mode, backend_name=backend, backend_version=backend_version,
-                         isl=isl, osl=osl, batch_size=batch_size, tp_size=tp)
+                         isl=isl, osl=osl, batch_size=batch_size, tp_size=tp, moe_ep_size=moe_ep)
     except (ValueError, AssertionError, RuntimeError, KeyError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise DataError(f"aic {system}/{backend}", f"{model_key} tp {tp}: {first}") from None
@@ -102,12 +111,15 @@ def _check_names(model_key: str, system: str, backend: str) -> Path:
 
 
 def import_aic(model_key: str, system: str, tp: int, *, backend: str = "vllm", backend_version: str | None = None,
+               moe_ep: int = 1,
                prompts: tuple[int, ...] = AIC_PROMPTS, prefill_batches: tuple[int, ...] = AIC_PREFILL_BATCHES,
                decode_batches: tuple[int, ...] = AIC_DECODE_BATCHES, contexts: tuple[int, ...] = AIC_CONTEXTS
                ) -> ImportedTable:
     """Evaluate AIC's static prefill and decode estimates on the grid (see the module docstring)."""
     root = _check_names(model_key, system, backend)
-    kw: dict[str, Any] = {"backend": backend, "backend_version": backend_version}
+    if moe_ep < 1:
+        raise InputError("--moe-ep", moe_ep, "a positive expert-parallel width")
+    kw: dict[str, Any] = {"backend": backend, "backend_version": backend_version, "moe_ep": moe_ep}
     version = None
     pre = []
     for n in prefill_batches:
@@ -129,6 +141,7 @@ def import_aic(model_key: str, system: str, tp: int, *, backend: str = "vllm", b
                                 f"systems/data/{system}/*/{backend}/{version} ({len(files)} files) "
                                 f"sha256={sha256_tree(root, files)}"],
                 "model": model_key, "hardware": system, "backend": f"{backend} {version}",
+                "parallel": f"tp {tp}, moe_ep {moe_ep} (MoE models only), pp 1",
                 "method": "aiconfigurator.cli.api.cli_estimate, database_mode SILICON: prefill = ttft of "
                           "static_ctx (batch_size, isl = prompt, osl 1); decode = tpot of static_gen "
                           "(batch_size, isl = context, osl 2)",
