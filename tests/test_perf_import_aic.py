@@ -52,9 +52,10 @@ def test_grid_nodes_are_the_databases_static_estimates(aic_table, tmp_path):
 
 @needs_aic
 def test_off_grid_agreement_with_aic_static_estimates(aic_table):
-    # Off the nodes the table interpolates; AIC's own curves have kinks (kernel and GEMM-shape
-    # buckets), so agreement is measured, not exact: benchmarks/perf_import_aic.py gives mean 0.40%
-    # / max 2.18% (prefill) and 0.41% / 1.48% (decode) on 8 + 8 points. Tolerances: mean 1%, max 2.5%.
+    # Off the nodes the table interpolates; AIC's GEMM tables jump at tile boundaries, so agreement
+    # is measured, not exact: benchmarks/perf_import_aic.py gives mean 0.40% / max 2.18% (prefill)
+    # and 0.17% / 0.62% (decode) on 8 + 8 points (docs/perf_import.md). Tolerances: mean 1% and
+    # max 2.5% for prefill (a prefill next to a jump), mean 0.5% and max 1% for decode.
     from qmodel.perf.importers.aic import aic_static_ms
 
     m = aic_table.to_model()
@@ -69,8 +70,8 @@ def test_off_grid_agreement_with_aic_static_estimates(aic_table):
                               backend_version=version)
         ctx = np.arange(isl, isl + osl - 1, dtype=float)  # the osl - 1 decode steps TPOT averages
         dec.append(1000 * float(np.mean(m.decode_step_time_s(np.full_like(ctx, n), n * ctx))) / ms - 1)
-    for errs in (np.abs(pre), np.abs(dec)):
-        assert errs.mean() <= 0.01 and errs.max() <= 0.025, errs
+    assert np.abs(pre).mean() <= 0.01 and np.abs(pre).max() <= 0.025, pre
+    assert np.abs(dec).mean() <= 0.005 and np.abs(dec).max() <= 0.01, dec
 
 
 @needs_aic
