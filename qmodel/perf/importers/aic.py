@@ -71,13 +71,8 @@ def aic_models() -> list[str]:
                   if not p.name.endswith("_hf_quant_config.json"))
 
 
-def aic_static_ms(model_key: str, system: str, tp: int, *, mode: str, batch_size: int, isl: int, osl: int,
-                  backend: str = "vllm", backend_version: str | None = None, moe_ep: int = 1) -> tuple[float, str]:
-    """One static estimate from AIC (ttft for static_ctx, tpot for static_gen) in ms, and the resolved version.
-
-    ``moe_ep`` is the expert-parallel width of an MoE model (AIC infers the expert-TP width as
-    ``tp / moe_ep``); dense models ignore it.
-    """
+def _estimate(model_key: str, system: str, tp: int, *, mode: str, batch_size: int, isl: int, osl: int,
+              backend: str, backend_version: str | None, moe_ep: int) -> Any:
     _core_root()
     from aiconfigurator.cli.api import cli_estimate
 
@@ -93,7 +88,24 @@ def aic_static_ms(model_key: str, system: str, tp: int, *, mode: str, batch_size
     if not value > 0:
         raise DataError(f"aic {system}/{backend}", f"{model_key} tp {tp}: no {mode} estimate at batch {batch_size}, "
                                                    f"isl {isl}")
-    return value, str(r.backend_version)
+    return r
+
+
+def aic_static_ms(model_key: str, system: str, tp: int, *, mode: str, batch_size: int, isl: int, osl: int,
+                  backend: str = "vllm", backend_version: str | None = None, moe_ep: int = 1) -> tuple[float, str]:
+    """One static estimate from AIC (ttft for static_ctx, tpot for static_gen) in ms, and the resolved version.
+
+    ``moe_ep`` is the expert-parallel width of an MoE model (AIC infers the expert-TP width as
+    ``tp / moe_ep``); dense models ignore it.
+    """
+    r = _estimate(model_key, system, tp, mode=mode, batch_size=batch_size, isl=isl, osl=osl, backend=backend,
+                  backend_version=backend_version, moe_ep=moe_ep)
+    return float(r.ttft if mode == "static_ctx" else r.tpot), str(r.backend_version)
+
+
+def _precision(r: Any) -> str:
+    raw = r.raw if isinstance(getattr(r, "raw", None), dict) else {}
+    return ", ".join(f"{k} {raw[k]}" for k in ("gemm", "kvcache", "fmha", "moe", "comm") if k in raw)
 
 
 def _check_names(model_key: str, system: str, backend: str) -> Path:
@@ -120,17 +132,20 @@ def import_aic(model_key: str, system: str, tp: int, *, backend: str = "vllm", b
     if moe_ep < 1:
         raise InputError("--moe-ep", moe_ep, "a positive expert-parallel width")
     kw: dict[str, Any] = {"backend": backend, "backend_version": backend_version, "moe_ep": moe_ep}
-    version = None
+    first = _estimate(model_key, system, tp, mode="static_gen", batch_size=1, isl=prompts[0], osl=2, **kw)
+    version = str(first.backend_version)
+    first_ctx = _estimate(model_key, system, tp, mode="static_ctx", batch_size=1, isl=prompts[0], osl=1,
+                          **{**kw, "backend_version": version})
+    kw["backend_version"] = version  # resolving "latest" re-reads hundreds of YAML files per call
     pre = []
     for n in prefill_batches:
         for p in prompts:
-            ms, version = aic_static_ms(model_key, system, tp, mode="static_ctx", batch_size=n, isl=p, osl=1, **kw)
-            kw["backend_version"] = version  # resolving "latest" re-reads hundreds of YAML files per call
+            ms, _ = aic_static_ms(model_key, system, tp, mode="static_ctx", batch_size=n, isl=p, osl=1, **kw)
             pre.append((float(n), float(p), ms / 1000.0))
     dec = []
     for n in decode_batches:
         for c in contexts:
-            ms, version = aic_static_ms(model_key, system, tp, mode="static_gen", batch_size=n, isl=c, osl=2, **kw)
+            ms, _ = aic_static_ms(model_key, system, tp, mode="static_gen", batch_size=n, isl=c, osl=2, **kw)
             dec.append((float(n), float(c), ms / 1000.0))
     files = sorted(f for f in root.glob(f"*/{backend}/{version}/*") if f.is_file())
     from importlib.metadata import version as dist_version
@@ -142,6 +157,7 @@ def import_aic(model_key: str, system: str, tp: int, *, backend: str = "vllm", b
                                 f"sha256={sha256_tree(root, files)}"],
                 "model": model_key, "hardware": system, "backend": f"{backend} {version}",
                 "parallel": f"tp {tp}, moe_ep {moe_ep} (MoE models only), pp 1",
+                "precision": f"prefill: {_precision(first_ctx)}; decode: {_precision(first)}",
                 "method": "aiconfigurator.cli.api.cli_estimate, database_mode SILICON: prefill = ttft of "
                           "static_ctx (batch_size, isl = prompt, osl 1); decode = tpot of static_gen "
                           "(batch_size, isl = context, osl 2)",
