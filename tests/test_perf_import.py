@@ -227,3 +227,20 @@ def test_perf_import_to_stdout_and_calibrate_from_a_source(capsys):
     assert rep["points"] == {"prefill": 165, "decode": 77}
     assert rep["mape_after"]["prefill"] < rep["mape_before"]["prefill"]
     assert set(rep["params"]) >= {"mfu", "mbu", "prefill_overhead_s", "decode_overhead_s"}
+
+
+def test_calibrate_from_a_source_prints_the_perf_block(capsys):
+    assert main(["calibrate", "--source", "distserve", str(DISTSERVE_VLLM), "--model-key", "facebook/opt-13b",
+                 "--model", "opt-13b", "--gpu", "a100-80gb-sxm", "--tp", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(165 prefill, 77 decode points)" in out
+    block = out[out.index("perf:\n"):].splitlines()
+    assert block[1] == "  kind: roofline" and {ln.split(":")[0].strip() for ln in block[2:]} >= {"mfu", "mbu"}
+
+
+def test_unknown_layout_is_refused(tmp_path):
+    text = format_header({"layout": "cube"}) + "phase,batch_size,prompt_tokens,context_tokens,time_s\n" + \
+        "prefill,1,512,,0.1\nprefill,1,1024,,0.2\ndecode,1,,512,0.01\ndecode,2,,512,0.011\n"
+    (tmp_path / "c.csv").write_text(text)
+    with pytest.raises(DataError, match="header 'layout: cube' is not one of sweep, grid"):
+        load_qmodel_csv(tmp_path / "c.csv", tp=1)
