@@ -244,3 +244,15 @@ def test_unknown_layout_is_refused(tmp_path):
     (tmp_path / "c.csv").write_text(text)
     with pytest.raises(DataError, match="header 'layout: cube' is not one of sweep, grid"):
         load_qmodel_csv(tmp_path / "c.csv", tp=1)
+
+
+@pytest.mark.needs_data("vidur/profiling/compute/h100/microsoft/phi-2/mlp.csv")
+def test_vidur_model_without_an_operator_column(data_dir):
+    # phi-2's parallel attention/MLP block has one layernorm: its profile has no
+    # post_attention_layernorm column, and the importer sums the operators the profile holds
+    # (main would have no importer at all; a first version refused this file).
+    from qmodel.perf.importers.vidur import import_vidur
+
+    t = import_vidur(str(data_dir / "vidur" / "profiling"), "microsoft/phi-2", "h100", 1, 32)
+    assert "post_attention_layernorm" not in t.header["method"] and "input_layernorm" in t.header["method"]
+    assert t.to_model().decode_step_time_s(1.0, 128.0) > 0

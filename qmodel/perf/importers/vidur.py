@@ -11,7 +11,8 @@ per step (``ExecutionTime``)::
     block           = attention layer + mlp layer + add
     step            = layers * block                     (pp = 1: no pipeline send)
 
-with every operator evaluated at the step's token count ``T`` (prefill: the batch's prompt
+(an operator the profile has no column for, e.g. phi-2's second layernorm, is not run), with
+every operator evaluated at the step's token count ``T`` (prefill: the batch's prompt
 tokens; decode: one token per sequence) and the all-reduce of ``T * hidden * 2`` bytes (fp16)
 among ``tp`` GPUs of one node (zero at tp 1). qmodel interpolates each operator linearly in
 ``T`` between profiled counts (Vidur rounds ``T`` up to a multiple of 8 and uses a fitted
@@ -45,6 +46,7 @@ __all__ = ["import_vidur", "VidurOps", "VIDUR_LAYER_OPS"]
 #: operators of one layer, in the order Vidur's ExecutionTime adds them (all_reduce twice, separately)
 VIDUR_LAYER_OPS = ("attn_pre_proj", "attn_rope", "attn_post_proj", "input_layernorm",
                    "mlp_up_proj", "mlp_act", "mlp_down_proj", "post_attention_layernorm", "add")
+_REQUIRED_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 _PROMPTS = tuple(round(16 * 2 ** (k / 4)) for k in range(33))  # 16..4096, four per doubling
 _PREFILL_BATCHES = (1, 2, 4, 8)
 _DECODE_BATCHES = tuple(sorted({*range(1, 9), *(round(8 * 2 ** (k / 4)) for k in range(21))}))  # 1..256
@@ -93,8 +95,16 @@ class VidurOps:
             if int(_f(r, "num_tensor_parallel_workers", self.mlp_path)) == tp:
                 groups[_f(r, "num_tokens", self.mlp_path)].append(r)
         self.tokens = np.array(sorted(groups))
+        # An operator the model does not run has no column (phi-2's parallel block: no
+        # post_attention_layernorm); the four GEMMs every layer runs must be there.
+        present = [op for op in VIDUR_LAYER_OPS if f"time_stats.{op}.median" in rows[0]]
+        missing = [op for op in _REQUIRED_OPS if op not in present]
+        if missing:
+            raise DataError(str(self.mlp_path), f"no operator columns for {', '.join(missing)}")
+        #: the operators summed per layer (those the profile holds)
+        self.ops = tuple(present)
         self.op_ms = {op: np.array([float(np.median([_f(r, f"time_stats.{op}.median", self.mlp_path) for r in groups[t]]))
-                                    for t in self.tokens]) for op in VIDUR_LAYER_OPS}
+                                    for t in self.tokens]) for op in self.ops}
         self.hidden = int(_f(rows[0], "n_embd", self.mlp_path))
         self.tp = tp
         self.network = network or f"{sku}_dgx"
@@ -116,7 +126,7 @@ class VidurOps:
     def layer_ms(self, tokens: np.ndarray) -> np.ndarray:
         """One layer's time (ms) at each token count: operators + two all-reduces."""
         t = np.asarray(tokens, dtype=float)
-        total = sum(interp_piecewise(t, self.tokens, self.op_ms[op], loglog=False)[0] for op in VIDUR_LAYER_OPS)
+        total = sum(interp_piecewise(t, self.tokens, self.op_ms[op], loglog=False)[0] for op in self.ops)
         if self.tp > 1:
             ar, _ = interp_piecewise(t * self.hidden * 2.0, self.ar_bytes, self.ar_ms, loglog=False)
             total = total + 2.0 * ar
@@ -146,7 +156,7 @@ def import_vidur(path: str, model_key: str, sku: str, tp: int, layers: int, *, n
         prefill=[(float(n), float(p), float(t)) for n, p, t in zip(pn, pp, pre_s)],
         decode=[(float(n), float(c), float(t)) for n, c, t in zip(dn, dc, dec_s)],
         header={"source_file": files, "model": model_key, "hardware": sku, "layers": str(layers),
-                "method": "Vidur ExecutionTime: layers x (" + " + ".join(VIDUR_LAYER_OPS) + " + 2 all_reduce of "
+                "method": "Vidur ExecutionTime: layers x (" + " + ".join(ops.ops) + " + 2 all_reduce of "
                           f"tokens x {ops.hidden} x 2 B on {ops.network if tp > 1 else 'none (tp 1)'}), operator medians",
                 "note": ["omits attention kernels (Vidur's attention.csv is not in the public data): prefill depends on "
                          "total tokens only, decode does not grow with context",
