@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,34 +97,3 @@ def test_without_the_extra_the_error_names_it(monkeypatch):
 
     with pytest.raises(InputError, match=r"pip install 'qmodel\[aic\]'"):
         import_aic(MODEL, SYSTEM, 1)
-
-
-BUNDLED = [("llama-3.1-8b_h200-sxm_tp1_vllm.csv", "meta-llama/Meta-Llama-3.1-8B", "h200_sxm", 1, []),
-           ("llama-3.1-8b_h100-sxm_tp1_vllm.csv", "meta-llama/Meta-Llama-3.1-8B", "h100_sxm", 1, [pytest.mark.slow]),
-           ("llama-3.1-70b_h100-sxm_tp4_vllm.csv", "meta-llama/Meta-Llama-3.1-70B", "h100_sxm", 4, [pytest.mark.slow]),
-           ("llama-3.1-70b_h200-sxm_tp4_vllm.csv", "meta-llama/Meta-Llama-3.1-70B", "h200_sxm", 4, [pytest.mark.slow])]
-TABLES = Path(__file__).resolve().parent.parent / "catalog" / "tables" / "aic"
-
-
-@pytest.mark.parametrize("name, tp", [(b[0], b[3]) for b in BUNDLED])
-def test_bundled_aic_tables_load_without_the_extra(name, tp):
-    from qmodel.perf.grid import GridTableModel
-    from qmodel.perf.tables import load_qmodel_csv
-
-    m = load_qmodel_csv(TABLES / name, tp=tp)
-    assert isinstance(m, GridTableModel)
-    prov = m.describe()["provenance"]
-    assert prov["source"] == "aic" and prov["tp"] == str(tp) and "sha256=" in prov["source_file"][0]
-    # measured-grade step times are positive and grow with the work
-    assert 0 < m.prefill_time_s(512.0, 512.0**2, 1.0) < m.prefill_time_s(4096.0, 4096.0**2, 1.0)
-    assert 0 < m.decode_step_time_s(1.0, 1024.0) < m.decode_step_time_s(64.0, 64 * 1024.0)
-
-
-@needs_aic
-@pytest.mark.parametrize("name, model, system, tp",
-                         [pytest.param(*b[:4], marks=b[4]) for b in BUNDLED])
-def test_bundled_aic_tables_are_a_fresh_import(name, model, system, tp):
-    # The shipped files are exactly what the importer writes today (deterministic, byte-identical).
-    from qmodel.perf.importers.aic import import_aic
-
-    assert import_aic(model, system, tp, backend="vllm").to_csv() == (TABLES / name).read_text(encoding="utf-8")
