@@ -159,9 +159,7 @@ class ChunkedStation:
         self.mean_S = self.mean_p * self.lin_per_token + self.mean_quad
         self.mean_X = self.mean_S - self.mean_p / c * self.td
         self.mean_X[0] = self.mean_S[0]
-        lam_fluid = float(np.max(np.minimum(n[1:] / (self.mean_output * (self.mean_S[1:] * c[1:] / self.mean_p)),
-                                            1.0 / self.mean_S[1:]))) if self.cap >= 1 else 0.0
-        self.lam_fluid = lam_fluid
+        self.lam_fluid = self._fluid_limit(n, c)
         self.multi = L >= 2
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
@@ -171,6 +169,24 @@ class ChunkedStation:
         self._lam_max = self._find_lam_max()
         w0 = self.p * self.lin_per_token[0] + self._quad[0][self._inv]  # prompt work with no decodes
         self._ttft_dx = max(float(w0.mean()) / 200.0, float(w0.max()) / 8192.0)
+
+    def _fluid_limit(self, n: np.ndarray, c: np.ndarray) -> float:
+        """Largest per-instance rate the GPU time per request allows, over decode batches n = 1..cap.
+
+        A request costs its prompt's chunks, X_n (mixed-iteration time beyond the decode step, the
+        re-read attention included), plus E[L-1] decode slots of t_d(n)/n. While decode-only
+        iterations remain (E[L-1]/n >= E[P]/c: the prompt tokens fill fewer iterations than the
+        decodes need) the GPU is full at lam = 1/(E[X_n] + E[L-1] t_d(n)/n); otherwise every
+        iteration is a full mixed one and lam = 1/E[S_n] = c/(E[P] tau_n). Both agree at the
+        crossover n* = B E[L-1]/(E[P] + E[L-1]).
+        """
+        if self.cap < 1:
+            return 0.0
+        dec = float(np.mean(self.L - 1.0))
+        nn, cc = n[1:], c[1:]
+        spare = dec / nn >= self.mean_p / cc
+        per_req = np.where(spare, self.mean_X[1:] + dec * self.td[1:] / nn, self.mean_S[1:])
+        return float(np.max(1.0 / per_req))
 
     # ---- per-rate chain -------------------------------------------------------------------
     def _rho_c(self, lam: float) -> np.ndarray:
