@@ -303,8 +303,17 @@ class ColocatedStation:
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
 
+    @cached_property
+    def saturated_rate_per_s(self) -> float:
+        """Per-instance capacity under an endless backlog (:func:`qmodel.stations.capacity.saturated_rate_per_s`)."""
+        from qmodel.stations.capacity import saturated_rate_per_s
+
+        return saturated_rate_per_s(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
+                                    self.max_batch_tokens)
+
     def max_stable_rate_per_s(self) -> float:
-        return self.instances * self._lam_max
+        """The fixed-point limit, capped by the saturated schedule's capacity (docs/methods.md)."""
+        return self.instances * min(self._lam_max, self.saturated_rate_per_s)
 
     # ---- TTFT parts (Poisson or smoother arrivals) -------------------------------------------
     @cached_property
