@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-__all__ = ["saturated_rate_per_s"]
+__all__ = ["saturated_rate_per_s", "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
 _WARMUP = 0.2
@@ -124,3 +125,42 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
         j = np.arange(int(k_r.sum())) - start
         t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(s_r, k_r) + n_s * j)))
     return (done - mark[2]) / t if t > 0 else math.inf
+
+
+def heavy_traffic_batch(lam: float, rho: float, k: float, decode_s: float, lam_max: float, b_max: float,
+                        batch_time: Callable[[float], float]) -> tuple[float, float]:
+    """(rho_p, k): the prefill batch grown by the backlog in heavy traffic.
+
+    ``rho``, ``k``: the light-traffic fixed point's prefill share and batch at per-instance rate
+    ``lam``; ``decode_s`` = E[L] d, the decode time per request at the slot cap; ``batch_time(k)``
+    the mean prefill iteration of k prompts. Where the fixed point's busy fraction lam E[L] d + rho
+    reaches psi = 1 - E[L] d (lam_max - lam), the queue builds until an iteration holds enough
+    prompts to keep up: k grows (at most to b_max) until lam (E[L] d + T(k)/k) = psi, i.e. until
+    the decode chain's load lam E[L] d / (1 - rho_p) is lam/lam_max; it reaches 1 at the saturated
+    limit ``lam_max``, not before. Below the onset the fixed point is returned unchanged.
+    """
+    psi = 1.0 - decode_s * (lam_max - lam)
+    if lam * decode_s + rho < psi:
+        return rho, k
+    lo, hi = k, float(b_max)
+    if lam * (decode_s + batch_time(hi) / hi) >= psi:
+        return lam * batch_time(hi) / hi, hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if lam * (decode_s + batch_time(mid) / mid) >= psi else (lo, mid)
+    return lam * batch_time(hi) / hi, hi
+
+
+def heavy_traffic_onset(decode_s: float, lam_max: float, fixed_point: Callable[[float], tuple[float, float]]) -> float:
+    """The smallest per-instance rate at which :func:`heavy_traffic_batch` departs from the fixed
+    point (bisection on lam E[L] d + rho(lam) - psi(lam), 50 steps; lam_max if it never does)."""
+    def over(lam: float) -> bool:
+        return lam * decode_s + fixed_point(lam)[0] >= 1.0 - decode_s * (lam_max - lam)
+
+    lo, hi = 0.0, lam_max
+    if not over(hi * (1.0 - 1e-12)):
+        return lam_max
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if over(mid) else (mid, hi)
+    return lo
