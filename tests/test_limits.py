@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qmodel.engine import Solver
@@ -130,3 +131,88 @@ def test_probe_criterion_agrees_with_the_sustained_rate():
     assert probe(scn, 0.92 * mu, 20000, 0).stable
     assert not probe(scn, 1.08 * mu, 20000, 0).stable
     assert poisson_at(scn, 3.0).workload.arrivals.kind == "poisson"
+
+
+# ---- issue 15 item 11: every topology within 3% of the replay's sustained rate -------------------
+# Measured (analytic / sustained, 20,000 requests), before -> after this branch:
+#   llama3-8b-colocated-h100   12.04 / 11.87 +1.5%  -> 12.00 / 11.87 +1.1%
+#   opt13b-colocated-a100       7.806 / 8.701 -10.3% -> 8.748 / 8.717 +0.4%
+#   llama3-8b-chunked-h100     10.22 / 10.06 +1.6%  -> 10.25 / 10.08 +1.8%
+#   llama3-70b-disagg-h100     20.65 / 20.36 +1.4%  (unchanged)
+#   opt13b-disagg-a100         28.68 / 29.10 -1.4%  (unchanged)
+#   azure-conv-trace-disagg    22.04 / 22.03 +0.0%  (unchanged)
+#   deepseek-v3-disagg-h200     6.591 / 6.334 +4.1% (decode station: not changed here)
+#   llama2-70b-disagg-splitwise 9.574 / 9.268 +3.3% (prefill station: not changed here)
+from tests.data_needs import example_param  # noqa: E402
+
+_KNOWN = {"deepseek-v3-disagg-h200": "decode station's KV slot cap (qmodel/stations/decode.py), +4.1%",
+          "llama2-70b-disagg-splitwise": "prefill station's saturated batch (qmodel/stations/prefill.py), +3.3%"}
+
+
+@pytest.mark.parametrize("name", [example_param("llama3-8b-colocated-h100"), example_param("opt13b-colocated-a100"),
+                                  example_param("llama3-8b-chunked-h100"), example_param("llama3-70b-disagg-h100")])
+def test_limit_within_3pct_one_per_topology(name):
+    (path,) = EX.glob(f"{name}.*")
+    lim, sus = _compare(load_scenario(path))
+    assert abs(lim / sus - 1) <= 0.03, (name, lim, sus)
+
+
+def _all_examples():
+    out = []
+    for p in sorted(EX.iterdir()):
+        marks = []
+        if p.stem in _KNOWN:
+            marks = [pytest.mark.xfail(reason=_KNOWN[p.stem], strict=True)]
+        out.append(pytest.param(p.stem, marks=[*marks, *example_param(p.stem).marks]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _all_examples())
+def test_limit_within_3pct_every_example(name):
+    (path,) = EX.glob(f"{name}.*")
+    lim, sus = _compare(load_scenario(path))
+    assert abs(lim / sus - 1) <= 0.03, (name, lim, sus)
+
+
+BLOOM = {"name": "bloom-colocated", "model": "bloom-176b",
+         "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 5.0}, "lengths": {"kind": "preset", "name": ""}},
+         "slo": {"ttft_s": "2 s", "tpot_s": "100 ms"},
+         "deployment": {"topology": "colocated", "pool": {"gpu": "", "tp": 8, "instances": 4}},
+         "perf": {"kind": "table", "path": "data:splitwise_sim/perf_model.csv", "format": "splitwise"}}
+
+
+@pytest.mark.needs_data("splitwise_sim/perf_model.csv")
+@pytest.mark.parametrize("gpu,mix,before", [("a100-80gb-sxm", "azure-code-2023", 0.092),
+                                            ("a100-80gb-sxm", "azure-conv-2023", -0.047),
+                                            ("h100-sxm", "azure-code-2023", -0.066),
+                                            ("h100-sxm", "azure-conv-2023", -0.044)])
+def test_bloom_176b_colocated_4x_tp8(gpu, mix, before):
+    # BLOOM-176B TP8 x 4 instances, splitwise-sim measured tables: the KV cap (~55 sequences) lets a
+    # prefill iteration hold only the 1.5-2.3 prompts the last departures freed memory for, not the
+    # light-traffic fixed point's 1.1-4.5. Before (error shown as `before`) -> after: +0.6/-1.0/+0.8/-1.3%
+    lim, sus = _compare(_bloom(gpu, mix))
+    assert abs(lim / sus - 1) <= 0.03, (gpu, mix, lim, sus)
+
+
+def _bloom(gpu: str, mix: str):
+    return parse_scenario({**BLOOM, "workload": {**BLOOM["workload"], "lengths": {"kind": "preset", "name": mix}},
+                           "deployment": {**BLOOM["deployment"], "pool": {**BLOOM["deployment"]["pool"], "gpu": gpu}}})
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: load_scenario(EX / "opt13b-colocated-a100.yaml"), id="opt13b"),
+    pytest.param(lambda: _bloom("a100-80gb-sxm", "azure-conv-2023"), id="bloom-a100-conv",
+                 marks=pytest.mark.needs_data("splitwise_sim/perf_model.csv"))])
+def test_colocated_solves_up_to_its_limit(make):
+    # the heavy-traffic batch keeps solve() defined below the limit: main raised UnstableError at 0.95
+    # of its own limit on BLOOM-176B a100 conv (the fixed point's busy fraction is not monotone in the
+    # rate, so the bisection for its limit stopped at a rate it cannot solve just below)
+    sol = Solver(make())
+    lim = sol.max_stable_rate()[0]
+    prev = 1.0
+    for u in (0.5, 0.8, 0.9, 0.95, 0.99):
+        r = sol.solve(u * lim)
+        assert 0.0 <= r.attainment <= prev + 1e-12
+        assert all(np.isfinite([r.ttft.p90, r.ttft.p99, r.tpot.p90]))
+        prev = r.attainment
