@@ -50,9 +50,12 @@ u = 0.7, 6 seeds x 24000 requests): TTFT mean/p50/p90/p99 −9.8/−13.7/−9.1/
 −20/−31/−16/−12%), TPOT mean/p50 −6.2/−17.8% (was −9.4/−22.3%; the same case with Poisson
 arrivals gives TPOT p50 −16%: the rest is not burst-related). ca2 < 1: Kingman-scaled wait only.
 
-Stability (fluid, Li–Dai–Peng form): saturated iterations with n decodes carry n decode and c
-prompt tokens, so lam_max = max_n min(n / (E[L] tau(n)), c / (E[P] tau(n))) with tau(n) the
-mixed-iteration time per c prompt tokens, bounded also by the decode chain's tail at the slot cap.
+Stability (fluid, GPU time per request): with n decodes a request costs its chunks' stall
+X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode-only iterations
+remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
+lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
+"Single-pool stability limits"; against the replay's sustained rate +1.5..+3.5% over budgets
+256-16384).
 """
 
 from __future__ import annotations
