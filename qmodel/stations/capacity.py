@@ -39,9 +39,12 @@ _WARMUP = 0.2
 
 
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
-                         kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int,
+                         kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
                          seed: int = 0) -> float:
     """Requests per second one instance completes under an endless backlog (module doc).
+
+    ``max_batch_tokens`` None: a decode-only instance (disaggregated decode pool): admissions join
+    at the next step boundary with no prefill iteration, their prompts' KV arriving by transfer.
 
     ``inf`` when neither KV nor a slot cap bounds the decode batch (the batch then grows without
     bound and the capacity is the decode chain's, not a schedule's)."""
@@ -80,7 +83,7 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
                 h = ol[qi]
                 if not (nl[h] <= free and len(heap) < slots):
                     break
-                if k and tok + pl[h] > max_batch_tokens:
+                if k and max_batch_tokens is not None and tok + pl[h] > max_batch_tokens:
                     break
                 free -= nl[h]
                 tok += pl[h]
@@ -94,7 +97,8 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
                     c0 = pl[h] + 1.0
                     heapq.heappush(heap, (K + int(Ll[h]) - 1, qi, nl[h], c0 - K))
                     S += c0
-            pre.append((tok, sq, float(k)))
+            if max_batch_tokens is not None:
+                pre.append((tok, sq, float(k)))
             free += freed
         elif heap:
             n = len(heap)
