@@ -32,7 +32,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-__all__ = ["saturated_rate_per_s", "heavy_traffic_batch", "heavy_traffic_onset"]
+__all__ = ["saturated_rate_per_s", "saturated_schedule", "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
 _WARMUP = 0.2
@@ -41,7 +41,17 @@ _WARMUP = 0.2
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                          kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
                          seed: int = 0) -> float:
-    """Requests per second one instance completes under an endless backlog (module doc).
+    """Requests per second one instance completes under an endless backlog (module doc); see
+    :func:`saturated_schedule` for the arguments."""
+    return saturated_schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
+                              max_batch_tokens, seed)[0]
+
+
+def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                       kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
+                       seed: int = 0) -> tuple[float, float]:
+    """(requests per second, mean decode batch over decode steps) of one instance under an endless
+    backlog (module doc).
 
     ``max_batch_tokens`` None: a decode-only instance (disaggregated decode pool): admissions join
     at the next step boundary with no prefill iteration, their prompts' KV arriving by transfer.
@@ -49,7 +59,7 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
     ``inf`` when neither KV nor a slot cap bounds the decode batch (the batch then grows without
     bound and the capacity is the decode chain's, not a schedule's)."""
     if kv_capacity_tokens is None and max_batch is None:
-        return math.inf
+        return math.inf, math.inf
     p = np.asarray(prompt_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
     need = p + L
@@ -60,7 +70,7 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
     order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
     total = len(order)
     if total == 0:
-        return 0.0
+        return 0.0, 0.0
     free = kv
     # running sequences: a heap of (decode step at which it finishes, tie-break, reserved KV, context at join)
     heap: list[tuple[int, int, float, float]] = []
@@ -116,10 +126,11 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
         if mark is None and qi >= warm:
             mark = (len(pre), len(runs), done)
     if mark is None:
-        return math.inf
+        return math.inf, math.inf
     pa = np.asarray(pre[mark[0]:], dtype=float).reshape(-1, 3)
     t = float(np.sum(service.prefill_time_s(pa[:, 0], pa[:, 1], pa[:, 2]))) if len(pa) else 0.0
     ra = runs[mark[1]:]
+    batch = math.inf
     if ra:
         n_r = np.array([r[0] for r in ra], dtype=float)
         s_r = np.array([r[1] for r in ra], dtype=float)
@@ -128,7 +139,8 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
         n_s = np.repeat(n_r, k_r)
         j = np.arange(int(k_r.sum())) - start
         t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(s_r, k_r) + n_s * j)))
-    return (done - mark[2]) / t if t > 0 else math.inf
+        batch = float(np.dot(n_r, k_r) / k_r.sum())
+    return ((done - mark[2]) / t if t > 0 else math.inf), batch
 
 
 def heavy_traffic_batch(lam: float, rho: float, k: float, decode_s: float, lam_max: float, b_max: float,

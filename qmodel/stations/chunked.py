@@ -123,6 +123,13 @@ class ChunkedStation:
             if by_kv < 1:
                 raise InputError("chunked.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
+            # the residents the memory holds: their reserved prompt + output is length-biased (longer
+            # outputs stay longer), so the saturated decode schedule's mean batch, not kv / E[P + L]
+            from qmodel.stations.capacity import saturated_schedule
+
+            held = saturated_schedule(self.service, p, L, self.kv_capacity_tokens, None, None)[1]
+            if math.isfinite(held):
+                by_kv = min(by_kv, max(1, int(held)))
             cap = min(cap, by_kv)
         self.cap = max(1, cap)
         # per-state tables n = 0..cap (decode part, mixed-iteration parts per prompt token)
