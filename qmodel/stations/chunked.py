@@ -54,8 +54,8 @@ Stability (fluid, GPU time per request): with n decodes a request costs its chun
 X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode-only iterations
 remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
 lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
-"Single-pool stability limits"; against the replay's sustained rate +1.5..+3.5% over budgets
-256-16384).
+"Single-pool stability limits"; against the replay's sustained rate +1.1..+1.8% over budgets
+256-16384; the KV slot cap is the decode-only saturated schedule's mean batch).
 """
 
 from __future__ import annotations
