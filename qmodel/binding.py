@@ -128,7 +128,10 @@ def _link_share(solver: Any, c: Any, bw_per_path: float, without: dict[str, floa
 def link_report(solver: Any, c: Any) -> LinkReport:
     """The link's report at ``c``, its bandwidth need found as the module doc states."""
     tr = solver.transfer_station
-    base = tr.link_report(c.rate_per_s, c.stations[1])
+    r = solver.resolved
+    base = tr.link_report(c.rate_per_s, c.stations[1]).model_copy(update={
+        "link": r.link.name, "paths": r.link_paths, "bandwidth_per_path_bytes_per_s": r.link_bandwidth_bytes_per_s,
+        "nominal_per_path_bytes_per_s": r.link.bandwidth_bytes_per_s, "efficiency": r.link.efficiency})
     q = solver.scenario.slo.percentile / 100.0
     sp, st, sd = c.stations
     t0, p0 = solver.latency_terms(sp, _without(st, "delay", "wait"), sd)

@@ -104,7 +104,7 @@ class Solver:
         r = self.resolved
         own_prefill_s = np.asarray(r.pools["prefill"].service.prefill_one_s(r.uncached_prompt), dtype=float)
         return KVTransferStation(
-            bytes_per_request=r.kv_bytes_per_token * r.uncached_prompt.astype(float),
+            bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
             paths=dep.prefill.instances,
@@ -150,6 +150,7 @@ class Solver:
             max_batch=dep.pool.max_batch,
             ca2=self.resolved.ca2,
             dispatch=dep.pool.dispatch,
+            cached_tokens=self._cached_tokens(),
         )
         if isinstance(dep, ColocatedDeployment):
             from qmodel.stations.colocated import ColocatedStation as cls
@@ -164,6 +165,17 @@ class Solver:
             self._notes.append(f"warning: {dep.topology} station assumes Poisson arrivals; the workload's "
                                f"arrival SCV {self.resolved.ca2:.3g} is not modelled (check with the replay)")
         return cls(**{k: v for k, v in common.items() if k in accepted})
+
+    @property
+    def pool_station(self):
+        """The colocated or chunked station (single-pool deployments)."""
+        return self._single_pool
+
+    def _cached_tokens(self) -> np.ndarray | None:
+        """Prefix-cache hits per request (None when there are none): held in KV, not computed."""
+        r = self.resolved
+        cached = r.lengths.prompt - r.uncached_prompt
+        return cached if np.any(cached > 0) else None
 
     def _stations(self) -> list:
         if self._topology == "disaggregated":

@@ -71,7 +71,8 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.colocated import (_L_GROUPS, check_pool_inputs, _busy_period_stalls, _grid_pmf, _pk_wait, batch_wait,
-                                       burst_batch_mean, decode_residual, jsq_wait, n_nodes, stall_tpot)
+                                       burst_batch_mean, decode_residual, held_prompt_tokens, jsq_wait, n_nodes,
+                                       stall_tpot)
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 
 __all__ = ["ChunkedStation"]
@@ -104,6 +105,8 @@ class ChunkedStation:
     dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
     ca2: float = 1.0
     name: str = "chunked"
+    #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
+    cached_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
@@ -114,12 +117,13 @@ class ChunkedStation:
         self.mean_p = float(p.mean())
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
-        self.C = mean_context_tokens(p, L)
+        held = held_prompt_tokens(self.name, p, self.cached_tokens)
+        self.C = mean_context_tokens(held, L)
         cap = self.chunk_tokens - 1  # at least one prompt token per iteration
         if self.max_batch is not None:
             cap = min(cap, int(self.max_batch))
         if self.kv_capacity_tokens is not None:
-            by_kv = int(self.kv_capacity_tokens // float(np.mean(p + L)))
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + L)))
             if by_kv < 1:
                 raise InputError("chunked.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")

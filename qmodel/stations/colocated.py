@@ -118,7 +118,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 
-__all__ = ["ColocatedStation", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
+__all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
 
 _N_NODES = 5
 _L_GROUPS = 10
@@ -164,6 +164,18 @@ def check_pool_inputs(name: str, prompt_tokens: np.ndarray, output_tokens: np.nd
     return p, L
 
 
+def held_prompt_tokens(name: str, prompt_tokens: np.ndarray, cached_tokens: np.ndarray | None) -> np.ndarray:
+    """Prompt tokens a request holds in KV memory while it decodes: the computed (uncached) ones plus
+    its prefix-cache hit, which saves prefill compute but not memory (docs/methods.md, "Prefix-cache
+    hits"). Slot caps, decode contexts and least-loaded sizes use these; prefill compute does not."""
+    if cached_tokens is None:
+        return prompt_tokens
+    c = np.asarray(cached_tokens, dtype=float).ravel()
+    if c.shape != prompt_tokens.shape or np.any(c < 0) or not np.all(np.isfinite(c)):
+        raise InputError(f"{name}.cached_tokens", f"{c.size} values", f"{prompt_tokens.size} finite counts >= 0")
+    return prompt_tokens + c
+
+
 class _TTFTGrid(NamedTuple):
     """Rate-independent pieces of the colocated TTFT on its grid (:meth:`ColocatedStation._ttft_grid`)."""
 
@@ -192,6 +204,8 @@ class ColocatedStation:
     dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
     ca2: float = 1.0
     name: str = "colocated"
+    #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
+    cached_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
@@ -199,14 +213,15 @@ class ColocatedStation:
         if self.max_batch_tokens < 1:
             raise InputError("colocated.max_batch_tokens", self.max_batch_tokens, "an integer >= 1")
         self.p, self.L = p, L
+        self.held = held = held_prompt_tokens(self.name, p, self.cached_tokens)
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
         self.t1 = np.asarray(self.service.prefill_one_s(p), dtype=float)  # one-prompt prefill times
         self.mean_t1 = float(self.t1.mean())
-        C = mean_context_tokens(p, L)
+        C = mean_context_tokens(held, L)
         n_max = self.max_batch
         if self.kv_capacity_tokens is not None:
-            by_kv = int(self.kv_capacity_tokens // float(np.mean(p + L)))
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + L)))
             if by_kv < 1:
                 raise InputError("colocated.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
@@ -242,7 +257,7 @@ class ColocatedStation:
         # S = P + L to its instance's load. The load gap between instances, kept small by the dispatch
         # and widened by departures, has mean E[S^2]/E[S] (balance of the two; the replay's is within
         # -13..+18% of it); the instance whose iteration holds S more is chosen w.p. ~exp(-S/delta).
-        size = p + L
+        size = held + L
         self._ll_delta = float(np.mean(size * size) / max(float(size.mean()), 1e-300))
         self.decode_cost_per_token = (1.0 / (self.chain.cap / float(self.chain.g(self.chain.cap)[self.chain.cap]))
                                       if n_max is not None else slope)
@@ -368,8 +383,8 @@ class ColocatedStation:
             classes.append((len(cls), cap, GridDist(dx, pmf / pmf.sum(), float(t_own.mean()), exact=False)))
         ll = None
         if self.dispatch == "least_loaded" and self.instances > 1:
-            g = np.exp(-(self.p + self.L) / max(self._ll_delta, 1e-300))
-            w_all = _win_against(self.p + self.L, self.t1, self._ll_delta) ** (self.instances - 1)
+            g = np.exp(-(self.held + self.L) / max(self._ll_delta, 1e-300))
+            w_all = _win_against(self.held + self.L, self.t1, self._ll_delta) ** (self.instances - 1)
             ll = (_split_pmf(self.t1, dx, g), float(np.dot(self.t1, g) / max(float(self.t1.sum()), 1e-300)),
                   _split_pmf(self.t1, dx, w_all))
         return _TTFTGrid(dx, own, GridDist(dx, own, self.mean_t1, exact=False), _split_pmf(self.marginal_s, dx),
