@@ -40,19 +40,21 @@ _WARMUP = 0.2
 
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                          kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
-                         seed: int = 0) -> float:
+                         seed: int = 0, cached_tokens: np.ndarray | None = None) -> float:
     """Requests per second one instance completes under an endless backlog (module doc); see
     :func:`saturated_schedule` for the arguments."""
     return saturated_schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
-                              max_batch_tokens, seed)[0]
+                              max_batch_tokens, seed, cached_tokens)[0]
 
 
 def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                        kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
-                       seed: int = 0) -> tuple[float, float]:
+                       seed: int = 0, cached_tokens: np.ndarray | None = None) -> tuple[float, float]:
     """(requests per second, mean decode batch over decode steps) of one instance under an endless
     backlog (module doc).
 
+    ``prompt_tokens`` are the computed (uncached) ones; ``cached_tokens`` (a prefix-cache hit per
+    request) are held in KV and in the decode context but not prefilled.
     ``max_batch_tokens`` None: a decode-only instance (disaggregated decode pool): admissions join
     at the next step boundary with no prefill iteration, their prompts' KV arriving by transfer.
 
@@ -62,7 +64,8 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
         return math.inf, math.inf
     p = np.asarray(prompt_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
-    need = p + L
+    hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
+    need = hold + L
     kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
     slots = math.inf if max_batch is None else int(max_batch)
     passes = max(1, -(-_MIN_REQUESTS // len(p)))
@@ -83,7 +86,7 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
     # the schedule does not depend on the times: record the iterations, time them in two calls
     pre: list[tuple[float, float, float]] = []
     runs: list[tuple[int, float, int]] = []
-    pl, Ll, nl = p.tolist(), L.tolist(), need.tolist()
+    pl, Ll, nl, hl = p.tolist(), L.tolist(), need.tolist(), hold.tolist()
     ol = order.tolist()
     while qi < total:
         h = ol[qi]
@@ -104,7 +107,7 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
                     freed += nl[h]
                     done += 1
                 else:
-                    c0 = pl[h] + 1.0
+                    c0 = hl[h] + 1.0
                     heapq.heappush(heap, (K + int(Ll[h]) - 1, qi, nl[h], c0 - K))
                     S += c0
             if max_batch_tokens is not None:

@@ -131,9 +131,9 @@ class ChunkedStation:
             # outputs stay longer), so the saturated decode schedule's mean batch, not kv / E[P + L]
             from qmodel.stations.capacity import saturated_schedule
 
-            held = saturated_schedule(self.service, p, L, self.kv_capacity_tokens, None, None)[1]
-            if math.isfinite(held):
-                by_kv = min(by_kv, max(1, int(held)))
+            resident = saturated_schedule(self.service, held, L, self.kv_capacity_tokens, None, None)[1]
+            if math.isfinite(resident):
+                by_kv = min(by_kv, max(1, int(resident)))
             cap = min(cap, by_kv)
         self.cap = max(1, cap)
         # per-state tables n = 0..cap (decode part, mixed-iteration parts per prompt token)

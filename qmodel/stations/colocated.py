@@ -360,7 +360,7 @@ class ColocatedStation:
         from qmodel.stations.capacity import saturated_rate_per_s
 
         return saturated_rate_per_s(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
-                                    self.max_batch_tokens)
+                                    self.max_batch_tokens, cached_tokens=self.cached_tokens)
 
     def max_stable_rate_per_s(self) -> float:
         """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""
