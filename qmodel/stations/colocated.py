@@ -302,6 +302,42 @@ class ColocatedStation:
             k = 0.5 * (k + k_new)
         return lam * self.batch_time_s(k) / k, k
 
+    def _regulated_batch(self, lam: float, rho: float, k: float) -> tuple[float, float]:
+        """(rho_p, k) with :func:`qmodel.stations.capacity.heavy_traffic_batch` (slot-capped pools only)."""
+        if not self._raised:
+            return rho, k
+        from qmodel.stations.capacity import heavy_traffic_batch
+
+        return heavy_traffic_batch(lam, rho, k, self.mean_output * self.decode_cost_per_token, self._lam_sat,
+                                   self.b_max, self.batch_time_s)
+
+    @cached_property
+    def _onset(self) -> tuple[float, float, float]:
+        """(rate, rho_p, k) where the heavy-traffic batch starts (per instance)."""
+        from qmodel.stations.capacity import heavy_traffic_onset
+
+        lam = heavy_traffic_onset(self.mean_output * self.decode_cost_per_token, self._lam_sat, self.prefill_share)
+        return (lam, *self.prefill_share(lam))
+
+    @cached_property
+    def _limit_parts(self) -> tuple[float, bool]:
+        """(per-instance limit, regulated): where KV or slots cap the batch, the saturated schedule's
+        capacity (docs/methods.md, "Colocated stability limit"), at most the full-budget bound, with
+        the heavy-traffic batch of :meth:`_regulated_batch`; else the fixed point's own limit."""
+        sat = self.saturated_rate_per_s
+        if not math.isfinite(sat):
+            return self._lam_max, False
+        full = 1.0 / (self.mean_output * self.decode_cost_per_token + self.prefill_cost_sat)
+        return min(sat, full * (1.0 - 1e-9)), True
+
+    @property
+    def _raised(self) -> bool:
+        return self._limit_parts[1]
+
+    @property
+    def _lam_sat(self) -> float:
+        return self._limit_parts[0]
+
     def _find_lam_max(self) -> float:
         """Largest per-instance rate with lam E[L] d + rho_p(lam) < 1 (decode at capacity 1 - rho_p)."""
         d = self.mean_output * self.decode_cost_per_token
@@ -318,8 +354,17 @@ class ColocatedStation:
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
 
+    @cached_property
+    def saturated_rate_per_s(self) -> float:
+        """Per-instance capacity under an endless backlog (:func:`qmodel.stations.capacity.saturated_rate_per_s`)."""
+        from qmodel.stations.capacity import saturated_rate_per_s
+
+        return saturated_rate_per_s(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
+                                    self.max_batch_tokens, cached_tokens=self.cached_tokens)
+
     def max_stable_rate_per_s(self) -> float:
-        return self.instances * self._lam_max
+        """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""
+        return self.instances * self._limit_parts[0]
 
     # ---- TTFT parts (Poisson or smoother arrivals) -------------------------------------------
     @cached_property
@@ -479,13 +524,37 @@ class ColocatedStation:
             return ttft  # the prefill-only pool is stable further than the colocated one; never here
         return stochastic_max(ttft, bulk)
 
+    def _heavy_traffic_wait(self, lam: float, extra_k: float) -> GridDist | None:
+        """Wait before admission once the backlog grows the batch (kbar > the fixed point's): the slot
+        wait frozen at the onset of heavy traffic, plus an exponential wait of mean extra_k / lam (the
+        prompts the backlog holds to form the larger batch). Continuous in the rate at the onset."""
+        lam_s, rho_s, _ = self._onset
+        tok_s = lam_s * self.mean_output / (1.0 - rho_s)
+        dx = self._ttft_grid.dx
+        parts = []
+        if tok_s > 0 and self.chain.rho_cap(tok_s) < 1.0:
+            pi, tail, rc = self.chain.solve(tok_s, 64 + int(20 * math.sqrt(tok_s * 1e-2 + 1) + 4 * tok_s * self.chain.g(1)[1]))
+            cap = self.chain.cap if self.chain.cap is not None else 1 << 62
+            g = self.chain.g(len(pi))
+            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, len(pi) - 1)]), self.mean_output,
+                                 self.cv2_output, dx, capacity=1.0 - rho_s)
+            if adm is not None:
+                parts.append(adm)
+        mean = extra_k / lam
+        if mean > 0:
+            n = int(math.ceil(30.0 * mean / dx)) + 2
+            x = np.arange(n) * dx
+            parts.append(GridDist.from_cdf_values(-np.expm1(-x / mean), dx, mean, tail_rate=1.0 / mean, exact=False))
+        return convolve(*parts) if parts else None
+
     # ---- solve -----------------------------------------------------------------------------
     def solve(self, rate_per_s: float) -> StationSolution:
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "a positive finite arrival rate")
         lam_max = self.max_stable_rate_per_s()
         lam = rate_per_s / self.instances
-        rho_p, kbar = self.prefill_share(lam)
+        rho_fp, k_fp = self.prefill_share(lam)
+        rho_p, kbar = self._regulated_batch(lam, rho_fp, k_fp)
         load = rate_per_s / lam_max
         if load >= 1.0 or rho_p >= 1.0:
             raise UnstableError(self.name, max(load, rho_p), rate_per_s, lam_max, "prefill + decode work")
@@ -564,8 +633,11 @@ class ColocatedStation:
             wait = burst_increment(wait, wm, w1)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
         # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent
-        adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, m)]), self.mean_output,
-                             self.cv2_output, self._ttft_grid.dx, capacity=1.0 - rho_p)
+        if kbar > k_fp:
+            adm = self._heavy_traffic_wait(lam, kbar - k_fp)
+        else:
+            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, m)]), self.mean_output,
+                                 self.cv2_output, self._ttft_grid.dx, capacity=1.0 - rho_p)
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)
         resid = wait
