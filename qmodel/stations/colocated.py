@@ -688,25 +688,32 @@ def burst_increment(base: GridDist, burst: GridDist, limit: GridDist) -> GridDis
     ``base`` plus, comonotonically, what ``burst`` adds over its own Poisson ``limit``; exactly
     ``base`` when burst = limit, continuous and non-decreasing in ``burst`` (usual stochastic order).
 
-    Evaluated at 8192 equal-probability midpoints u of base's grid mass: each carries 1/8192 of the
-    mass from Q_base(u) to Q_base(u) + increment (split between the two neighbouring grid points, so
-    a small increment moves a little mass, not a whole step); base's tail past its grid is kept.
+    Evaluated at 8192 equal-probability midpoints u of base's grid mass, plus one midpoint in every
+    grid cell of base too light to hold one of them. Each cell's mass is shared equally by the points
+    that fall in it and moves with them from the cell to cell + increment (split between the two
+    neighbouring grid points, so a small increment moves a little mass, not a whole step). The mass
+    moved is exactly base's, point by point, so the result is a law (no negative mass to clip) and a
+    larger increment at every u gives a stochastically larger result; base's tail past its grid is kept.
     """
+    c = np.cumsum(base.pmf)
     u = (np.arange(_INCREMENT_POINTS) + 0.5) / _INCREMENT_POINTS * (1.0 - base.tail)
-    qb, qm, q1 = (_quantiles(d, u) for d in (base, burst, limit))
+    cell = np.minimum(np.searchsorted(c, u - 1e-12), base.n - 1)
+    counts = np.bincount(cell, minlength=base.n)
+    lone = np.flatnonzero((counts == 0) & (base.pmf > 0))
+    if lone.size:
+        lo = np.concatenate(([0.0], c[:-1]))
+        u = np.concatenate((u, 0.5 * (lo[lone] + c[lone])))
+        cell = np.concatenate((cell, lone))
+        order = np.argsort(u, kind="stable")
+        u, cell = u[order], cell[order]
+        counts = np.bincount(cell, minlength=base.n)
+    weight = base.pmf[cell] / counts[cell]
+    qb = cell * base.dx
+    qm, q1 = (_quantiles(d, u) for d in (burst, limit))
     vals = np.maximum.accumulate(qb + np.maximum(qm - q1, 0.0))
-    inc = vals - qb
-    if not np.any(inc > 0):
+    if not np.any(vals > qb):
         return base
-    scale = 1.0 - base.tail
-    src, dst = _split_pmf(qb, base.dx) * scale, _split_pmf(vals, base.dx) * scale
-    n = max(base.n, len(src), len(dst))
-    pmf = np.zeros(n)
-    pmf[: base.n] += base.pmf
-    pmf[: len(src)] -= src
-    pmf[: len(dst)] += dst
-    np.maximum(pmf, 0.0, out=pmf)
-    pmf *= scale / max(float(pmf.sum()), 1e-300)
+    pmf = _split_pmf(vals, base.dx, weights=weight)
     # the mean from the exact means kept beside the grids (E[(Q_m - Q_1)^+] = E[burst] - E[limit]
     # where burst >= limit in the usual stochastic order, as a larger burst is)
     return GridDist(base.dx, pmf, base.mean_s + max(burst.mean_s - limit.mean_s, 0.0), tail=base.tail,
