@@ -3,8 +3,11 @@
 Binding (:func:`diagnose`): the metric that binds is the one fewer requests meet (TTFT or TPOT).
 A disaggregated metric is a sum of independent station terms (:meth:`qmodel.engine.Solver.latency_terms`):
 
-    TTFT = prefill (queue wait and own batch) + KV link (wait and exposed transfer) [+ decode admission]
-    TPOT = decode step (batch size) + (KV link + decode admission wait) / (L − 1)
+    first token from prefill:  TTFT = prefill (queue wait and own batch)
+                               TPOT = decode step (batch size) + (KV link + decode admission wait) / (L − 1)
+    first token from decode:   TTFT = prefill + KV link (wait and exposed transfer) + decode admission
+                                      wait and first step
+                               TPOT = decode step (batch size)
 
 Each term's contribution at the percentile p is what removing it takes off the metric's p-th
 percentile, q_p(all terms) − q_p(all terms but that one) (waits included: a station's term holds
@@ -128,7 +131,10 @@ def _link_share(solver: Any, c: Any, bw_per_path: float, without: dict[str, floa
 def link_report(solver: Any, c: Any) -> LinkReport:
     """The link's report at ``c``, its bandwidth need found as the module doc states."""
     tr = solver.transfer_station
-    base = tr.link_report(c.rate_per_s, c.stations[1])
+    r = solver.resolved
+    base = tr.link_report(c.rate_per_s, c.stations[1]).model_copy(update={
+        "link": r.link.name, "paths": r.link_paths, "bandwidth_per_path_bytes_per_s": r.link_bandwidth_bytes_per_s,
+        "nominal_per_path_bytes_per_s": r.link.bandwidth_bytes_per_s, "efficiency": r.link.efficiency})
     q = solver.scenario.slo.percentile / 100.0
     sp, st, sd = c.stations
     t0, p0 = solver.latency_terms(sp, _without(st, "delay", "wait"), sd)

@@ -3,11 +3,17 @@
 :func:`resolve` looks up the catalog names, checks that the model fits each pool, builds one
 service-time model per pool and realises the workload (length sample, arrival rate and SCV).
 It is done once per scenario; the engine then solves the stations at as many rates as it needs.
+
+It is the one path from a scenario to inputs: the analytic solver, the planner (which caches the
+pieces :func:`resolve_pool` and :func:`resolve_workload` return, and assembles them with
+:func:`resolve`), the TUI and the replay (``qmodel.validation.engine.plan_from_resolved``) all read
+a :class:`Resolved`. The pieces are public so a caller can cache them, never re-derive them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -19,7 +25,12 @@ from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, Disaggregat
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
-__all__ = ["PoolRuntime", "Resolved", "resolve", "resolve_workload"]
+__all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
+           "resolve", "resolve_link", "resolve_pool", "resolve_workload"]
+
+#: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
+#: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
+PREFILL_MEMORY_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,22 @@ class PoolRuntime:
 
 
 @dataclass(frozen=True)
+class WorkloadParts:
+    """The deployment-independent half of :func:`resolve` (see :func:`resolve_workload`)."""
+
+    lengths: LengthMix
+    uncached_prompt: np.ndarray
+    base_rate_per_s: float | None
+    ca2: float
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Resolved:
+    """A scenario's concrete inputs. ``lengths.prompt`` is what a request holds in KV memory and
+    sends over the link (the whole prompt, prefix-cache hits included); ``uncached_prompt`` is
+    what its prefill computes (docs/methods.md, "Prefix-cache hits")."""
+
     scenario: Scenario
     model: ModelSpec
     lengths: LengthMix
@@ -51,6 +77,8 @@ class Resolved:
     base_rate_per_s: float | None
     ca2: float
     pools: dict[str, PoolRuntime]
+    #: the link as used: the catalog (or anonymous) entry with any override applied as its
+    #: nominal per-path bandwidth; None unless disaggregated
     link: LinkSpec | None
     link_bandwidth_bytes_per_s: float | None  # effective (after efficiency) per path
     kv_bytes_per_token: float
@@ -69,8 +97,26 @@ class Resolved:
     def perf_sha256(self) -> dict[str, str]:
         return {role: p.service.fingerprint for role, p in self.pools.items()}
 
+    @property
+    def link_paths(self) -> int:
+        """Transfer paths: one per prefill instance (0 unless disaggregated)."""
+        p = self.pools.get("prefill")
+        return 0 if p is None else int(p.config.instances)
 
-def _pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: ModelSpec, mem_fraction: float) -> PoolRuntime:
+
+#: builds one pool: (role, dotted field, pool config, KV memory fraction) -> PoolRuntime
+PoolFactory = Callable[[str, str, PoolConfig, float], PoolRuntime]
+
+
+def pool_memory_fraction(role: str, cfg: PoolConfig) -> float:
+    """The fraction of memory after weights that a pool's KV capacity counts."""
+    return PREFILL_MEMORY_FRACTION if role == "prefill" else float(getattr(cfg, "kv_memory_fraction"))
+
+
+def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: ModelSpec,
+                 mem_fraction: float) -> PoolRuntime:
+    """One pool: its GPU, its service-time model (``scenario.perf`` on gpu/tp/pp) and the KV tokens
+    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the compute dtype)."""
     from qmodel.perf.build import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
 
@@ -82,33 +128,48 @@ def _pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: Mod
     return PoolRuntime(role, field, cfg, gpu, service, float(cap))
 
 
-def resolve(scenario: Scenario) -> Resolved:
-    cat = load_catalog()
-    model = cat.model(scenario.model)
+def resolve_link(dep: DisaggregatedDeployment) -> tuple[LinkSpec, float]:
+    """(the link as used, its effective bandwidth per transfer path in B/s).
+
+    ``dep.link`` names a catalog link or is a bandwidth string (an anonymous link,
+    :meth:`qmodel.registry.Catalog.link`); ``dep.link_bandwidth_bytes_per_s`` replaces its nominal
+    per-path bandwidth. Effective = nominal x the link's efficiency; there is one path per prefill
+    instance, so the aggregate is that times ``dep.prefill.instances``.
+    """
+    link = load_catalog().link(dep.link, "deployment.link")
+    if dep.link_bandwidth_bytes_per_s is not None:
+        link = link.model_copy(update={"bandwidth_bytes_per_s": float(dep.link_bandwidth_bytes_per_s)})
+    return link, float(link.effective_bandwidth_bytes_per_s)
+
+
+def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: WorkloadParts | None = None,
+            pool: PoolFactory | None = None) -> Resolved:
+    """The scenario's :class:`Resolved`. A caller that caches pieces (the planner) passes the
+    ``model``, the ``workload`` from :func:`resolve_workload` and a ``pool`` factory returning what
+    :func:`resolve_pool` returns; the assembly is this function's either way."""
+    model = load_catalog().model(scenario.model) if model is None else model
+    if pool is None:
+        def pool(role: str, field: str, cfg: PoolConfig, frac: float) -> PoolRuntime:
+            return resolve_pool(role, field, cfg, scenario, model, frac)
     dep = scenario.deployment
     pools: dict[str, PoolRuntime] = {}
     link = None
     link_bw = None
     if isinstance(dep, DisaggregatedDeployment):
-        # Prefill holds no long-lived KV beyond the batch in flight; the memory check still applies.
-        pools["prefill"] = _pool("prefill", "deployment.prefill", dep.prefill, scenario, model, 0.9)
-        pools["decode"] = _pool("decode", "deployment.decode", dep.decode, scenario, model, dep.decode.kv_memory_fraction)
-        link = cat.link(dep.link, "deployment.link")
-        nominal = dep.link_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s
-        link_bw = nominal * link.efficiency
+        for role, cfg in (("prefill", dep.prefill), ("decode", dep.decode)):
+            pools[role] = pool(role, f"deployment.{role}", cfg, pool_memory_fraction(role, cfg))
+        link, link_bw = resolve_link(dep)
     elif isinstance(dep, (ColocatedDeployment, ChunkedDeployment)):
-        pools["pool"] = _pool("pool", "deployment.pool", dep.pool, scenario, model, dep.pool.kv_memory_fraction)
+        pools["pool"] = pool("pool", "deployment.pool", dep.pool, pool_memory_fraction("pool", dep.pool))
     else:  # pragma: no cover - schema admits no other topology
         raise TypeError(type(dep))
+    w = resolve_workload(scenario, model) if workload is None else workload
+    return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
+                    model.kv_bytes_per_token(), w.warnings)
 
-    mix, uncached, rate, ca2, warnings = resolve_workload(scenario, model)
-    return Resolved(scenario, model, mix, uncached, rate, ca2, pools, link, link_bw,
-                    model.kv_bytes_per_token(), warnings)
 
-
-def resolve_workload(scenario: Scenario, model: ModelSpec
-                     ) -> tuple[LengthMix, np.ndarray, float | None, float, tuple[str, ...]]:
-    """(length mix fitted to the context, uncached prompt tokens, rate, arrival SCV, warnings)."""
+def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
+    """The length mix fitted to the context, uncached prompt tokens, rate, arrival SCV and warnings."""
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
     p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
@@ -130,4 +191,4 @@ def resolve_workload(scenario: Scenario, model: ModelSpec
                          "the trace needs at least two arrivals at distinct times")
     if isinstance(scenario.workload.arrivals, TraceArrivals) and ca2 > 400:
         ca2 = 400.0  # beyond this a renewal SCV no longer describes the trace; the replay is the referee
-    return mix, uncached, rate, ca2, tuple(warnings)
+    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings))

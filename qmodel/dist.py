@@ -2,8 +2,18 @@
 
 A :class:`GridDist` stores ``pmf[k] = P(ceil(X/dx) = k)`` for k = 0..n-1 (so ``pmf[0]`` is the atom
 at zero) plus ``tail``: the mass beyond the grid, with an exponential decay rate ``tail_rate`` used
-only to place quantiles that fall past the grid end. Rounding up to the grid makes every quantile
-conservative by at most ``dx`` per convolved term.
+only to place quantiles that fall past the grid end.
+
+Where a bin's mass lies within it: ``atoms[k]`` is the part of ``pmf[k]`` that is a point mass at
+exactly k·dx; the rest, the continuous part, is spread over ((k−1)·dx, k·dx], and a quantile
+falling in it is placed by linear interpolation. ``atoms`` None (the default) means every bin's
+mass is read at its upper edge: conservative by at most ``dx`` per convolved term. Laws that know
+they are continuous but for an atom at 0 (a Poisson-arrival wait, ``from_cdf(continuous=True)``)
+say so; sums keep the split exactly for atom ⊕ atom (an atom) and atom ⊕ continuous (continuous
+in the right bin), while continuous ⊕ continuous stays rounded up by at most one more bin
+(conservative). A sojourn W + D, for instance, keeps W's atom at 0 as an atom at D (docs/methods.md,
+Grids). The CDF is exact at the grid points either way, and reads a point between them at the
+grid point below (conservative).
 
 Sums of independent terms are FFT convolutions (zero-padded, negatives from round-off clipped);
 mixtures are weighted sums. Means are kept exactly alongside the grid (``mean_s``) so reported means
@@ -19,19 +29,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "fast_len", "linear_convolution", "shift_sum", "MAX_POINTS"]
+from qmodel.convolution import fast_len, linear_convolution, shift_sum
+
+__all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "zero_atom", "fast_len",
+           "linear_convolution", "shift_sum", "MAX_POINTS"]
 
 MAX_POINTS = 1 << 16
-# Convolutions by direct sums (see _direct) where they beat one FFT pass of the result's n points,
-# by a cost model measured with numpy on one core (transform pass ~12 ns per point, a sum over
-# nonzero-bin products ~3 ns per product, np.convolve's dense sum ~0.1 ns per product):
-# a factor of at most _SHIFT_ATOMS nonzero bins enters as shifted copies of the other; else
-# products of nonzero bins up to _PRODUCTS_PER_POINT per result point (and _MAX_PRODUCTS in all:
-# the index table must stay small), or dense products up to _DENSE_PER_POINT per point.
-_SHIFT_ATOMS = 16
-_PRODUCTS_PER_POINT = 4
-_MAX_PRODUCTS = 1 << 16
-_DENSE_PER_POINT = 100
 # trimmed() sums this many trailing bins before it sums the whole law
 _TRIM_PROBE = 64
 
@@ -45,14 +48,20 @@ class GridDist:
     tail_rate: float = math.inf
     exact: bool = True
     meta: dict = field(default_factory=dict, compare=False)
+    atoms: np.ndarray | None = field(default=None, compare=False)
 
     def __init__(self, dx: float, pmf: np.ndarray, mean_s: float, tail: float = 0.0, tail_rate: float = math.inf,
-                 exact: bool = True, meta: dict | None = None) -> None:
+                 exact: bool = True, meta: dict | None = None, atoms: np.ndarray | None = None) -> None:
         # A frozen dataclass's generated __init__ sets each field through object.__setattr__; one
         # update of the instance dict is 2.5x faster, and a solve builds some 40 laws. (Still
         # frozen: assignment after construction raises.)
         self.__dict__.update(dx=dx, pmf=pmf, mean_s=mean_s, tail=tail, tail_rate=tail_rate, exact=exact,
-                             meta={} if meta is None else meta)
+                             meta={} if meta is None else meta, atoms=atoms)
+
+    @property
+    def point_masses(self) -> np.ndarray:
+        """The point mass at each grid point k·dx (all of ``pmf`` when ``atoms`` is None)."""
+        return self.pmf if self.atoms is None else self.atoms
 
     # ---- constructors --------------------------------------------------------------------
     @staticmethod
@@ -64,24 +73,26 @@ class GridDist:
 
     @staticmethod
     def from_cdf(cdf: Callable[[np.ndarray], np.ndarray], dx: float, n: int, mean_s: float,
-                 tail_rate: float = math.inf, exact: bool = True) -> "GridDist":
+                 tail_rate: float = math.inf, exact: bool = True, continuous: bool = False) -> "GridDist":
         """Discretise a CDF: pmf[k] = F(k dx) - F((k-1) dx), pmf[0] = F(0)."""
         # (a copy: the values are clipped in place, and a cdf may return an array it keeps)
         return GridDist.from_cdf_values(np.array(cdf(np.arange(n) * dx), dtype=float), dx, mean_s,
-                                        tail_rate=tail_rate, exact=exact)
+                                        tail_rate=tail_rate, exact=exact, continuous=continuous)
 
     @staticmethod
     def from_cdf_values(F: np.ndarray, dx: float, mean_s: float, tail_rate: float = math.inf,
-                        exact: bool = True) -> "GridDist":
+                        exact: bool = True, continuous: bool = False) -> "GridDist":
         """The law whose CDF at the grid points k·dx is ``F`` (clipped to [0, 1] and made
-        non-decreasing, in place: round-off only), the mass past the last point as its tail."""
+        non-decreasing, in place: round-off only), the mass past the last point as its tail.
+        ``continuous``: the law has no atom but F(0) at 0 (its bins' mass is spread over them)."""
         np.minimum(F, 1.0, out=F)
         np.maximum(F, 0.0, out=F)
         np.maximum.accumulate(F, out=F)
         pmf = np.empty(F.size)  # np.diff(F, prepend=0.0), without the concatenation
         pmf[0] = F[0]
         np.subtract(F[1:], F[:-1], out=pmf[1:])
-        return GridDist(dx, pmf, float(mean_s), tail=float(max(0.0, 1.0 - F[-1])), tail_rate=tail_rate, exact=exact)
+        return GridDist(dx, pmf, float(mean_s), tail=float(max(0.0, 1.0 - F[-1])), tail_rate=tail_rate, exact=exact,
+                        atoms=zero_atom(pmf) if continuous else None)
 
     @staticmethod
     def from_samples(values: np.ndarray, dx: float, weights: np.ndarray | None = None) -> "GridDist":
@@ -122,11 +133,19 @@ class GridDist:
         return 1.0 - float(self.cdf(x))
 
     def quantile(self, q: float) -> float:
-        """Smallest grid point x with P(X <= x) >= q; beyond the grid, the exponential tail."""
+        """Smallest x with P(X <= x) >= q: at a grid point where q falls on a bin's point mass (all
+        of it when ``atoms`` is None), else interpolated in the bin's continuous part; beyond the
+        grid, the exponential tail."""
         c = self._cum
         if c[-1] >= q - 1e-12:
             k = int(c.searchsorted(q - 1e-12))
-            return k * self.dx
+            if self.atoms is None or k == 0:
+                return k * self.dx
+            need = q - float(c[k - 1])  # > 1e-12: what bin k must supply
+            spread = float(self.pmf[k] - self.atoms[k])
+            if need >= spread:  # on the point mass at k·dx
+                return k * self.dx
+            return (k - 1 + need / spread) * self.dx
         # q falls in the tail: P(X > end + t) = tail * exp(-rate t)
         end = (self.n - 1) * self.dx
         if not math.isfinite(self.tail_rate) or self.tail <= 0:
@@ -150,10 +169,14 @@ class GridDist:
             n = int(j[-1]) + 2
             # all of a bin's mass to j, then the share f of it moved on to j + 1 (a fine law has
             # thousands of bins per coarse step: one pass fewer over them than pmf·(1 − f))
-            up = np.bincount(j, weights=self.pmf * f, minlength=n)
-            pmf = np.bincount(j, weights=self.pmf, minlength=n) - up
-            pmf[1:] += up[:-1]
-            return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
+            def split(w: np.ndarray) -> np.ndarray:
+                up = np.bincount(j, weights=w * f, minlength=n)
+                out = np.bincount(j, weights=w, minlength=n) - up
+                out[1:] += up[:-1]
+                return out
+
+            return GridDist(dx, split(self.pmf), self.mean_s, self.tail, self.tail_rate, self.exact, self.meta,
+                            None if self.atoms is None else split(self.atoms))
         if dx < self.dx:
             # Finer grid: put each bin's mass at its upper edge (conservative, keeps the mean within dx).
             ratio = self.dx / dx
@@ -162,7 +185,10 @@ class GridDist:
             k = np.ceil(np.arange(self.n) * self.dx / dx - 1e-9).astype(np.int64)
         n = int(k.max() + 1)
         pmf = np.bincount(k, weights=self.pmf, minlength=n)
-        return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
+        # a point mass rounded up is read at the coarse point (conservative), continuous mass
+        # stays spread over the coarse bin it lands in
+        atoms = None if self.atoms is None else np.bincount(k, weights=self.atoms, minlength=n)
+        return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta, atoms)
 
     def trimmed(self, eps: float = 1e-12) -> "GridDist":
         """Drop trailing bins with negligible mass (moved into the last kept bin). A law remembers
@@ -180,20 +206,40 @@ class GridDist:
         keep, rest = cut
         pmf = self.pmf[:keep].copy()
         pmf[-1] += rest
-        return GridDist(self.dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta)
+        return GridDist(self.dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta,
+                        _cut_atoms(self.atoms, keep, rest))
 
     @staticmethod
-    def trimmed_from(pmf: np.ndarray, dx: float, mean_s: float, exact: bool = True, eps: float = 1e-12) -> "GridDist":
-        """``GridDist(dx, pmf, mean_s, exact=exact).trimmed(eps)`` for a fresh ``pmf`` the caller
-        hands over: cut in place, without the untrimmed law and the copy."""
+    def trimmed_from(pmf: np.ndarray, dx: float, mean_s: float, exact: bool = True, eps: float = 1e-12,
+                     atoms: np.ndarray | None = None) -> "GridDist":
+        """``GridDist(dx, pmf, mean_s, exact=exact, atoms=atoms).trimmed(eps)`` for a fresh ``pmf``
+        the caller hands over: cut in place, without the untrimmed law and the copy."""
         cut = _trim_cut(pmf, eps)
         if cut is not None:
             keep, rest = cut
             pmf = pmf[:keep]
             pmf[-1] += rest
-        out = GridDist(dx, pmf, mean_s, exact=exact)
+            atoms = _cut_atoms(atoms, keep, rest)
+        out = GridDist(dx, pmf, mean_s, exact=exact, atoms=atoms)
         out.__dict__["_trimmed_at"] = eps
         return out
+
+
+def zero_atom(pmf: np.ndarray) -> np.ndarray:
+    """The ``atoms`` of a law continuous but for its mass at 0 (all of ``pmf[0]``)."""
+    atoms = np.zeros(pmf.size)
+    atoms[0] = pmf[0]
+    return atoms
+
+
+def _cut_atoms(atoms: np.ndarray | None, keep: int, rest: float) -> np.ndarray | None:
+    """``atoms`` of a law cut to ``keep`` bins, the dropped mass ``rest`` read at the last kept
+    point (as a point mass: conservative)."""
+    if atoms is None:
+        return None
+    out = atoms[:keep].copy()
+    out[-1] += rest
+    return out
 
 
 def _trim_cut(pmf: np.ndarray, eps: float) -> tuple[int, float] | None:
@@ -244,82 +290,9 @@ class LazyGridDist(GridDist):
         return object.__getattribute__(self, name)
 
 
-def fast_len(n: int) -> int:
-    """Smallest 5-smooth transform length >= n. A linear convolution needs only n points to avoid
-    wrap-around; a 5-smooth length is as fast per point as a power of two and up to 2x shorter
-    (4x on a 2-D table)."""
-    from scipy.fft import next_fast_len  # (scipy.fft: light, and only once a transform is needed)
-
-    return int(next_fast_len(max(int(n), 2), real=True))
-
-
 def _tail_rate_guess(v: np.ndarray, w: np.ndarray) -> float:
     m = float(np.dot(v, w))
     return 1.0 / m if m > 0 else math.inf
-
-
-def shift_sum(law: np.ndarray, atoms: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
-    """The first ``n`` points of Σ_j weights_j · law shifted by atoms_j bins: ``law`` convolved with
-    the law of atoms (sorted bins) and their masses, one vector add per atom."""
-    out = np.zeros(n)
-    for j, w in zip(atoms.tolist(), weights.tolist()):
-        if j >= n:
-            break
-        m = min(law.size, n - j)
-        out[j : j + m] += w * law[:m]
-    return out
-
-
-def _direct(a: np.ndarray, b: np.ndarray, nnz_a: int, nnz_b: int) -> np.ndarray | None:
-    """a ∗ b by direct sums when they are cheaper than a transform pass, else None (``nnz_*`` their
-    nonzero-bin counts). A law on a grid much finer than its spread is mostly zeros (a
-    deterministic transfer time is one bin, i transfers ahead i times it, a discrete TPOT law a
-    few dozen): a factor of at most _SHIFT_ATOMS nonzero bins enters as that many shifted copies
-    of the other (:func:`shift_sum`), a sparser pair as one sum over the products of nonzero bins,
-    and a short dense factor by the O(len(a)·len(b)) sum (see the cost model above)."""
-    n = a.size + b.size - 1
-    if nnz_a == 0 or nnz_b == 0:
-        return np.zeros(n)
-    if min(nnz_a, nnz_b) <= _SHIFT_ATOMS:
-        sparse, law = (a, b) if nnz_a <= nnz_b else (b, a)
-        atoms = (sparse != 0).nonzero()[0]
-        return shift_sum(law, atoms, sparse[atoms], n)
-    if nnz_a * nnz_b <= min(_PRODUCTS_PER_POINT * n, _MAX_PRODUCTS):
-        ia, ib = (a != 0).nonzero()[0], (b != 0).nonzero()[0]
-        idx = (ia[:, None] + ib[None, :]).ravel()
-        return np.bincount(idx, weights=np.multiply.outer(a[ia], b[ib]).ravel(), minlength=n)
-    if a.size * b.size <= _DENSE_PER_POINT * n:
-        return np.convolve(a, b)
-    return None
-
-
-def linear_convolution(pmfs: list[np.ndarray], n: int) -> np.ndarray:
-    """The first ``n`` points of the linear convolution of ``pmfs``.
-
-    Factors are folded in by direct sums while that is cheap (:func:`_direct`), sparsest first,
-    and one FFT pass takes what is left: a composition mostly pairs a long law with a short or
-    sparse one (a handoff of a few bins on the TPOT grid, a transfer of a few bins on the TTFT
-    grid, a deterministic transfer time), where a transform pair of the long law's length costs
-    several times the direct sum. Direct sums carry no FFT round-off (the two agree to ~1e-16 of
-    the total mass)."""
-    order = sorted((int(np.count_nonzero(p != 0)), i, p) for i, p in enumerate(pmfs))
-    nnz, _, acc = order[0]
-    rest = []
-    for k, _, p in order[1:]:
-        d = _direct(acc, p, nnz, k)
-        if d is None:
-            rest.append(p)
-        else:
-            acc, nnz = d, int(np.count_nonzero(d != 0))
-    if rest:
-        size = fast_len(n)
-        spec = np.fft.rfft(acc, size)
-        for p in rest:
-            spec *= np.fft.rfft(p, size)
-        acc = np.fft.irfft(spec, size)
-    elif len(pmfs) == 1:
-        acc = acc.copy()  # always a new array: callers clip and scale it in place
-    return acc[:n]
 
 
 def convolve(*dists: GridDist) -> GridDist:
@@ -337,15 +310,23 @@ def convolve(*dists: GridDist) -> GridDist:
     pmf = pmf[:n_out]
     mass_on_grid = math.prod(1.0 - p.tail for p in parts)
     s = float(pmf.sum())
+    factor = 1.0
     if s > 0 and mass_on_grid > spill:
         factor = (mass_on_grid - spill) / s
         pmf *= factor
         s *= factor
     tail = 1.0 - s
     rates = [p.tail_rate for p in parts if p.tail > 0]
+    atoms = None
+    if any(p.atoms is not None for p in parts):
+        # the point masses of a sum are the sums of point masses (scaled as the pmf)
+        atoms = linear_convolution([p.point_masses for p in parts], n)[:n_out]
+        np.maximum(atoms, 0.0, out=atoms)
+        atoms *= factor
+        np.minimum(atoms, pmf, out=atoms)
     return GridDist(dx, pmf, float(sum(p.mean_s for p in parts)), tail=max(tail, 0.0),
                     tail_rate=min(rates) if rates else (1.0 / max(dx * n_out, 1e-300) if tail > 1e-12 else math.inf),
-                    exact=all(p.exact for p in parts))
+                    exact=all(p.exact for p in parts), atoms=atoms)
 
 
 def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
@@ -408,7 +389,12 @@ def mixture(dists: Sequence[GridDist], weights: Sequence[float]) -> GridDist:
     pmf = np.zeros(n)
     for wi, p in zip(w, parts):
         pmf[: p.n] += wi * p.pmf
+    atoms = None
+    if any(p.atoms is not None for p in parts):
+        atoms = np.zeros(n)
+        for wi, p in zip(w, parts):
+            atoms[: p.n] += wi * p.point_masses
     tail = float(sum(wi * p.tail for wi, p in zip(w, parts)))
     rates = [p.tail_rate for p in parts if p.tail > 0]
     return GridDist(dx, pmf, float(sum(wi * p.mean_s for wi, p in zip(w, parts))), tail=tail,
-                    tail_rate=min(rates) if rates else math.inf, exact=all(p.exact for p in parts))
+                    tail_rate=min(rates) if rates else math.inf, exact=all(p.exact for p in parts), atoms=atoms)

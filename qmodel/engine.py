@@ -1,8 +1,11 @@
 """Composition: stations -> TTFT/TPOT distributions, SLO attainment, binding constraint.
 
-Disaggregated:
-    TTFT = [W_prefill ⊕ S_own]  ⊕  X_exposed  ( ⊕ W_admission ⊕ D_first  if first_token_from = decode )
-    TPOT = the decode station's per-request TPOT
+Disaggregated, each term counted once (the replay's definitions: TTFT = t_first − arrival,
+TPOT = (t_last − t_first)/(L − 1)):
+    first_token_from = prefill:  TTFT = [W_prefill ⊕ S_own]
+                                 TPOT = the decode station's TPOT ⊕ (X_exposed ⊕ W_admission)/(L − 1)
+    first_token_from = decode:   TTFT = [W_prefill ⊕ S_own] ⊕ X_exposed ⊕ (W_admission ⊕ D_first)
+                                 TPOT = the decode station's TPOT
     A    = P(TTFT <= x) · P(TPOT <= y)
 The prefill wait and the request's own batch time are kept jointly by the prefill station;
 terms from different stations are convolved as independent (FFT on a common grid). The pools are
@@ -104,7 +107,7 @@ class Solver:
         r = self.resolved
         own_prefill_s = np.asarray(r.pools["prefill"].service.prefill_one_s(r.uncached_prompt), dtype=float)
         return KVTransferStation(
-            bytes_per_request=r.kv_bytes_per_token * r.uncached_prompt.astype(float),
+            bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
             paths=dep.prefill.instances,
@@ -150,6 +153,7 @@ class Solver:
             max_batch=dep.pool.max_batch,
             ca2=self.resolved.ca2,
             dispatch=dep.pool.dispatch,
+            cached_tokens=self._cached_tokens(),
         )
         if isinstance(dep, ColocatedDeployment):
             from qmodel.stations.colocated import ColocatedStation as cls
@@ -164,6 +168,17 @@ class Solver:
             self._notes.append(f"warning: {dep.topology} station assumes Poisson arrivals; the workload's "
                                f"arrival SCV {self.resolved.ca2:.3g} is not modelled (check with the replay)")
         return cls(**{k: v for k, v in common.items() if k in accepted})
+
+    @property
+    def pool_station(self):
+        """The colocated or chunked station (single-pool deployments)."""
+        return self._single_pool
+
+    def _cached_tokens(self) -> np.ndarray | None:
+        """Prefix-cache hits per request (None when there are none): held in KV, not computed."""
+        r = self.resolved
+        cached = r.lengths.prompt - r.uncached_prompt
+        return cached if np.any(cached > 0) else None
 
     def _stations(self) -> list:
         if self._topology == "disaggregated":
@@ -238,14 +253,18 @@ class Solver:
         """(TTFT terms, TPOT terms) of a disaggregated deployment from its prefill, link and decode
         solutions: each metric is the sum of its independent terms. The binding diagnosis
         (:mod:`qmodel.binding`) calls this with one station's part replaced to measure its share."""
-        parts = [sp.delay, st.delay] + ([sd.delay] if self.scenario.deployment.first_token_from == "decode" else [])
+        from_decode = self.scenario.deployment.first_token_from == "decode"
+        # Each term is counted once (docs/methods.md, Conventions): with the first token from
+        # prefill, TTFT ends at the prefill pass, and the link and the decode admission wait fall
+        # in TPOT (below); from decode, they and the first step end TTFT instead.
+        parts = [sp.delay, st.delay, sd.delay] if from_decode else [sp.delay]
         # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
         # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
         # TTFT, so the finer terms move to the common step with their mean kept.
         step = max(p.dx for p in parts)
         ttft_terms = [p.regrid(step, keep_mean=True) for p in parts]
         tpot_terms = [sd.tpot]
-        if self.scenario.deployment.first_token_from == "prefill":
+        if not from_decode:
             # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
             # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
             # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
@@ -264,9 +283,9 @@ class Solver:
 
     def _solve_link(self, rate: float, sp: StationSolution, sd: StationSolution,
                     wait_law: bool = False, transfer=None) -> StationSolution:
-        """The KV link at ``rate``, fed by the prefill solution ``sp``, read by the TTFT and (the
-        handoff in TPOT) together with the decode solution ``sd`` (``wait_law``: see
-        :meth:`KVTransferStation.solve`)."""
+        """The KV link at ``rate``, fed by the prefill solution ``sp``, read by the TTFT (first
+        token from decode) or by the handoff in TPOT (from prefill), together with the decode
+        solution ``sd`` (``wait_law``: see :meth:`KVTransferStation.solve`)."""
         tr = self._transfer if transfer is None else transfer
         dep = self.scenario.deployment
         batch: dict = {}
@@ -276,10 +295,11 @@ class Solver:
                          batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
         # The link keeps its own fine grid (not the prefill's): its exposed time also enters TPOT
         # (the handoff spread over L-1 tokens), where a prefill-sized step would be coarse. It need
-        # not be finer than what reads it, though: the handoff is summed with the decode wait on
-        # the coarser of that wait's step and the handoff's own (:meth:`_handoff_step`), and the
-        # TTFT re-bins it to its step with the mean kept (a 64th of that step keeps the rounding-up
-        # bias under 2% of a TTFT step).
+        # not be finer than what reads it, though: from prefill, the handoff is summed with the
+        # decode wait on the coarser of that wait's step and the handoff's own
+        # (:meth:`_handoff_step`); from decode, the TTFT re-bins it to its step with the mean kept
+        # (a 64th of that step keeps the rounding-up bias under 2% of a TTFT step). From prefill
+        # the link's own report (its wait quantiles) keeps at most a 64th of the prefill step too.
         ttft_step = max(sp.delay.dx, sd.delay.dx) if dep.first_token_from == "decode" else sp.delay.dx
         floor = ttft_step / _KV_STEPS_PER_TTFT_STEP
         if dep.first_token_from == "prefill":

@@ -39,11 +39,12 @@ def explain_scenario(solver: Solver, rate: float) -> list[str]:
                           + "\n  (one-at-a-time M/D/1 per prefill instance at the mean prompt; the reported TTFT "
                             "uses the exact batched M/G^[1,b]/1 chain, which batching makes lower near the knee)")
         blocks.append(explain("link_bandwidth", kv_bytes_per_token=r.kv_bytes_per_token,
-                              mean_prompt=float(r.uncached_prompt.mean()), lam=rate)
-                      + f"\n  available: {r.link_bandwidth_bytes_per_s * dep.prefill.instances:.6g} B/s "
-                        f"({dep.prefill.instances} path(s) of {r.link.name})")
+                              mean_prompt=float(r.lengths.prompt.mean()), lam=rate)
+                      + f"\n  available: {r.link_bandwidth_bytes_per_s * dep.prefill.instances:.6g} B/s aggregate = "
+                        f"{dep.prefill.instances} path(s) of {r.link.name} x {r.link_bandwidth_bytes_per_s:.6g} B/s "
+                        f"effective ({r.link.bandwidth_bytes_per_s:.6g} nominal x {r.link.efficiency:g})")
         if dep.transfer_mode == "layerwise":
-            x = r.kv_bytes_per_token * float(r.uncached_prompt.mean())
+            x = r.kv_bytes_per_token * float(r.lengths.prompt.mean())  # the whole prompt's KV moves
             blocks.append(explain("layerwise_exposed", x=x, c=r.link_bandwidth_bytes_per_s, layers=m.layers, tp=d))
         dec = c.stations[2].extra
     else:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from qmodel.errors import CatalogError, DataError
 from qmodel.settings import user_catalog_dir
-from qmodel.specs import GPUSpec, LinkSpec, ModelSpec, WorkloadPreset
+from qmodel.specs import GPUSpec, LinkSpec, ModelSpec, WorkloadPreset, anonymous_link, is_bandwidth_text
 
 __all__ = ["Catalog", "load_catalog", "get_model", "get_gpu", "get_link", "get_workload", "clear_cache"]
 
@@ -57,6 +57,10 @@ class Catalog:
         return self._get("gpu", name, field)
 
     def link(self, name: str, field: str | None = None) -> LinkSpec:
+        """The catalog link called ``name``, or for a bandwidth string (``"400 Gbps"``) the anonymous
+        link :func:`qmodel.specs.anonymous_link` builds from it."""
+        if is_bandwidth_text(name):
+            return anonymous_link(name, field or "link")
         return self._get("link", name, field)
 
     def workload(self, name: str, field: str | None = None) -> WorkloadPreset:

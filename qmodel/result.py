@@ -42,7 +42,15 @@ class LinkReport(_Out):
     bandwidth_needed_bytes_per_s: float = Field(
         description="effective bandwidth (all paths) at which the link's wait + transfer adds at most share_of_target "
                     "of each SLO target to the SLO percentile of TTFT and TPOT (qmodel.binding)")
-    bandwidth_available_bytes_per_s: float = Field(description="effective bandwidth of all transfer paths together")
+    bandwidth_available_bytes_per_s: float = Field(description="effective bandwidth of all transfer paths together "
+                                                   "(aggregate: paths x bandwidth_per_path_bytes_per_s)")
+    link: str | None = Field(default=None, description="the link's catalog name, or the bandwidth string of an anonymous link")
+    paths: int | None = Field(default=None, description="transfer paths: one per prefill instance")
+    bandwidth_per_path_bytes_per_s: float | None = Field(
+        default=None, description="effective bandwidth of one path: nominal_per_path_bytes_per_s x efficiency")
+    nominal_per_path_bytes_per_s: float | None = Field(
+        default=None, description="nominal bandwidth of one path (the catalog's, or deployment.link_bandwidth_bytes_per_s)")
+    efficiency: float | None = Field(default=None, description="the link's achieved fraction of its nominal bandwidth")
     sufficient: bool
     mean_transfer_bytes: float
     mean_exposed_s: float
@@ -51,6 +59,20 @@ class LinkReport(_Out):
     share_of_target: float | None = None
     reachable: bool = Field(default=True, description="False when no bandwidth up to 1e4x the available one keeps "
                             "the share (the link's fixed latency alone exceeds it); bandwidth_needed is then that bound")
+
+    def capacity_text(self) -> str:
+        """What the link offers, per path and in aggregate, e.g. 'ib-ndr-400: 7 paths (one per prefill
+        instance) x 360 Gbps effective (400 Gbps nominal x 0.9) = 2.52 Tbps aggregate'."""
+        from qmodel.units import format_bandwidth
+
+        agg = format_bandwidth(self.bandwidth_available_bytes_per_s, bits=True)
+        if self.paths is None or self.bandwidth_per_path_bytes_per_s is None:
+            return f"{agg} aggregate"
+        per = format_bandwidth(self.bandwidth_per_path_bytes_per_s, bits=True)
+        nominal = ("" if self.nominal_per_path_bytes_per_s is None or self.efficiency is None else
+                   f" ({format_bandwidth(self.nominal_per_path_bytes_per_s, bits=True)} nominal x {self.efficiency:g})")
+        return (f"{self.link + ': ' if self.link else ''}{self.paths} path{'s' if self.paths != 1 else ''} (one per "
+                f"prefill instance) x {per} effective{nominal} = {agg} aggregate")
 
 
 class Sensitivity(_Out):

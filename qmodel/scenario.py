@@ -213,14 +213,28 @@ class DisaggregatedDeployment(Strict):
     topology: Literal["disaggregated"] = "disaggregated"
     prefill: PrefillPool
     decode: DecodePool
-    link: str = Field(description="catalog link name, e.g. 'ib-ndr-400'")
+    link: str = Field(description="catalog link name, e.g. 'ib-ndr-400', or a bandwidth such as '400 Gbps': an "
+                                  "anonymous link whose every transfer path (one per prefill instance) has that nominal "
+                                  "bandwidth, efficiency 1 (achieved as written) and latency 0 s")
     link_sharing: Literal["dedicated", "fcfs", "fair"] = Field(
         default="fcfs", description="dedicated: no contention; fcfs: one transfer at a time per link; fair: concurrent transfers share it")
     transfer_mode: Literal["serialized", "layerwise"] = "layerwise"
     link_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
-        default=None, ge=1e6, le=1e14, description="override the catalog link's nominal bandwidth (what-if), e.g. '200 Gbps'")
+        default=None, ge=1e6, le=1e14,
+        description="what-if: the nominal bandwidth of one transfer path (one prefill instance's share, as on the NIC "
+                    "spec sheet), before the link's efficiency, replacing the link's own, e.g. '200 Gbps'")
     first_token_from: Literal["prefill", "decode"] = Field(
         default="prefill", description="whether TTFT ends at the prefill pass or at the first decode step")
+
+    @field_validator("link")
+    @classmethod
+    def _link_bandwidth(cls, v: str) -> str:
+        """A bandwidth string must parse and be in range now (a catalog name is checked at resolve)."""
+        from qmodel.specs import anonymous_link, is_bandwidth_text
+
+        if is_bandwidth_text(v):
+            anonymous_link(v, "link")
+        return v
 
     @property
     def gpus(self) -> int:

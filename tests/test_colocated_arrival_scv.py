@@ -43,7 +43,7 @@ def test_continuous_at_scv_one(instances, dispatch):
         assert y == pytest.approx(x, rel=1e-3), (a, b)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(cv=st.floats(0.5, 2.5), dcv=st.floats(1e-4, 0.5), load=st.sampled_from([0.3, 0.6]),
        pool=st.sampled_from([(1, "random"), (2, "least_loaded")]))
 def test_percentiles_non_decreasing_in_cv(cv, dcv, load, pool):
@@ -54,3 +54,19 @@ def test_percentiles_non_decreasing_in_cv(cv, dcv, load, pool):
     hi = _ttft((cv + dcv) ** 2, *pool, load=load)
     for x, y in zip(lo, hi):
         assert y >= x - 1e-9, (cv, dcv, lo, hi)
+
+
+@pytest.mark.parametrize("cv,cv_hi,pool,load", [(1.9, 1.9001, (2, "least_loaded"), 0.3),
+                                               (1.3477, 1.3516, (2, "least_loaded"), 0.3),
+                                               (1.0156, 1.0234, (1, "random"), 0.3),
+                                               (1.0156, 1.0234, (2, "least_loaded"), 0.3)])
+def test_no_percentile_drop_where_hypothesis_found_one(cv, cv_hi, pool, load):
+    # Pairs where a randomised run of the property above found a percentile one grid step lower at
+    # the larger cv (p90 0.40859 -> 0.40678 s at cv 1.9 -> 1.9001): burst_increment moved
+    # equal-probability points that did not represent base's light cells, clipped the negative mass
+    # this left and renormalised, which is not monotone in the increment. It now moves each cell's
+    # own mass, so the property holds exactly (1e-9 s for round-off).
+    lo = _ttft(cv * cv, *pool, load=load)
+    hi = _ttft(cv_hi * cv_hi, *pool, load=load)
+    for x, y in zip(lo, hi):
+        assert y >= x - 1e-9, (lo, hi)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from qmodel import dist
+from qmodel.convolution import direct_sum
 from qmodel.dist import GridDist, LazyGridDist, convolve, fast_len, sum_cdf
 
 
@@ -41,7 +42,7 @@ def _sparse_law(rng: np.random.Generator, n: int, nnz: int, dx: float) -> GridDi
 @pytest.mark.parametrize("case", ["shifts", "sparse-products", "dense-short", "fft", "mixed-three"])
 def test_every_convolution_path_is_the_exact_discrete_convolution(case: str) -> None:
     # convolve picks shifted copies, direct sums over nonzero bins, dense direct sums or one FFT
-    # pass by cost (dist._direct); each must give np.convolve's numbers to round-off
+    # pass by cost (qmodel.convolution.direct_sum); each must give np.convolve's numbers to round-off
     rng = np.random.default_rng(11)
     laws = {
         "shifts": [_law(rng, 1800, 1e-5), _sparse_law(rng, 1165, 4, 1e-5)],  # 4 shifted copies
@@ -59,7 +60,7 @@ def test_every_convolution_path_is_the_exact_discrete_convolution(case: str) -> 
     assert got.mean_s == pytest.approx(sum(x.mean_s for x in laws), rel=1e-14)
     # and the path taken is the one the case names
     def direct(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-        return dist._direct(x, y, int(np.count_nonzero(x)), int(np.count_nonzero(y)))
+        return direct_sum(x, y, int(np.count_nonzero(x)), int(np.count_nonzero(y)))
 
     a, b = laws[0].pmf, laws[1].pmf
     if case == "mixed-three":  # the sparse and the short factor fold directly, the long one by FFT

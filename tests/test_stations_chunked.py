@@ -104,11 +104,17 @@ def test_lone_prompt_work_is_exact():
 def test_stability_limit():
     st_ = _station()
     lam_max = st_.max_stable_rate_per_s()
-    # fluid check: at lam_max some decode count n balances prompt and decode token flows
+    # fluid check, GPU time per request at decode batch n (c = B - n prompt tokens per full iteration):
+    # while decode-only iterations remain (E[L-1]/n >= E[P]/c) a request costs its chunks' stall
+    # E[S] - (E[P]/c) t_d(n) plus E[L-1] t_d(n)/n; otherwise every iteration is full, 1/E[S].
+    # (The old min(n/(E[L] tau), 1/E[S]) charged every iteration a full budget: 4.9689 here.)
     n = np.arange(1, B)
-    es = P0.mean() * (0.020 + 1e-4 * B) / (B - n) + 2e-8 * np.mean(P0**2)
-    tau = es * (B - n) / P0.mean()
-    assert lam_max == pytest.approx(float(np.max(np.minimum(n / (L0.mean() * tau), 1 / es))), rel=1e-9)
+    c = B - n
+    es = P0.mean() * (0.020 + 1e-4 * B) / c + 2e-8 * np.mean(P0**2)
+    td = 0.010 + 1e-4 * n
+    dec = np.mean(L0 - 1.0)
+    per_req = np.where(dec / n >= P0.mean() / c, es - P0.mean() / c * td + dec * td / n, es)
+    assert lam_max == pytest.approx(float(np.max(1.0 / per_req)), rel=1e-9)
     with pytest.raises(UnstableError) as ei:
         st_.solve(lam_max * 1.001)
     assert ei.value.station == "chunked"

@@ -121,9 +121,10 @@ def test_batch_one_is_exact_md1() -> None:
     sol = st.solve(0.8)
     assert sol.wait.mean_s == pytest.approx(2.0, abs=EXACT)
     assert sol.exact
-    # grid quantiles are the exact ones rounded up by at most one bin
+    # grid quantiles interpolate the continuous wait linearly within its bin (D/16 here): the
+    # exact ones to 2e-4 relative (rounded up to the grid they were up to one bin high, 4.9% at p50)
     for p, exact_q in zip((0.5, 0.9, 0.99), (1.27594, 5.01151, 10.35589)):
-        assert 0.0 <= sol.wait.quantile(p) - exact_q <= sol.wait.dx + 1e-5
+        assert sol.wait.quantile(p) == pytest.approx(exact_q, rel=2e-4)
 
 
 @pytest.mark.parametrize("c,lam,ew,pct", [(2, 1.6, 0.903284, (0.54390, 2.39728, 5.06955)),
@@ -135,8 +136,8 @@ def test_batch_one_least_loaded_is_exact_mdc(c, lam, ew, pct) -> None:
     sol = st.solve(lam)
     assert sol.exact
     assert sol.wait.mean_s == pytest.approx(ew, abs=EXACT)
-    for p, want in zip((0.5, 0.9, 0.99), pct):
-        assert 0.0 <= sol.wait.quantile(p) - want <= 1e-3 + 1e-5
+    for p, want in zip((0.5, 0.9, 0.99), pct):  # to the published 5 digits (was: within one 1 ms bin above)
+        assert abs(sol.wait.quantile(p) - want) <= 1e-5
     # own service is independent of the wait when b = 1: delay mean = E[W] + D
     assert sol.delay.mean_s == pytest.approx(ew + 1.0, abs=EXACT)
 

@@ -61,7 +61,9 @@ class FakeEngine:
         link = None
         if sc.deployment.topology == "disaggregated":
             link = LinkReport(bandwidth_needed_bytes_per_s=rate * 1e8, bandwidth_available_bytes_per_s=5e10,
-                              sufficient=True, mean_transfer_bytes=1e8, mean_exposed_s=0.004)
+                              sufficient=True, mean_transfer_bytes=1e8, mean_exposed_s=0.004, link="ib-ndr-400",
+                              paths=2, bandwidth_per_path_bytes_per_s=2.5e10, nominal_per_path_bytes_per_s=2.5e10 / 0.9,
+                              efficiency=0.9)
         res = Result(scenario=sc.name, topology=sc.deployment.topology, rate_per_s=rate, ttft=_summary(ttft_mean),
                      tpot=_summary(tpot_mean), attainment=a_ttft * a_tpot, attainment_bounds=(a_ttft * a_tpot,
                                                                                               min(a_ttft, a_tpot)),

@@ -16,8 +16,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
-                             Scenario)
+from qmodel.scenario import Scenario
 from qmodel.units import format_duration
 
 __all__ = ["PlanChoice", "planner_available", "run_planner", "scenario_from_row", "render_plans"]
@@ -36,42 +35,14 @@ def planner_available() -> bool:
     return importlib.util.find_spec("qmodel.planner") is not None
 
 
-def _pool_extras(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(prefill pool extras, decode pool extras, deployment extras) kept from the current scenario."""
-    dep = scenario.deployment
-    keep_dec = ("kv_memory_fraction", "max_batch", "dispatch", "pp")
-    keep_pre = ("max_batch_tokens", "dispatch", "pp")
-    if isinstance(dep, DisaggregatedDeployment):
-        pre = {k: getattr(dep.prefill, k) for k in keep_pre}
-        dec = {k: getattr(dep.decode, k) for k in keep_dec}
-        top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
-               "max_batch_tokens": dep.prefill.max_batch_tokens}
-    else:
-        dec = {k: getattr(dep.pool, k) for k in keep_dec}
-        pre = {"pp": dep.pool.pp}
-        top = {"max_batch_tokens": dep.max_batch_tokens} if isinstance(dep, ColocatedDeployment) else {}
-        if "max_batch_tokens" in top:
-            pre["max_batch_tokens"] = top["max_batch_tokens"]
-    return pre, dec, top
-
-
 def scenario_from_row(scenario: Scenario, row: Any) -> Scenario:
-    """The scenario re-targeted at a planner row (topology, pools, link, transfer mode, chunk budget)."""
-    pre, dec, top = _pool_extras(scenario)
-    d = row.decode
-    dpool = DecodePool(gpu=d.gpu, tp=d.tp, instances=d.instances, **dec)
-    if row.topology == "colocated":
-        dep: Any = ColocatedDeployment(pool=dpool, **({"max_batch_tokens": top["max_batch_tokens"]}
-                                                      if "max_batch_tokens" in top else {}))
-    elif row.topology == "chunked":
-        dep = ChunkedDeployment(pool=dpool, chunk_tokens=row.chunk_tokens or 512)
-    else:
-        p = row.prefill
-        ppool = PrefillPool(gpu=p.gpu, tp=p.tp, instances=p.instances, **pre)
-        extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
-        dep = DisaggregatedDeployment(prefill=ppool, decode=dpool, link=row.link or "ib-ndr-400",
-                                      transfer_mode=row.transfer_mode or "layerwise", **extra)
-    return scenario.model_copy(update={"deployment": dep, "name": f"{scenario.name}-plan{row.rank}"})
+    """The scenario re-targeted at a planner row: the planner's own re-targeting
+    (:func:`qmodel.planner.evaluate.deployment_for`), so the TUI loads the deployment the planner solved."""
+    from qmodel.planner.check import spec_of
+    from qmodel.planner.evaluate import deployment_for
+
+    return scenario.model_copy(update={"deployment": deployment_for(scenario, spec_of(row)),
+                                       "name": f"{scenario.name}-plan{row.rank}"})
 
 
 def run_planner(scenario: Scenario, objective: str, target_rate_per_s: float | None, top_k: int = 10) -> list[PlanChoice]:

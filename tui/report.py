@@ -145,7 +145,9 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
             lk = r.link
             _kv(kv, "KV link", Text.assemble(
                 f"needs {format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)} of "
-                f"{format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} ",
+                + ("" if lk.paths is None or lk.bandwidth_per_path_bytes_per_s is None else
+                   f"{lk.paths} paths x {format_bandwidth(lk.bandwidth_per_path_bytes_per_s, bits=True)} = ")
+                + f"{format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} ",
                 ("ok" if lk.sufficient else "INSUFFICIENT", "green" if lk.sufficient else "bold red"),
                 f"; exposed {format_duration(lk.mean_exposed_s)}"))
         _kv(kv, "Validity", r.validity, "green" if r.validity.startswith("good") else "yellow")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qmodel.build import PoolRuntime, Resolved
 from qmodel.errors import InputError, NumericalError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.result import DistSummary
@@ -46,7 +47,7 @@ from qmodel.validation.stations._core import Requests, Sim, StepCache
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["LITTLE_TOLERANCE", "little_rel_error", "ReplayPlan", "build_plan", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace", "kv_capacity_tokens"]
+__all__ = ["LITTLE_TOLERANCE", "little_rel_error", "ReplayPlan", "build_plan", "plan_from_resolved", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace"]
 
 ENGINE = "qmodel-replay/1"
 #: the Little's-law identity's relative gap allowed for round-off (see little_rel_error), any run length
@@ -90,89 +91,71 @@ class ReplayPlan:
 
 
 # ---- resolving a scenario -------------------------------------------------------------------
-
-def kv_capacity_tokens(model_name: str, gpu_name: str, tp: int, pp: int, kv_memory_fraction: float,
-                       field_prefix: str = "deployment") -> int:
-    """KV tokens one instance holds, from :func:`qmodel.perf.memory.kv_capacity_tokens` (the same
-    number the analytical engine uses)."""
-    from qmodel.perf.memory import kv_capacity_tokens as capacity
-    from qmodel.registry import get_gpu, get_model
-
-    return int(capacity(get_model(model_name), get_gpu(gpu_name), tp, pp, kv_memory_fraction,
-                        field_prefix=field_prefix))
-
-
-def _service_model(scn: Scenario, gpu: str, tp: int, pp: int, field_prefix: str) -> ServiceTimeModel:
-    from qmodel.perf.build import service_model
-    from qmodel.registry import get_gpu, get_model
-
-    return service_model(scn.perf, get_model(scn.model), get_gpu(gpu), tp, pp, field_prefix=field_prefix)
-
+#
+# The replay takes its inputs from qmodel.build.resolve, the analytic engine's one resolution path
+# (service-time models, KV capacity, link as used): only the resolved inputs are shared, never a
+# station, so the replay stays an independent referee of the queueing formulas.
 
 def _slo(scn: Scenario) -> dict:
     return {"slo_ttft_s": float(scn.slo.ttft_s), "slo_tpot_s": float(scn.slo.tpot_s), "name": scn.name,
             "scenario_sha256": scenario_sha256(scn)}
 
 
-def _decode_part(scn: Scenario, pool: DecodePool, model: ServiceTimeModel, prefix: str) -> dict:
-    return {"decode_model": model, "decode_instances": pool.instances, "decode_max_batch": pool.max_batch,
-            "decode_dispatch": pool.dispatch,
-            "decode_kv_capacity_tokens": kv_capacity_tokens(scn.model, pool.gpu, pool.tp, pool.pp,
-                                                            pool.kv_memory_fraction, prefix)}
+def _decode_part(pool: DecodePool, rt: PoolRuntime, model: ServiceTimeModel | None) -> dict:
+    return {"decode_model": model or rt.service, "decode_instances": pool.instances, "decode_max_batch": pool.max_batch,
+            "decode_dispatch": pool.dispatch, "decode_kv_capacity_tokens": int(rt.kv_capacity_tokens)}
 
 
-def _cache_blocks(part: dict, override: int | None) -> int:
-    """Mooncake prefix-block LRU of a colocated/chunked instance: its KV capacity in 512-token blocks
-    (an upper bound: in vLLM cached blocks are the evictable part of the same memory)."""
-    return override if override is not None else int(part["decode_kv_capacity_tokens"]) // 512
+def _cache_blocks(kv_capacity_tokens: float, override: int | None) -> int:
+    """Mooncake prefix-block LRU of an instance: its KV capacity in 512-token blocks (for a
+    colocated/chunked instance an upper bound: in vLLM cached blocks are the evictable part of the
+    same memory; a prefill instance's is an HBM-only cache of its KV memory)."""
+    return override if override is not None else int(kv_capacity_tokens) // 512
 
 
 def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None = None,
                prefix_cache_blocks: int | None = None) -> ReplayPlan:
-    """Resolve a scenario into a :class:`ReplayPlan` (catalog look-ups, service models, capacity).
+    """The :class:`ReplayPlan` of a scenario: :func:`plan_from_resolved` of :func:`qmodel.build.resolve`."""
+    from qmodel.build import resolve
+
+    return plan_from_resolved(resolve(scn), service_models, prefix_cache_blocks)
+
+
+def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] | None = None,
+                       prefix_cache_blocks: int | None = None) -> ReplayPlan:
+    """A :class:`ReplayPlan` carrying exactly the resolved inputs the analytic solver reads.
 
     ``service_models`` may override the pools' models by role ("prefill", "decode"; colocated and
-    chunked use "decode"). The Mooncake prefix cache of a prefill instance holds, by default, as
-    many 512-token blocks as the instance's KV memory after weights (90% of it) -- an HBM-only
-    cache; pass ``prefix_cache_blocks`` to change it.
+    chunked use "decode"), for tests and the harness. The Mooncake prefix cache of an instance
+    holds, by default, as many 512-token blocks as the instance's KV capacity (a prefill instance:
+    90% of the memory weights and the reserve leave, :data:`qmodel.build.PREFILL_MEMORY_FRACTION`);
+    pass ``prefix_cache_blocks`` to change it.
     """
-    from qmodel.registry import get_link, get_model
-
+    scn = r.scenario
     sm = dict(service_models or {})
     dep = scn.deployment
-    model = get_model(scn.model)
     base = _slo(scn)
     base["gpus"] = dep.gpus
     base["prefix_hit_ratio"] = float(scn.workload.prefix_hit_ratio)
     if isinstance(dep, DisaggregatedDeployment):
-        pm = sm.get("prefill") or _service_model(scn, dep.prefill.gpu, dep.prefill.tp, dep.prefill.pp,
-                                                    "deployment.prefill")
-        dm = sm.get("decode") or _service_model(scn, dep.decode.gpu, dep.decode.tp, dep.decode.pp,
-                                                   "deployment.decode")
-        link = get_link(dep.link)
-        if prefix_cache_blocks is None:
-            # HBM-only prefix cache: the prefill instance's KV memory (90% of what weights and
-            # the reserve leave) in 512-token blocks.
-            cap = kv_capacity_tokens(scn.model, dep.prefill.gpu, dep.prefill.tp, dep.prefill.pp, 0.9,
-                                     "deployment.prefill")
-            prefix_cache_blocks = cap // 512
+        pre, dec = r.pools["prefill"], r.pools["decode"]
+        assert r.link is not None and r.link_bandwidth_bytes_per_s is not None
         return ReplayPlan(
-            topology="disaggregated", prefill_model=pm, prefill_instances=dep.prefill.instances,
-            max_batch_tokens=dep.prefill.max_batch_tokens, prefill_dispatch=dep.prefill.dispatch,
-            kv_bytes_per_token=model.kv_bytes_per_token(), layers=model.layers,
-            path_bandwidth_bytes_per_s=link.effective_bandwidth_bytes_per_s, link_latency_s=float(link.latency_s),
+            topology="disaggregated", prefill_model=sm.get("prefill") or pre.service,
+            prefill_instances=dep.prefill.instances, max_batch_tokens=dep.prefill.max_batch_tokens,
+            prefill_dispatch=dep.prefill.dispatch, kv_bytes_per_token=r.kv_bytes_per_token, layers=r.model.layers,
+            path_bandwidth_bytes_per_s=float(r.link_bandwidth_bytes_per_s), link_latency_s=float(r.link.latency_s),
             link_sharing=dep.link_sharing, transfer_mode=dep.transfer_mode, first_token_from=dep.first_token_from,
-            prefix_cache_blocks=prefix_cache_blocks, **_decode_part(scn, dep.decode, dm, "deployment.decode"), **base)
+            prefix_cache_blocks=_cache_blocks(pre.kv_capacity_tokens, prefix_cache_blocks),
+            **_decode_part(dep.decode, dec, sm.get("decode")), **base)
+    pool = r.pools["pool"]
+    part = _decode_part(dep.pool, pool, sm.get("decode"))
+    blocks = _cache_blocks(pool.kv_capacity_tokens, prefix_cache_blocks)
     if isinstance(dep, ColocatedDeployment):
-        dm = sm.get("decode") or _service_model(scn, dep.pool.gpu, dep.pool.tp, dep.pool.pp, "deployment.pool")
-        part = _decode_part(scn, dep.pool, dm, "deployment.pool")
         return ReplayPlan(topology="colocated", max_batch_tokens=dep.max_batch_tokens, **part, **base,
-                          prefix_cache_blocks=_cache_blocks(part, prefix_cache_blocks))
+                          prefix_cache_blocks=blocks)
     if isinstance(dep, ChunkedDeployment):
-        dm = sm.get("decode") or _service_model(scn, dep.pool.gpu, dep.pool.tp, dep.pool.pp, "deployment.pool")
-        part = _decode_part(scn, dep.pool, dm, "deployment.pool")
-        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **part, **base,
-                          prefix_cache_blocks=_cache_blocks(part, prefix_cache_blocks))
+        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **part, **base, prefix_cache_blocks=blocks)
     raise InputError("deployment.topology", getattr(dep, "topology", None),
                      "one of colocated, chunked, disaggregated")  # pragma: no cover
 

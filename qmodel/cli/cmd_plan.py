@@ -13,6 +13,7 @@ import sys
 from qmodel.cli.common import add_scenario_args, scenario_from_args
 from qmodel.cli.output import print_json, print_table
 from qmodel.errors import InputError
+from qmodel.units import format_bandwidth
 
 __all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
 
@@ -183,6 +184,11 @@ def _print_text(res) -> None:
                      for p in res.plans])
         b = res.plans[0]
         print(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        if b.link_path_bandwidth_bytes_per_s is not None and b.prefill is not None:
+            per = b.link_path_bandwidth_bytes_per_s
+            print(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "
+                  f"{format_bandwidth(per, bits=True)} effective = "
+                  f"{format_bandwidth(per * b.prefill.instances, bits=True)} aggregate")
         print("  P = on the Pareto front of goodput per GPU vs p90 TTFT and TPOT; knee + = headroom to the knee")
     s = res.stats
     pr = ", ".join(f"{v} {k}" for k, v in sorted(s.pruned.items(), key=lambda kv: -kv[1]) if v)

@@ -77,8 +77,8 @@ def _print_text(res) -> None:
         share = (f" to add at most {lk.share_of_target:.0%} of each target to the SLO percentile"
                  if lk.share_of_target is not None else "")
         need = format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)
-        w(f"\nKV link: needs {need if lk.reachable else 'more than ' + need}{share}, "
-          f"has {format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} "
+        w(f"\nKV link: has {lk.capacity_text()}\n"
+          f"  needs {need if lk.reachable else 'more than ' + need} aggregate{share} "
           f"({'sufficient' if lk.sufficient else 'INSUFFICIENT'})"
           + (f"; mean byte rate {format_bandwidth(lk.mean_byte_rate_bytes_per_s, bits=True)}"
              if lk.mean_byte_rate_bytes_per_s is not None else "")

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from qmodel.errors import InputError, NumericalError
+from qmodel.perf.importers import ImportedTable
 from qmodel.perf.parallel import check_parallelism
 from qmodel.perf.roofline import RooflineModel
 from qmodel.perf.tables import TablePoint
 from qmodel.specs import GPUSpec, ModelSpec
 
-__all__ = ["FIT_PARAMS", "calibrate_roofline", "mape_by_phase"]
+__all__ = ["FIT_PARAMS", "calibrate_roofline", "calibrate_table", "calibrate_imported", "mape_by_phase"]
 
 #: name -> (lower bound, upper bound) of every fitted factor
 FIT_PARAMS: dict[str, tuple[float, float]] = {
@@ -139,4 +140,21 @@ def calibrate_table(path: str, model: ModelSpec, gpu: GPUSpec, tp: int, pp: int 
     points = table.points()  # type: ignore[attr-defined]  # every table model provides its points
     report = calibrate_roofline(points, model, gpu, tp, pp, start=start, table_sha256=table.fingerprint)
     report["table"] = table.describe()
+    return report
+
+
+def calibrate_imported(table: ImportedTable, model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1,
+                       start: dict[str, float] | None = None, field_prefix: str = "calibrate") -> dict[str, Any]:
+    """Fit the roofline to an imported source's table (``qmodel perf import``); same report as :func:`calibrate_table`.
+
+    The points are the table's rows (grid nodes or sweep medians) as the written file would give
+    them, and ``table_sha256`` is the SHA-256 that file would have.
+    """
+    check_parallelism(model, tp, pp, field_prefix)
+    if table.tp != tp:
+        raise InputError(f"{field_prefix}.tp", tp, f"the imported table measures tp {table.tp}")
+    tm = table.to_model()
+    report = calibrate_roofline(tm.points(), model, gpu, tp, pp, start=start,  # type: ignore[attr-defined]
+                                table_sha256=tm.fingerprint)
+    report["table"] = tm.describe()
     return report

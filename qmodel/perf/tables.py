@@ -79,6 +79,7 @@ from numpy.typing import ArrayLike
 from qmodel.errors import DataError, InputError
 from qmodel.settings import missing_file_problem
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.table_header import LAYOUTS, parse_header
 
 __all__ = [
     "TablePoint",
@@ -92,6 +93,9 @@ __all__ = [
     "load_distserve",
     "load_qmodel_csv",
     "detect_format",
+    "interp_piecewise",
+    "interp_piecewise_scalar",
+    "median_groups",
 ]
 
 #: catalog model name -> splitwise-sim model key
@@ -208,6 +212,12 @@ def _drop_non_monotone(meds: list[tuple[float, float, float]]) -> tuple[list[tup
                 slowest = max(slowest, t)
     keep = [r for r in meds if (r[0], r[1]) not in dropped]
     return keep, bad
+
+
+#: Public names of the interpolation and median helpers, shared with :mod:`qmodel.perf.grid`.
+interp_piecewise = _interp
+interp_piecewise_scalar = _interp1
+median_groups = _median_groups
 
 
 class SweepTableModel(ServiceTimeModel):
@@ -533,8 +543,18 @@ def load_qmodel_csv(path: str | Path, tp: int, model_key: str | None = None, har
         raise InputError(f"{field_prefix}.tp", tp, f"the table has tp {', '.join(map(str, sorted(tps_seen)))}")
     if not pre or not dec:
         raise DataError(str(path), "no prefill or no decode rows match the selected model/hardware/tp")
-    return SweepTableModel(pre, dec, sha256=_sha256(data), source=str(path), kind="table:qmodel",
-                           keys={"model_key": model_key, "hardware_key": hardware_key, "tp": tp})
+    keys: dict[str, object] = {"model_key": model_key, "hardware_key": hardware_key, "tp": tp}
+    header = parse_header(data.decode("utf-8-sig", errors="replace"))
+    if header:
+        keys["provenance"] = header
+    layout = header.get("layout", "sweep")
+    if layout == "grid":
+        from qmodel.perf.grid import GridTableModel  # grid builds on this module's helpers
+
+        return GridTableModel(pre, dec, sha256=_sha256(data), source=str(path), kind="table:qmodel-grid", keys=keys)
+    if layout != "sweep":
+        raise DataError(str(path), f"header 'layout: {layout}' is not one of {', '.join(LAYOUTS)}")
+    return SweepTableModel(pre, dec, sha256=_sha256(data), source=str(path), kind="table:qmodel", keys=keys)
 
 
 def load_distserve(path: str | Path, model_key: str, tp: int, field_prefix: str = "deployment") -> DistServeModel:

@@ -409,13 +409,19 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
         cost = cost_of(p, ctx.price)
         fam = p.family
         knee_v = knee if math.isfinite(knee) else None
+        path_bw = None
+        if p.topology == "disaggregated":
+            from qmodel.build import resolve_link
+            from qmodel.planner.evaluate import deployment_for
+
+            path_bw = resolve_link(deployment_for(ctx.ev.scenario, p))[1]
         out.append(PlanRow(
             rank=i, topology=p.topology, label=p.label,
             prefill=None if p.prefill is None else PoolOut(gpu=p.prefill.gpu, tp=p.prefill.tp, instances=p.prefill.instances,
                                                           gpus=p.prefill.gpus),
             decode=PoolOut(gpu=p.decode.gpu, tp=p.decode.tp, instances=p.decode.instances, gpus=p.decode.gpus),
-            link=fam.link, transfer_mode=fam.transfer_mode, chunk_tokens=fam.chunk_tokens,
-            gpus=p.gpus, power_w=power_of(p, ctx.tdp), cost_per_hour=cost,
+            link=fam.link, link_path_bandwidth_bytes_per_s=path_bw, transfer_mode=fam.transfer_mode,
+            chunk_tokens=fam.chunk_tokens, gpus=p.gpus, power_w=power_of(p, ctx.tdp), cost_per_hour=cost,
             goodput_rps=g, goodput_per_gpu=g / p.gpus,
             goodput_per_usd_hour=None if not cost else g / cost,
             usd_per_million_output_tokens=None if not cost or g <= 0 else cost / (g * mean_out * 3600.0) * 1e6,

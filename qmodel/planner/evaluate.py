@@ -14,10 +14,11 @@ The search needs five answers per candidate, from cheapest to dearest:
 4. ``metrics(plan, rate)``: the full :class:`~qmodel.result.Result` at one rate.
 5. ``knee(plan, lam_max)``: where queueing starts to dominate (:func:`qmodel.compare.knee_rate`).
 
-:class:`EngineEvaluator` answers them with :class:`qmodel.engine.Solver`, but never calls
-:func:`qmodel.build.resolve` per plan: the workload half of a resolved scenario is computed once,
-each pool's service-time model and KV capacity once per (role, gpu, tp), and the per-plan
-:class:`~qmodel.build.Resolved` is assembled from those pieces.
+:class:`EngineEvaluator` answers them with :class:`qmodel.engine.Solver`, with the expensive parts
+of :func:`qmodel.build.resolve` cached: the workload half (:func:`qmodel.build.resolve_workload`)
+is computed once, each pool (:func:`qmodel.build.resolve_pool`: service-time model and KV
+capacity) once per (role, gpu, tp, pp, KV fraction), and the per-plan
+:class:`~qmodel.build.Resolved` is assembled by ``resolve`` itself from those pieces.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import numpy as np
 
 from qmodel.errors import NumericalError, QmodelError
 from qmodel.planner.space import PlanSpec
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
-                             Scenario, scenario_sha256)
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PoolConfig,
+                             PrefillPool, Scenario, scenario_sha256)
 
 __all__ = ["Evaluator", "EngineEvaluator", "PlanMetrics", "deployment_for", "scenario_for"]
 
@@ -109,7 +110,8 @@ def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], 
         dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
                "dispatch": dep.decode.dispatch}
         top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
-               "max_batch_tokens": dep.prefill.max_batch_tokens}
+               "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
+               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
     else:
         dec = {"kv_memory_fraction": dep.pool.kv_memory_fraction, "max_batch": dep.pool.max_batch,
                "dispatch": dep.pool.dispatch}
@@ -120,7 +122,8 @@ def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], 
 
 
 def deployment_for(scenario: Scenario, plan: PlanSpec):
-    """The scenario's deployment re-targeted at ``plan``; batch limits, dispatch and KV fraction are kept."""
+    """The scenario's deployment re-targeted at ``plan``; batch limits, dispatch and KV fraction are kept,
+    and so is a ``link_bandwidth_bytes_per_s`` override for plans over the scenario's own link."""
     pre, dec, top = _pool_defaults(scenario)
     f = plan.family
     dpool = DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
@@ -131,6 +134,8 @@ def deployment_for(scenario: Scenario, plan: PlanSpec):
     assert plan.prefill is not None
     ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
     extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
+    if top.get("link") == f.link and top.get("link_bandwidth_bytes_per_s") is not None:
+        extra["link_bandwidth_bytes_per_s"] = top["link_bandwidth_bytes_per_s"]
     return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link, transfer_mode=f.transfer_mode or "layerwise",
                                    **extra)
 
@@ -188,7 +193,6 @@ class EngineEvaluator(Evaluator):
         self._caps: dict[tuple, tuple[float, str]] = {}
         self._solvers: OrderedDict[PlanSpec, Any] = OrderedDict()
         self._stations: dict[tuple, Any] = {}
-        self._links: dict[str, Any] = {}
 
     # pickling: ship the inputs only; a worker rebuilds (or reuses) the caches
     def __getstate__(self) -> dict[str, Any]:
@@ -209,49 +213,37 @@ class EngineEvaluator(Evaluator):
         return load_catalog().model(self.scenario.model)
 
     def _workload_parts(self):
-        """The deployment-independent half of :func:`qmodel.build.resolve`, computed once."""
+        """(model, :class:`qmodel.build.WorkloadParts`): the deployment-independent half of
+        :func:`qmodel.build.resolve`, computed once."""
         if self._workload is None:
             from qmodel.build import resolve_workload
 
             model = self._model()
-            mix, uncached, rate, ca2, warnings = resolve_workload(self.scenario, model)
-            self._workload = (model, mix, uncached, rate, ca2, warnings)
+            self._workload = (model, resolve_workload(self.scenario, model))
         return self._workload
 
-    def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float):
-        from qmodel.build import _pool as build_pool
+    def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float, pp: int = 1):
+        """:func:`qmodel.build.resolve_pool` for (role, gpu, tp, pp, KV fraction), cached."""
+        from qmodel.build import resolve_pool
         from qmodel.scenario import PoolConfig
 
-        k = (role, gpu, tp, mem_fraction)
+        k = (role, gpu, tp, pp, mem_fraction)
         if k not in self._pools:
             field = {"prefill": "deployment.prefill", "decode": "deployment.decode", "pool": "deployment.pool"}[role]
-            self._pools[k] = build_pool(role, field, PoolConfig(gpu=gpu, tp=tp), self.scenario, self._model(), mem_fraction)
+            self._pools[k] = resolve_pool(role, field, PoolConfig(gpu=gpu, tp=tp, pp=pp), self.scenario, self._model(),
+                                          mem_fraction)
         return self._pools[k]
 
-    def _link(self, name: str):
-        if name not in self._links:
-            from qmodel.registry import load_catalog
-
-            self._links[name] = load_catalog().link(name)
-        return self._links[name]
+    def _pool_for(self, role: str, field: str, cfg: PoolConfig, mem_fraction: float):
+        """The :data:`qmodel.build.PoolFactory` the planner hands to resolve: a cached pool carrying ``cfg``."""
+        return dataclasses.replace(self._pool(role, cfg.gpu, cfg.tp, mem_fraction, cfg.pp), config=cfg)
 
     def _resolved(self, sc: Scenario, plan: PlanSpec):
-        from qmodel.build import Resolved
+        """``qmodel.build.resolve(sc)`` assembled from the cached model, workload and pools."""
+        from qmodel.build import resolve
 
-        model, mix, uncached, rate, ca2, warnings = self._workload_parts()
-        dep = sc.deployment
-        pools = {}
-        link = link_bw = None
-        if isinstance(dep, DisaggregatedDeployment):
-            pools["prefill"] = dataclasses.replace(self._pool("prefill", dep.prefill.gpu, dep.prefill.tp, 0.9), config=dep.prefill)
-            pools["decode"] = dataclasses.replace(
-                self._pool("decode", dep.decode.gpu, dep.decode.tp, dep.decode.kv_memory_fraction), config=dep.decode)
-            link = self._link(dep.link)
-            link_bw = (dep.link_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s) * link.efficiency
-        else:
-            pools["pool"] = dataclasses.replace(
-                self._pool("pool", dep.pool.gpu, dep.pool.tp, dep.pool.kv_memory_fraction), config=dep.pool)
-        return Resolved(sc, model, mix, uncached, rate, ca2, pools, link, link_bw, model.kv_bytes_per_token(), warnings)
+        model, workload = self._workload_parts()
+        return resolve(sc, model=model, workload=workload, pool=self._pool_for)
 
     @staticmethod
     def _station_keys(plan: PlanSpec) -> dict[str, tuple]:
@@ -310,7 +302,9 @@ class EngineEvaluator(Evaluator):
         if k in self._issues:
             return self._issues[k]
         _, dec, _ = _pool_defaults(self.scenario)
-        frac = 0.9 if role == "prefill" else float(dec.get("kv_memory_fraction", 0.9))
+        from qmodel.build import PREFILL_MEMORY_FRACTION
+
+        frac = PREFILL_MEMORY_FRACTION if role == "prefill" else float(dec.get("kv_memory_fraction", 0.9))
         try:
             pool = self._pool(role, gpu, tp, frac)
         except QmodelError as err:
@@ -318,7 +312,7 @@ class EngineEvaluator(Evaluator):
             return self._issues[k]
         slo = self.scenario.slo
         issue = None
-        _, _, uncached, _, _, _ = self._workload_parts()
+        uncached = self._workload_parts()[1].uncached_prompt
         if role in ("prefill", "pool"):
             own = np.asarray(pool.service.prefill_one_s(uncached), dtype=float)
             ok = float(np.mean(own <= slo.ttft_s))
@@ -424,4 +418,4 @@ class EngineEvaluator(Evaluator):
         return float(x)
 
     def mean_output_tokens(self) -> float:
-        return float(self._workload_parts()[1].mean_output)
+        return float(self._workload_parts()[1].lengths.mean_output)

@@ -36,6 +36,9 @@ class PlanRow(_Out):
     prefill: PoolOut | None
     decode: PoolOut
     link: str | None = None
+    link_path_bandwidth_bytes_per_s: float | None = Field(
+        default=None, description="effective bandwidth of one KV transfer path (one per prefill instance): nominal x "
+                                  "the link's efficiency; the aggregate is that x prefill instances")
     transfer_mode: str | None = None
     chunk_tokens: int | None = None
     gpus: int

@@ -50,9 +50,12 @@ u = 0.7, 6 seeds x 24000 requests): TTFT mean/p50/p90/p99 −9.8/−13.7/−9.1/
 −20/−31/−16/−12%), TPOT mean/p50 −6.2/−17.8% (was −9.4/−22.3%; the same case with Poisson
 arrivals gives TPOT p50 −16%: the rest is not burst-related). ca2 < 1: Kingman-scaled wait only.
 
-Stability (fluid, Li–Dai–Peng form): saturated iterations with n decodes carry n decode and c
-prompt tokens, so lam_max = max_n min(n / (E[L] tau(n)), c / (E[P] tau(n))) with tau(n) the
-mixed-iteration time per c prompt tokens, bounded also by the decode chain's tail at the slot cap.
+Stability (fluid, GPU time per request): with n decodes a request costs its chunks' stall
+X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode-only iterations
+remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
+lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
+"Single-pool stability limits"; against the replay's sustained rate +1.1..+1.8% over budgets
+256-16384; the KV slot cap is the decode-only saturated schedule's mean batch).
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.colocated import (_L_GROUPS, check_pool_inputs, _busy_period_stalls, _grid_pmf, _pk_wait, batch_wait,
-                                       burst_batch_mean, decode_residual, jsq_wait, n_nodes, stall_tpot)
+                                       burst_batch_mean, decode_residual, held_prompt_tokens, jsq_wait, n_nodes,
+                                       stall_tpot)
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 
 __all__ = ["ChunkedStation"]
@@ -101,6 +105,8 @@ class ChunkedStation:
     dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
     ca2: float = 1.0
     name: str = "chunked"
+    #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
+    cached_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
@@ -111,15 +117,23 @@ class ChunkedStation:
         self.mean_p = float(p.mean())
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
-        self.C = mean_context_tokens(p, L)
+        held = held_prompt_tokens(self.name, p, self.cached_tokens)
+        self.C = mean_context_tokens(held, L)
         cap = self.chunk_tokens - 1  # at least one prompt token per iteration
         if self.max_batch is not None:
             cap = min(cap, int(self.max_batch))
         if self.kv_capacity_tokens is not None:
-            by_kv = int(self.kv_capacity_tokens // float(np.mean(p + L)))
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + L)))
             if by_kv < 1:
                 raise InputError("chunked.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
+            # the residents the memory holds: their reserved prompt + output is length-biased (longer
+            # outputs stay longer), so the saturated decode schedule's mean batch, not kv / E[P + L]
+            from qmodel.stations.capacity import saturated_schedule
+
+            resident = saturated_schedule(self.service, held, L, self.kv_capacity_tokens, None, None)[1]
+            if math.isfinite(resident):
+                by_kv = min(by_kv, max(1, int(resident)))
             cap = min(cap, by_kv)
         self.cap = max(1, cap)
         # per-state tables n = 0..cap (decode part, mixed-iteration parts per prompt token)
@@ -159,9 +173,7 @@ class ChunkedStation:
         self.mean_S = self.mean_p * self.lin_per_token + self.mean_quad
         self.mean_X = self.mean_S - self.mean_p / c * self.td
         self.mean_X[0] = self.mean_S[0]
-        lam_fluid = float(np.max(np.minimum(n[1:] / (self.mean_output * (self.mean_S[1:] * c[1:] / self.mean_p)),
-                                            1.0 / self.mean_S[1:]))) if self.cap >= 1 else 0.0
-        self.lam_fluid = lam_fluid
+        self.lam_fluid = self._fluid_limit(n, c)
         self.multi = L >= 2
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
@@ -171,6 +183,24 @@ class ChunkedStation:
         self._lam_max = self._find_lam_max()
         w0 = self.p * self.lin_per_token[0] + self._quad[0][self._inv]  # prompt work with no decodes
         self._ttft_dx = max(float(w0.mean()) / 200.0, float(w0.max()) / 8192.0)
+
+    def _fluid_limit(self, n: np.ndarray, c: np.ndarray) -> float:
+        """Largest per-instance rate the GPU time per request allows, over decode batches n = 1..cap.
+
+        A request costs its prompt's chunks, X_n (mixed-iteration time beyond the decode step, the
+        re-read attention included), plus E[L-1] decode slots of t_d(n)/n. While decode-only
+        iterations remain (E[L-1]/n >= E[P]/c: the prompt tokens fill fewer iterations than the
+        decodes need) the GPU is full at lam = 1/(E[X_n] + E[L-1] t_d(n)/n); otherwise every
+        iteration is a full mixed one and lam = 1/E[S_n] = c/(E[P] tau_n). Both agree at the
+        crossover n* = B E[L-1]/(E[P] + E[L-1]).
+        """
+        if self.cap < 1:
+            return 0.0
+        dec = float(np.mean(self.L - 1.0))
+        nn, cc = n[1:], c[1:]
+        spare = dec / nn >= self.mean_p / cc
+        per_req = np.where(spare, self.mean_X[1:] + dec * self.td[1:] / nn, self.mean_S[1:])
+        return float(np.max(1.0 / per_req))
 
     # ---- per-rate chain -------------------------------------------------------------------
     def _rho_c(self, lam: float) -> np.ndarray:

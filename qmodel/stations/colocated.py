@@ -118,7 +118,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 
-__all__ = ["ColocatedStation", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
+__all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
 
 _N_NODES = 5
 _L_GROUPS = 10
@@ -164,6 +164,18 @@ def check_pool_inputs(name: str, prompt_tokens: np.ndarray, output_tokens: np.nd
     return p, L
 
 
+def held_prompt_tokens(name: str, prompt_tokens: np.ndarray, cached_tokens: np.ndarray | None) -> np.ndarray:
+    """Prompt tokens a request holds in KV memory while it decodes: the computed (uncached) ones plus
+    its prefix-cache hit, which saves prefill compute but not memory (docs/methods.md, "Prefix-cache
+    hits"). Slot caps, decode contexts and least-loaded sizes use these; prefill compute does not."""
+    if cached_tokens is None:
+        return prompt_tokens
+    c = np.asarray(cached_tokens, dtype=float).ravel()
+    if c.shape != prompt_tokens.shape or np.any(c < 0) or not np.all(np.isfinite(c)):
+        raise InputError(f"{name}.cached_tokens", f"{c.size} values", f"{prompt_tokens.size} finite counts >= 0")
+    return prompt_tokens + c
+
+
 class _TTFTGrid(NamedTuple):
     """Rate-independent pieces of the colocated TTFT on its grid (:meth:`ColocatedStation._ttft_grid`)."""
 
@@ -192,6 +204,8 @@ class ColocatedStation:
     dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
     ca2: float = 1.0
     name: str = "colocated"
+    #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
+    cached_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
@@ -199,14 +213,15 @@ class ColocatedStation:
         if self.max_batch_tokens < 1:
             raise InputError("colocated.max_batch_tokens", self.max_batch_tokens, "an integer >= 1")
         self.p, self.L = p, L
+        self.held = held = held_prompt_tokens(self.name, p, self.cached_tokens)
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
         self.t1 = np.asarray(self.service.prefill_one_s(p), dtype=float)  # one-prompt prefill times
         self.mean_t1 = float(self.t1.mean())
-        C = mean_context_tokens(p, L)
+        C = mean_context_tokens(held, L)
         n_max = self.max_batch
         if self.kv_capacity_tokens is not None:
-            by_kv = int(self.kv_capacity_tokens // float(np.mean(p + L)))
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + L)))
             if by_kv < 1:
                 raise InputError("colocated.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
@@ -242,7 +257,7 @@ class ColocatedStation:
         # S = P + L to its instance's load. The load gap between instances, kept small by the dispatch
         # and widened by departures, has mean E[S^2]/E[S] (balance of the two; the replay's is within
         # -13..+18% of it); the instance whose iteration holds S more is chosen w.p. ~exp(-S/delta).
-        size = p + L
+        size = held + L
         self._ll_delta = float(np.mean(size * size) / max(float(size.mean()), 1e-300))
         self.decode_cost_per_token = (1.0 / (self.chain.cap / float(self.chain.g(self.chain.cap)[self.chain.cap]))
                                       if n_max is not None else slope)
@@ -287,6 +302,42 @@ class ColocatedStation:
             k = 0.5 * (k + k_new)
         return lam * self.batch_time_s(k) / k, k
 
+    def _regulated_batch(self, lam: float, rho: float, k: float) -> tuple[float, float]:
+        """(rho_p, k) with :func:`qmodel.stations.capacity.heavy_traffic_batch` (slot-capped pools only)."""
+        if not self._raised:
+            return rho, k
+        from qmodel.stations.capacity import heavy_traffic_batch
+
+        return heavy_traffic_batch(lam, rho, k, self.mean_output * self.decode_cost_per_token, self._lam_sat,
+                                   self.b_max, self.batch_time_s)
+
+    @cached_property
+    def _onset(self) -> tuple[float, float, float]:
+        """(rate, rho_p, k) where the heavy-traffic batch starts (per instance)."""
+        from qmodel.stations.capacity import heavy_traffic_onset
+
+        lam = heavy_traffic_onset(self.mean_output * self.decode_cost_per_token, self._lam_sat, self.prefill_share)
+        return (lam, *self.prefill_share(lam))
+
+    @cached_property
+    def _limit_parts(self) -> tuple[float, bool]:
+        """(per-instance limit, regulated): where KV or slots cap the batch, the saturated schedule's
+        capacity (docs/methods.md, "Colocated stability limit"), at most the full-budget bound, with
+        the heavy-traffic batch of :meth:`_regulated_batch`; else the fixed point's own limit."""
+        sat = self.saturated_rate_per_s
+        if not math.isfinite(sat):
+            return self._lam_max, False
+        full = 1.0 / (self.mean_output * self.decode_cost_per_token + self.prefill_cost_sat)
+        return min(sat, full * (1.0 - 1e-9)), True
+
+    @property
+    def _raised(self) -> bool:
+        return self._limit_parts[1]
+
+    @property
+    def _lam_sat(self) -> float:
+        return self._limit_parts[0]
+
     def _find_lam_max(self) -> float:
         """Largest per-instance rate with lam E[L] d + rho_p(lam) < 1 (decode at capacity 1 - rho_p)."""
         d = self.mean_output * self.decode_cost_per_token
@@ -303,8 +354,17 @@ class ColocatedStation:
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
 
+    @cached_property
+    def saturated_rate_per_s(self) -> float:
+        """Per-instance capacity under an endless backlog (:func:`qmodel.stations.capacity.saturated_rate_per_s`)."""
+        from qmodel.stations.capacity import saturated_rate_per_s
+
+        return saturated_rate_per_s(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
+                                    self.max_batch_tokens, cached_tokens=self.cached_tokens)
+
     def max_stable_rate_per_s(self) -> float:
-        return self.instances * self._lam_max
+        """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""
+        return self.instances * self._limit_parts[0]
 
     # ---- TTFT parts (Poisson or smoother arrivals) -------------------------------------------
     @cached_property
@@ -323,8 +383,8 @@ class ColocatedStation:
             classes.append((len(cls), cap, GridDist(dx, pmf / pmf.sum(), float(t_own.mean()), exact=False)))
         ll = None
         if self.dispatch == "least_loaded" and self.instances > 1:
-            g = np.exp(-(self.p + self.L) / max(self._ll_delta, 1e-300))
-            w_all = _win_against(self.p + self.L, self.t1, self._ll_delta) ** (self.instances - 1)
+            g = np.exp(-(self.held + self.L) / max(self._ll_delta, 1e-300))
+            w_all = _win_against(self.held + self.L, self.t1, self._ll_delta) ** (self.instances - 1)
             ll = (_split_pmf(self.t1, dx, g), float(np.dot(self.t1, g) / max(float(self.t1.sum()), 1e-300)),
                   _split_pmf(self.t1, dx, w_all))
         return _TTFTGrid(dx, own, GridDist(dx, own, self.mean_t1, exact=False), _split_pmf(self.marginal_s, dx),
@@ -464,13 +524,37 @@ class ColocatedStation:
             return ttft  # the prefill-only pool is stable further than the colocated one; never here
         return stochastic_max(ttft, bulk)
 
+    def _heavy_traffic_wait(self, lam: float, extra_k: float) -> GridDist | None:
+        """Wait before admission once the backlog grows the batch (kbar > the fixed point's): the slot
+        wait frozen at the onset of heavy traffic, plus an exponential wait of mean extra_k / lam (the
+        prompts the backlog holds to form the larger batch). Continuous in the rate at the onset."""
+        lam_s, rho_s, _ = self._onset
+        tok_s = lam_s * self.mean_output / (1.0 - rho_s)
+        dx = self._ttft_grid.dx
+        parts = []
+        if tok_s > 0 and self.chain.rho_cap(tok_s) < 1.0:
+            pi, tail, rc = self.chain.solve(tok_s, 64 + int(20 * math.sqrt(tok_s * 1e-2 + 1) + 4 * tok_s * self.chain.g(1)[1]))
+            cap = self.chain.cap if self.chain.cap is not None else 1 << 62
+            g = self.chain.g(len(pi))
+            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, len(pi) - 1)]), self.mean_output,
+                                 self.cv2_output, dx, capacity=1.0 - rho_s)
+            if adm is not None:
+                parts.append(adm)
+        mean = extra_k / lam
+        if mean > 0:
+            n = int(math.ceil(30.0 * mean / dx)) + 2
+            x = np.arange(n) * dx
+            parts.append(GridDist.from_cdf_values(-np.expm1(-x / mean), dx, mean, tail_rate=1.0 / mean, exact=False))
+        return convolve(*parts) if parts else None
+
     # ---- solve -----------------------------------------------------------------------------
     def solve(self, rate_per_s: float) -> StationSolution:
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "a positive finite arrival rate")
         lam_max = self.max_stable_rate_per_s()
         lam = rate_per_s / self.instances
-        rho_p, kbar = self.prefill_share(lam)
+        rho_fp, k_fp = self.prefill_share(lam)
+        rho_p, kbar = self._regulated_batch(lam, rho_fp, k_fp)
         load = rate_per_s / lam_max
         if load >= 1.0 or rho_p >= 1.0:
             raise UnstableError(self.name, max(load, rho_p), rate_per_s, lam_max, "prefill + decode work")
@@ -549,8 +633,11 @@ class ColocatedStation:
             wait = burst_increment(wait, wm, w1)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
         # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent
-        adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, m)]), self.mean_output,
-                             self.cv2_output, self._ttft_grid.dx, capacity=1.0 - rho_p)
+        if kbar > k_fp:
+            adm = self._heavy_traffic_wait(lam, kbar - k_fp)
+        else:
+            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, m)]), self.mean_output,
+                                 self.cv2_output, self._ttft_grid.dx, capacity=1.0 - rho_p)
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)
         resid = wait
@@ -601,25 +688,32 @@ def burst_increment(base: GridDist, burst: GridDist, limit: GridDist) -> GridDis
     ``base`` plus, comonotonically, what ``burst`` adds over its own Poisson ``limit``; exactly
     ``base`` when burst = limit, continuous and non-decreasing in ``burst`` (usual stochastic order).
 
-    Evaluated at 8192 equal-probability midpoints u of base's grid mass: each carries 1/8192 of the
-    mass from Q_base(u) to Q_base(u) + increment (split between the two neighbouring grid points, so
-    a small increment moves a little mass, not a whole step); base's tail past its grid is kept.
+    Evaluated at 8192 equal-probability midpoints u of base's grid mass, plus one midpoint in every
+    grid cell of base too light to hold one of them. Each cell's mass is shared equally by the points
+    that fall in it and moves with them from the cell to cell + increment (split between the two
+    neighbouring grid points, so a small increment moves a little mass, not a whole step). The mass
+    moved is exactly base's, point by point, so the result is a law (no negative mass to clip) and a
+    larger increment at every u gives a stochastically larger result; base's tail past its grid is kept.
     """
+    c = np.cumsum(base.pmf)
     u = (np.arange(_INCREMENT_POINTS) + 0.5) / _INCREMENT_POINTS * (1.0 - base.tail)
-    qb, qm, q1 = (_quantiles(d, u) for d in (base, burst, limit))
+    cell = np.minimum(np.searchsorted(c, u - 1e-12), base.n - 1)
+    counts = np.bincount(cell, minlength=base.n)
+    lone = np.flatnonzero((counts == 0) & (base.pmf > 0))
+    if lone.size:
+        lo = np.concatenate(([0.0], c[:-1]))
+        u = np.concatenate((u, 0.5 * (lo[lone] + c[lone])))
+        cell = np.concatenate((cell, lone))
+        order = np.argsort(u, kind="stable")
+        u, cell = u[order], cell[order]
+        counts = np.bincount(cell, minlength=base.n)
+    weight = base.pmf[cell] / counts[cell]
+    qb = cell * base.dx
+    qm, q1 = (_quantiles(d, u) for d in (burst, limit))
     vals = np.maximum.accumulate(qb + np.maximum(qm - q1, 0.0))
-    inc = vals - qb
-    if not np.any(inc > 0):
+    if not np.any(vals > qb):
         return base
-    scale = 1.0 - base.tail
-    src, dst = _split_pmf(qb, base.dx) * scale, _split_pmf(vals, base.dx) * scale
-    n = max(base.n, len(src), len(dst))
-    pmf = np.zeros(n)
-    pmf[: base.n] += base.pmf
-    pmf[: len(src)] -= src
-    pmf[: len(dst)] += dst
-    np.maximum(pmf, 0.0, out=pmf)
-    pmf *= scale / max(float(pmf.sum()), 1e-300)
+    pmf = _split_pmf(vals, base.dx, weights=weight)
     # the mean from the exact means kept beside the grids (E[(Q_m - Q_1)^+] = E[burst] - E[limit]
     # where burst >= limit in the usual stochastic order, as a larger burst is)
     return GridDist(base.dx, pmf, base.mean_s + max(burst.mean_s - limit.mean_s, 0.0), tail=base.tail,

@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Literal
 
 import numpy as np
@@ -312,9 +313,21 @@ class DecodeStation:
 
     # ---- stability -------------------------------------------------------------------------
     def max_stable_rate_per_s(self) -> float:
-        """Pool rate at which the tail load reaches 1 (x = 1 uncapped, rho_cap = 1 capped)."""
+        """Pool rate at which the tail load reaches 1 (x = 1 uncapped, rho_cap = 1 capped), at most
+        the saturated schedule's capacity (:func:`qmodel.stations.capacity.saturated_rate_per_s`: the
+        KV reserved for prompt + output of the residents actually held, length-biased, not E[P + L])."""
         per_chain = self._chain_max_token_rate() / self.mean_output
-        return per_chain * (1 if self.pooled else self.instances)
+        return min(per_chain * (1 if self.pooled else self.instances), self._saturated_rate_per_s)
+
+    @cached_property
+    def _saturated_rate_per_s(self) -> float:
+        from qmodel.stations.capacity import saturated_rate_per_s
+
+        if self.max_output_tokens:  # the worst-case reservation is not the schedule's prompt + output
+            return math.inf
+        steps = self.output_tokens + (1.0 if self.first_step_in_ttft else 0.0)  # decode steps + 1 per request
+        return self.instances * saturated_rate_per_s(self.service, self.prompt_tokens, steps,
+                                                     self.kv_capacity_tokens, self.max_batch, None)
 
     def _chain_max_token_rate(self) -> float:
         if self.chain.cap is None:

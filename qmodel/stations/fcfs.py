@@ -323,9 +323,14 @@ class WaitingTime(ABC):
         return self._on_grid(dx, n)
 
     def _on_grid(self, dx: float, n: int) -> GridDist:
-        """The law on the grid points k·dx, k < n (the mass beyond as the tail)."""
+        """The law on the grid points k·dx, k < n (the mass beyond as the tail). A wait behind
+        Poisson arrivals has a density past its atom at 0: an exact law says so
+        (:class:`~qmodel.dist.GridDist` ``atoms``, its quantiles interpolated within the bin); an
+        approximate one keeps the conservative reading at the bin's upper edge (docs/methods.md,
+        Grids)."""
         tail_rate = getattr(self, "decay_rate", math.inf)
-        return GridDist.from_cdf(self.cdf, dx, n, self.mean_s, tail_rate=tail_rate, exact=self.exact)
+        return GridDist.from_cdf(self.cdf, dx, n, self.mean_s, tail_rate=tail_rate, exact=self.exact,
+                                 continuous=self.exact)
 
 
 class _ExpTail(WaitingTime):
@@ -357,7 +362,7 @@ class _ExpTail(WaitingTime):
         # rate, and on a few thousand points each array pass counts)
         p, c, eta = self.p_wait, self.tail_const, self.decay_rate
         return GridDist.from_cdf(lambda x: 1.0 - np.minimum(p, c * np.exp(-eta * x)), dx, n, self.mean_s,
-                                 tail_rate=eta, exact=self.exact)
+                                 tail_rate=eta, exact=self.exact, continuous=self.exact)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, fast_len
+from qmodel.dist import MAX_POINTS, GridDist, fast_len, zero_atom
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
@@ -1555,16 +1555,29 @@ class BulkQueue:
             acc = np.multiply(hh, laws_hat, out=hh).sum(axis=0)  # Σ_k ĥ_k Ŝ_k (faster than einsum)
             joint = np.fft.irfft(acc, out_size)[: min(size + n_s, out_size)]
             np.maximum(joint, 0.0, out=joint)
-        joint /= joint.sum()
-
+        total = joint.sum()
+        joint /= total
         wpmf[0] += p_zero
         wpmf /= wpmf.sum()
         exact = wait_scale == 1.0 and wait_prob is None
+        w_atoms = d_atoms = None
+        if exact:
+            # Point masses (GridDist.atoms; an exact law only, an approximate one keeps the
+            # conservative reading, docs/methods.md Grids): W has a density past its atom at 0 (an
+            # arrival lands at a uniform age of the batch in progress), so the only point masses
+            # of W + S_own are those of an arrival to an idle engine: its own batch of one, S_1 on
+            # the grid (exactly at a grid point for a batch time on it; rounded up otherwise).
+            s1 = tables.own_rows[0]
+            d_atoms = np.zeros(joint.size)
+            m = min(s1.size, joint.size)
+            d_atoms[:m] = s1[:m] * (p_zero / total)
+            np.minimum(d_atoms, joint, out=d_atoms)
+            w_atoms = zero_atom(wpmf)
         # The reported mean stays the heavy-traffic-scaled chain mean (validated on its own: within
         # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
         wq = self.mean_wait_s * wait_scale
-        wait = GridDist.trimmed_from(wpmf, dx, wq, exact)
-        delay = GridDist.trimmed_from(joint, dx, wq + own_mean, exact)
+        wait = GridDist.trimmed_from(wpmf, dx, wq, exact, atoms=w_atoms)
+        delay = GridDist.trimmed_from(joint, dx, wq + own_mean, exact, atoms=d_atoms)
         own /= own.sum()
         own_d = GridDist.trimmed_from(own, dx, own_mean, exact)
         return wait, delay, own_d
@@ -1972,6 +1985,12 @@ class PrefillStation:
             notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Allen-Cunneen (ca2+cs2)/(1+cs2) = {scale:.3g}")
         own_dx = self.dx
         wait = model.grid(dx=own_dx)
+        if det:
+            # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
+            # exactly (rounded up to the next point it would move the sojourn's quantiles up)
+            k = math.ceil(float(s[0]) / wait.dx - 1e-9)
+            if abs(k * wait.dx - float(s[0])) > 1e-12 * float(s[0]):
+                wait = model.grid(dx=float(s[0]) / k)
         if scale != 1.0:
             pm = _scale_time(wait.pmf[:, None], scale)[:, 0]
             wait = GridDist(wait.dx, pm, model.mean_s * scale, exact=False)

@@ -1,0 +1,185 @@
+"""Saturated capacity of a prefill-priority colocated instance: its schedule under an endless backlog.
+
+With an endless FCFS backlog the engine's choices no longer depend on when requests arrive: at
+every step boundary it prefills the waiting head (and the requests behind it, while their new
+tokens fit ``max_batch_tokens``, their prompt + output fit the free KV and a slot is free; requests
+of one output token finish at the end of that prefill), otherwise it runs decode steps until the
+next sequence finishes. So the saturated iteration sequence is a deterministic function of the
+length sample and the admission rule, and the capacity is
+
+    lam_sat = (requests completed) / (sum of the iterations' times)
+
+over that sequence: prefill iterations T_p(sum p_i, sum p_i^2, k) and decode steps t_d(n, sum of
+contexts). This is the fluid (heavy-traffic) limit of the engine with the batch sizes it really
+forms: when KV or the slot cap binds, a prefill iteration holds only the requests whose memory the
+last departures freed (1.5-2.3 per iteration on the examples, against the 4-8 a full token budget
+holds), and the decode batch is the number of residents whose reserved prompt + output fill the
+memory. docs/methods.md ("Colocated stability limit") has the derivation and the check against the
+replay's sustained rate.
+
+Evaluated on the station's own sample in a fixed order (a seeded permutation, several passes), the
+first fifth of the admissions discarded as warm-up; decode runs are fast-forwarded between
+departures (one vectorised step-time call each).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from qmodel.perf.base import ServiceTimeModel
+
+__all__ = ["saturated_rate_per_s", "saturated_schedule", "heavy_traffic_batch", "heavy_traffic_onset"]
+
+_MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
+_WARMUP = 0.2
+
+
+def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                         kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
+                         seed: int = 0, cached_tokens: np.ndarray | None = None) -> float:
+    """Requests per second one instance completes under an endless backlog (module doc); see
+    :func:`saturated_schedule` for the arguments."""
+    return saturated_schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
+                              max_batch_tokens, seed, cached_tokens)[0]
+
+
+def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                       kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
+                       seed: int = 0, cached_tokens: np.ndarray | None = None) -> tuple[float, float]:
+    """(requests per second, mean decode batch over decode steps) of one instance under an endless
+    backlog (module doc).
+
+    ``prompt_tokens`` are the computed (uncached) ones; ``cached_tokens`` (a prefix-cache hit per
+    request) are held in KV and in the decode context but not prefilled.
+    ``max_batch_tokens`` None: a decode-only instance (disaggregated decode pool): admissions join
+    at the next step boundary with no prefill iteration, their prompts' KV arriving by transfer.
+
+    ``inf`` when neither KV nor a slot cap bounds the decode batch (the batch then grows without
+    bound and the capacity is the decode chain's, not a schedule's)."""
+    if kv_capacity_tokens is None and max_batch is None:
+        return math.inf, math.inf
+    p = np.asarray(prompt_tokens, dtype=float)
+    L = np.asarray(output_tokens, dtype=float)
+    hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
+    need = hold + L
+    kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
+    slots = math.inf if max_batch is None else int(max_batch)
+    passes = max(1, -(-_MIN_REQUESTS // len(p)))
+    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(p)), passes))
+    order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
+    total = len(order)
+    if total == 0:
+        return 0.0, 0.0
+    free = kv
+    # running sequences: a heap of (decode step at which it finishes, tie-break, reserved KV, context at join)
+    heap: list[tuple[int, int, float, float]] = []
+    K = 0            # decode steps so far
+    S = 0.0          # sum of the running contexts
+    qi = 0
+    done = 0
+    mark = None  # (prefills, decode runs, completions) at the end of the warm-up
+    warm = int(_WARMUP * total)
+    # the schedule does not depend on the times: record the iterations, time them in two calls
+    pre: list[tuple[float, float, float]] = []
+    runs: list[tuple[int, float, int]] = []
+    pl, Ll, nl, hl = p.tolist(), L.tolist(), need.tolist(), hold.tolist()
+    ol = order.tolist()
+    while qi < total:
+        h = ol[qi]
+        if nl[h] <= free and len(heap) < slots:
+            k, tok, sq, freed = 0, 0.0, 0.0, 0.0
+            while qi < total:
+                h = ol[qi]
+                if not (nl[h] <= free and len(heap) < slots):
+                    break
+                if k and max_batch_tokens is not None and tok + pl[h] > max_batch_tokens:
+                    break
+                free -= nl[h]
+                tok += pl[h]
+                sq += pl[h] * pl[h]
+                k += 1
+                qi += 1
+                if Ll[h] <= 1:  # its only token comes from the prefill: it leaves at the iteration's end
+                    freed += nl[h]
+                    done += 1
+                else:
+                    c0 = hl[h] + 1.0
+                    heapq.heappush(heap, (K + int(Ll[h]) - 1, qi, nl[h], c0 - K))
+                    S += c0
+            if max_batch_tokens is not None:
+                pre.append((tok, sq, float(k)))
+            free += freed
+        elif heap:
+            n = len(heap)
+            steps = heap[0][0] - K
+            runs.append((n, S, steps))
+            K += steps
+            S += n * steps
+            while heap and heap[0][0] <= K:
+                _, _, sz, off = heapq.heappop(heap)
+                free += sz
+                S -= off + K
+                done += 1
+        else:  # pragma: no cover - a fitting head always exists when nothing runs
+            break
+        if mark is None and qi >= warm:
+            mark = (len(pre), len(runs), done)
+    if mark is None:
+        return math.inf, math.inf
+    pa = np.asarray(pre[mark[0]:], dtype=float).reshape(-1, 3)
+    t = float(np.sum(service.prefill_time_s(pa[:, 0], pa[:, 1], pa[:, 2]))) if len(pa) else 0.0
+    ra = runs[mark[1]:]
+    batch = math.inf
+    if ra:
+        n_r = np.array([r[0] for r in ra], dtype=float)
+        s_r = np.array([r[1] for r in ra], dtype=float)
+        k_r = np.array([r[2] for r in ra], dtype=np.int64)
+        start = np.repeat(np.cumsum(k_r) - k_r, k_r)
+        n_s = np.repeat(n_r, k_r)
+        j = np.arange(int(k_r.sum())) - start
+        t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(s_r, k_r) + n_s * j)))
+        batch = float(np.dot(n_r, k_r) / k_r.sum())
+    return ((done - mark[2]) / t if t > 0 else math.inf), batch
+
+
+def heavy_traffic_batch(lam: float, rho: float, k: float, decode_s: float, lam_max: float, b_max: float,
+                        batch_time: Callable[[float], float]) -> tuple[float, float]:
+    """(rho_p, k): the prefill batch grown by the backlog in heavy traffic.
+
+    ``rho``, ``k``: the light-traffic fixed point's prefill share and batch at per-instance rate
+    ``lam``; ``decode_s`` = E[L] d, the decode time per request at the slot cap; ``batch_time(k)``
+    the mean prefill iteration of k prompts. Where the fixed point's busy fraction lam E[L] d + rho
+    reaches psi = 1 - E[L] d (lam_max - lam), the queue builds until an iteration holds enough
+    prompts to keep up: k grows (at most to b_max) until lam (E[L] d + T(k)/k) = psi, i.e. until
+    the decode chain's load lam E[L] d / (1 - rho_p) is lam/lam_max; it reaches 1 at the saturated
+    limit ``lam_max``, not before. Below the onset the fixed point is returned unchanged.
+    """
+    psi = 1.0 - decode_s * (lam_max - lam)
+    if lam * decode_s + rho < psi:
+        return rho, k
+    lo, hi = k, float(b_max)
+    if lam * (decode_s + batch_time(hi) / hi) >= psi:
+        return lam * batch_time(hi) / hi, hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if lam * (decode_s + batch_time(mid) / mid) >= psi else (lo, mid)
+    return lam * batch_time(hi) / hi, hi
+
+
+def heavy_traffic_onset(decode_s: float, lam_max: float, fixed_point: Callable[[float], tuple[float, float]]) -> float:
+    """The smallest per-instance rate at which :func:`heavy_traffic_batch` departs from the fixed
+    point (bisection on lam E[L] d + rho(lam) - psi(lam), 50 steps; lam_max if it never does)."""
+    def over(lam: float) -> bool:
+        return lam * decode_s + fixed_point(lam)[0] >= 1.0 - decode_s * (lam_max - lam)
+
+    lo, hi = 0.0, lam_max
+    if not over(hi * (1.0 - 1e-12)):
+        return lam_max
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if over(mid) else (mid, hi)
+    return lo

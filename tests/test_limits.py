@@ -1,0 +1,219 @@
+"""Analytic stability limits against the replay's sustained rate (validation/sustained.py).
+
+The sustained rate is the replay's completion rate at an overload rate (docs/validation.md,
+"Sustained rate"); with 20,000 requests its sampling error is about 1% (measured spread over
+seeds below 1%), so the tolerances below are the model's stated accuracy plus that 1%.
+
+Before the chunked fix (main at 2b0a9de), llama3-8b-chunked-h100 gave 8.04/11.74/7.88/4.76/2.65/1.41
+req/s for budgets 256/1024/2048/4096/8192/16384 against sustained 7.92/11.48/11.86/12.02/12.09/
+12.13 (-78% at 8192), and Llama-3.1-70B FP8 on one H200 0.54/0.27/0.14 for budgets 8192/16384/32768
+against 4.34 (-88..-97%).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qmodel.engine import Solver
+from qmodel.scenario import load_scenario, parse_scenario
+from qmodel.validation.sustained import poisson_at, probe, sustained_rate
+
+EX = Path(__file__).resolve().parent.parent / "examples"
+CHUNKED = EX / "llama3-8b-chunked-h100.yaml"
+
+
+def _compare(scn, n: int = 20000) -> tuple[float, float]:
+    lim = Solver(scn).max_stable_rate()[0]
+    return lim, sustained_rate(scn, n, 0, guess_per_s=lim).rate_per_s
+
+
+def _chunked(budget: int):
+    return load_scenario(CHUNKED, [f"deployment.chunk_tokens={budget}"])
+
+
+# chunked: the limit within 5% of the replay's sustained rate (issue 15 item 4); measured after the
+# fix +1.5/+1.8/+1.4/+1.3/+1.2/+1.1% for 256/1024/2048/4096/8192/16384 (+1.5..+3.5% before the
+# KV slot cap counted length-biased residents)
+@pytest.mark.parametrize("budget", [512, 8192])
+def test_chunked_limit_tracks_replay(budget):
+    lim, sus = _compare(_chunked(budget))
+    assert abs(lim / sus - 1) <= 0.05, (budget, lim, sus)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [256, 1024, 2048, 4096, 16384])
+def test_chunked_limit_tracks_replay_sweep(budget):
+    lim, sus = _compare(_chunked(budget))
+    assert abs(lim / sus - 1) <= 0.05, (budget, lim, sus)
+
+
+def test_chunked_not_below_colocated_when_compute_bound():
+    # the chunks' attention sums to P^2 as one pass does; what chunking adds is the per-iteration
+    # fixed cost, small once an iteration is compute-bound (>= 2048 tokens for llama-3.1-8b/H100):
+    # chunked may fall below colocated on the same GPUs by at most 3% there (was 7.88 vs 12.04 at 2048)
+    data = load_scenario(CHUNKED).model_dump(mode="json")
+    data["deployment"] = {"topology": "colocated", "pool": data["deployment"]["pool"], "max_batch_tokens": 8192}
+    colo = Solver(parse_scenario(data)).max_stable_rate()[0]
+    prev = 0.0
+    for budget in (2048, 4096, 8192, 16384):
+        lim = Solver(_chunked(budget)).max_stable_rate()[0]
+        assert lim >= 0.97 * colo, (budget, lim, colo)
+        assert lim >= prev  # a bigger budget never costs capacity here
+        prev = lim
+
+
+L70_FP8 = """[[model]]
+name = "llama-3.1-70b-fp8"
+hf_id = "neuralmagic/Meta-Llama-3.1-70B-FP8"
+source = "llama-3.1-70b with FP8 weights (test entry)"
+layers = 80
+hidden_size = 8192
+num_heads = 64
+num_kv_heads = 8
+head_dim = 128
+ffn_size = 28672
+vocab_size = 128256
+attention = "gqa"
+max_context_tokens = 131072
+dtype = "fp8"
+kv_dtype = "bf16"
+"""
+
+
+@pytest.fixture
+def fp8_70b(monkeypatch, tmp_path):
+    """Llama-3.1-70B with FP8 weights as a user catalog model (weights FP8 in both engines' memory)."""
+    from qmodel import registry
+
+    (tmp_path / "l70fp8.toml").write_text(L70_FP8, encoding="utf-8")
+    monkeypatch.setenv("QMODEL_CATALOG_DIR", str(tmp_path))
+    registry.clear_cache()
+    yield
+    registry.clear_cache()
+
+
+@pytest.mark.parametrize("budget", [8192, 16384, 32768])
+def test_chunked_70b_fp8_h200_slot_capped(fp8_70b, budget):
+    # max_batch 128 caps the decode batch far below the budget: most iterations are decode-only and
+    # a saturated mixed one holds only the prompt tokens that exist. Was 0.54/0.27/0.14 req/s (falling
+    # with the budget); replay sustained 4.34 at all three; now +0.9/+0.9/+1.0%
+    scn = parse_scenario({
+        "name": "l70-fp8-h200-chunked", "model": "llama-3.1-70b-fp8",
+        "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1.0},
+                     "lengths": {"kind": "preset", "name": "azure-conv-2023"}},
+        "slo": {"ttft_s": "2 s", "tpot_s": "100 ms"},
+        "deployment": {"topology": "chunked", "pool": {"gpu": "h200-sxm", "tp": 1, "instances": 1, "max_batch": 128},
+                       "chunk_tokens": budget},
+        "perf": {"kind": "roofline"}})
+    lim, sus = _compare(scn, 5000)  # 5,000 requests: ~3% sampling error, the model is within 1%
+    assert abs(lim / sus - 1) <= 0.05, (budget, lim, sus)
+    assert lim > 1.0  # the replay completes 5,000 requests at 1 req/s
+
+
+def test_sustained_rate_is_deterministic_and_bracketed():
+    scn = _chunked(8192)
+    a = sustained_rate(scn, 20000, 0, guess_per_s=10.0)
+    b = sustained_rate(scn, 20000, 0, guess_per_s=10.0)
+    assert a == b
+    # the answer is the saturated throughput whatever the overload (1.5x, 3x a guess): at 20,000
+    # requests within 1% (measured 0.02%; at 5,000 requests the same pair differs by 2.3%)
+    c = sustained_rate(scn, 20000, 0, guess_per_s=20.0)
+    assert abs(c.rate_per_s / a.rate_per_s - 1) < 0.01
+    assert all(p.completion_ratio < 0.9 for p in (a.probes[-1], c.probes[-1]))
+
+
+def test_probe_criterion_agrees_with_the_sustained_rate():
+    # the stability criterion, on long probes, from both sides of the sustained rate (+-8%)
+    scn = load_scenario(EX / "llama3-8b-colocated-h100.yaml")
+    mu = sustained_rate(scn, 20000, 0, guess_per_s=12.0).rate_per_s
+    assert probe(scn, 0.92 * mu, 20000, 0).stable
+    assert not probe(scn, 1.08 * mu, 20000, 0).stable
+    assert poisson_at(scn, 3.0).workload.arrivals.kind == "poisson"
+
+
+# ---- issue 15 item 11: every topology within 3% of the replay's sustained rate -------------------
+# Measured (analytic / sustained, 20,000 requests), before -> after this branch:
+#   llama3-8b-colocated-h100   12.04 / 11.87 +1.5%  -> 12.00 / 11.87 +1.1%
+#   opt13b-colocated-a100       7.806 / 8.701 -10.3% -> 8.748 / 8.717 +0.4%
+#   llama3-8b-chunked-h100     10.22 / 10.06 +1.6%  -> 10.25 / 10.08 +1.8%
+#   llama3-70b-disagg-h100     20.65 / 20.36 +1.4%  (unchanged)
+#   opt13b-disagg-a100         28.68 / 29.10 -1.4%  (unchanged)
+#   azure-conv-trace-disagg    22.04 / 22.03 +0.0%  (unchanged)
+#   deepseek-v3-disagg-h200     6.591 / 6.334 +4.1% -> 6.262 / 6.349 -1.4% (decode: saturated schedule)
+#   llama2-70b-disagg-splitwise 9.574 / 9.268 +3.3% (prefill station: not changed here)
+from tests.data_needs import example_param  # noqa: E402
+
+_KNOWN = {"llama2-70b-disagg-splitwise": "prefill station's saturated batch (qmodel/stations/prefill.py), +3.3%"}
+
+
+@pytest.mark.parametrize("name", [example_param("llama3-8b-colocated-h100"), example_param("opt13b-colocated-a100"),
+                                  example_param("llama3-8b-chunked-h100"), example_param("llama3-70b-disagg-h100"),
+                                  example_param("deepseek-v3-disagg-h200")])
+def test_limit_within_3pct_one_per_topology(name):
+    (path,) = EX.glob(f"{name}.*")
+    lim, sus = _compare(load_scenario(path))
+    assert abs(lim / sus - 1) <= 0.03, (name, lim, sus)
+
+
+def _all_examples():
+    out = []
+    for p in sorted(EX.iterdir()):
+        marks = []
+        if p.stem in _KNOWN:
+            marks = [pytest.mark.xfail(reason=_KNOWN[p.stem], strict=True)]
+        out.append(pytest.param(p.stem, marks=[*marks, *example_param(p.stem).marks]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _all_examples())
+def test_limit_within_3pct_every_example(name):
+    (path,) = EX.glob(f"{name}.*")
+    lim, sus = _compare(load_scenario(path))
+    assert abs(lim / sus - 1) <= 0.03, (name, lim, sus)
+
+
+BLOOM = {"name": "bloom-colocated", "model": "bloom-176b",
+         "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 5.0}, "lengths": {"kind": "preset", "name": ""}},
+         "slo": {"ttft_s": "2 s", "tpot_s": "100 ms"},
+         "deployment": {"topology": "colocated", "pool": {"gpu": "", "tp": 8, "instances": 4}},
+         "perf": {"kind": "table", "path": "data:splitwise_sim/perf_model.csv", "format": "splitwise"}}
+
+
+@pytest.mark.needs_data("splitwise_sim/perf_model.csv")
+@pytest.mark.parametrize("gpu,mix,before", [("a100-80gb-sxm", "azure-code-2023", 0.092),
+                                            ("a100-80gb-sxm", "azure-conv-2023", -0.047),
+                                            ("h100-sxm", "azure-code-2023", -0.066),
+                                            ("h100-sxm", "azure-conv-2023", -0.044)])
+def test_bloom_176b_colocated_4x_tp8(gpu, mix, before):
+    # BLOOM-176B TP8 x 4 instances, splitwise-sim measured tables: the KV cap (~55 sequences) lets a
+    # prefill iteration hold only the 1.5-2.3 prompts the last departures freed memory for, not the
+    # light-traffic fixed point's 1.1-4.5. Before (error shown as `before`) -> after: +0.6/-1.0/+0.8/-1.3%
+    lim, sus = _compare(_bloom(gpu, mix))
+    assert abs(lim / sus - 1) <= 0.03, (gpu, mix, lim, sus)
+
+
+def _bloom(gpu: str, mix: str):
+    return parse_scenario({**BLOOM, "workload": {**BLOOM["workload"], "lengths": {"kind": "preset", "name": mix}},
+                           "deployment": {**BLOOM["deployment"], "pool": {**BLOOM["deployment"]["pool"], "gpu": gpu}}})
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: load_scenario(EX / "opt13b-colocated-a100.yaml"), id="opt13b"),
+    pytest.param(lambda: _bloom("a100-80gb-sxm", "azure-conv-2023"), id="bloom-a100-conv",
+                 marks=pytest.mark.needs_data("splitwise_sim/perf_model.csv"))])
+def test_colocated_solves_up_to_its_limit(make):
+    # the heavy-traffic batch keeps solve() defined below the limit: main raised UnstableError at 0.95
+    # of its own limit on BLOOM-176B a100 conv (the fixed point's busy fraction is not monotone in the
+    # rate, so the bisection for its limit stopped at a rate it cannot solve just below)
+    sol = Solver(make())
+    lim = sol.max_stable_rate()[0]
+    prev = 1.0
+    for u in (0.5, 0.8, 0.9, 0.95, 0.99):
+        r = sol.solve(u * lim)
+        assert 0.0 <= r.attainment <= prev + 1e-12
+        assert all(np.isfinite([r.ttft.p90, r.ttft.p99, r.tpot.p90]))
+        prev = r.attainment
