@@ -1,10 +1,15 @@
 """Colocated vs chunked prefill vs disaggregated on the same GPUs (``qmodel compare``).
 
-For the scenario's GPU type, tensor parallelism and total GPU count N, qmodel builds:
-  * colocated: N/tp instances, prefill-priority iterations;
-  * chunked:   N/tp instances, Sarathi-style chunks (the scenario's chunk budget, else 512);
-  * disaggregated: every P:D split of the N/tp instances (P, D >= 1), keeping the best by goodput,
-    over the scenario's link (or InfiniBand NDR 400 when the scenario is not disaggregated).
+For the scenario's GPU type, instance shape (TP x PP) and total GPU count N, qmodel builds, with
+n = N / (TP x PP) instances of the scenario's pool (a disaggregated scenario: its decode pool, whose
+KV fraction, batch cap and dispatch every topology keeps):
+  * colocated: n instances, prefill-priority iterations;
+  * chunked:   n instances, Sarathi-style chunks (the scenario's chunk budget, else 512);
+  * disaggregated: every P:D split of the n instances (P, D >= 1), keeping the best by goodput,
+    over the scenario's link as the scenario states it (bandwidth override, sharing, transfer mode,
+    where the first token comes from, prefill budget and dispatch), or InfiniBand NDR 400 with the
+    defaults when the scenario is not disaggregated. So a disaggregated scenario of one GPU type and
+    shape is one of the splits compared, evaluated as ``qmodel goodput`` evaluates it.
 and reports goodput, goodput per GPU, the knee and the largest stable rate of each.
 
 The knee is the rate at which the binding percentile (TTFT or TPOT at the SLO percentile) reaches
@@ -21,7 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from qmodel.errors import NumericalError, QmodelError, UnstableError
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PrefillPool,
                              Scenario)
 
 __all__ = ["Candidate", "Comparison", "compare_topologies", "knee_rate"]
@@ -122,18 +127,21 @@ def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
     scenario = as_scenario(scenario)
     dep = scenario.deployment
     if isinstance(dep, DisaggregatedDeployment):
-        gpu, tp = dep.decode.gpu, dep.decode.tp
-        n_inst = (dep.prefill.gpus + dep.decode.gpus) // tp
-        link, sharing, mode = dep.link, dep.link_sharing, dep.transfer_mode
-        pool = DecodePool(gpu=gpu, tp=tp, instances=1, kv_memory_fraction=dep.decode.kv_memory_fraction,
-                          max_batch=dep.decode.max_batch)
-        budget, chunk = dep.prefill.max_batch_tokens, 512
+        # the decode pool as the scenario states it (TP, PP, KV fraction, batch cap, dispatch), and
+        # the link as it states it (bandwidth override, sharing, mode, where the first token comes from)
+        pool = dep.decode.model_copy(update={"instances": 1})
+        n_inst = (dep.prefill.gpus + dep.decode.gpus) // pool.gpus
+        link = {"link": dep.link, "link_sharing": dep.link_sharing, "transfer_mode": dep.transfer_mode,
+                "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s, "first_token_from": dep.first_token_from}
+        budget, chunk, dispatch = dep.prefill.max_batch_tokens, 512, dep.prefill.dispatch
     else:
-        pool = dep.pool
-        gpu, tp, n_inst = pool.gpu, pool.tp, pool.instances
-        link, sharing, mode = DEFAULT_LINK, "fcfs", "layerwise"
+        pool = dep.pool.model_copy(update={"instances": 1})
+        n_inst = dep.pool.instances
+        link = {"link": DEFAULT_LINK, "link_sharing": "fcfs", "transfer_mode": "layerwise"}
         budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
         chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
+        dispatch = PrefillPool.model_fields["dispatch"].default
+    gpu, tp = pool.gpu, pool.tp
     cands: list[Candidate] = []
     whole = pool.model_copy(update={"instances": n_inst})
     cands.append(_row(scenario.model_copy(update={"deployment": ColocatedDeployment(pool=whole, max_batch_tokens=budget)}),
@@ -144,9 +152,8 @@ def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
     failed: list[str] = []
     for p in range(1, n_inst):
         d = DisaggregatedDeployment(
-            prefill=PrefillPool(gpu=gpu, tp=tp, instances=p, max_batch_tokens=budget),
-            decode=pool.model_copy(update={"instances": n_inst - p}),
-            link=link, link_sharing=sharing, transfer_mode=mode)
+            prefill=PrefillPool(gpu=gpu, tp=tp, pp=pool.pp, instances=p, max_batch_tokens=budget, dispatch=dispatch),
+            decode=pool.model_copy(update={"instances": n_inst - p}), **link)
         c = _row(scenario.model_copy(update={"deployment": d}), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
         if c.reason is not None:
             failed.append(f"P:D = {p}:{n_inst - p}: {c.reason}")
@@ -157,7 +164,7 @@ def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
         best_dis = _not_evaluated("disaggregated", "-", why)
     cands.append(best_dis)
     best = max(cands, key=lambda c: c.goodput_rps)
-    return Comparison(scenario=scenario.name, gpu=gpu, tp=tp, gpus=n_inst * tp, candidates=cands,
+    return Comparison(scenario=scenario.name, gpu=gpu, tp=tp, gpus=n_inst * pool.gpus, candidates=cands,
                       best=best.topology, verdict=_verdict(cands, best, n_inst))
 
 
