@@ -152,6 +152,10 @@ def _resolved(name: str, sets: tuple[str, ...]):
 KNOWN_DEFECTS = {
     "bursty-colocated": "colocated TTFT attainment not monotone in the rate under ca2 > 1 "
                         "(qmodel/stations/colocated.py); the goodput search then raises 'attainment rose'",
+    "slow-link-tpot": "disaggregated, link-bound and far below the goal (a link of ~1 Gbps): TPOT attainment rises "
+                      "with the rate by up to 0.03 (azure-conv-trace-disagg-a100, 3P+3D at 125 MB/s: 0.1222 at 0.05 "
+                      "req/s, 0.1285 at 0.1; layerwise and serialized alike), so the goodput search refuses the curve "
+                      "(qmodel/engine.py handoff in TPOT, qmodel/stations/kv_transfer.py)",
     "prefill-grid": "near a prefill limit (load >= 0.99) the prefill grid step grows with the rate and the CDF read "
                     "at the SLO target rises (qmodel/stations/prefill.py grids, qmodel/dist.py GridDist.cdf)",
 }
@@ -166,9 +170,17 @@ def known_defect(sc: Scenario, message: str, station: str | None = None, load: f
         return None
     if sc.deployment.topology == "colocated" and arrival_stats(sc.workload)[1] > 1.0:
         return "bursty-colocated"
+    if isinstance(sc.deployment, DisaggregatedDeployment) and _link_bound(sc):
+        return "slow-link-tpot"
     if station == "prefill" and load is not None and load >= 0.99:
         return "prefill-grid"
     return None
+
+
+def _link_bound(sc: Scenario) -> bool:
+    from qmodel.engine import Solver
+
+    return Solver(sc).max_stable_rate()[1] == "kv_transfer"
 
 
 def goodput_or_reject(sc: Scenario):
