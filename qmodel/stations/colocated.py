@@ -116,7 +116,8 @@ from qmodel.dist import GridDist, convolve, fast_len as _fast_len, mixture, stoc
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
+from qmodel.stations.admission import kv_wall
+from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens, wait_law
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
 
@@ -227,6 +228,9 @@ class ColocatedStation:
                                  "room for at least one sequence of mean prompt+output length")
             n_max = by_kv if n_max is None else min(n_max, by_kv)
         self.n_max = n_max
+        # KV admission's soft wall (qmodel.stations.admission): the resident count the memory holds
+        self._wall = (kv_wall(self.service, held, L, self.kv_capacity_tokens, n_max)
+                      if self.kv_capacity_tokens is not None else None)
 
         def step(n: np.ndarray) -> np.ndarray:
             return np.asarray(self.service.decode_step_time_s(n, n * C), dtype=float)
@@ -524,6 +528,25 @@ class ColocatedStation:
             return ttft  # the prefill-only pool is stable further than the colocated one; never here
         return stochastic_max(ttft, bulk)
 
+    def _slot_wait(self, pi: np.ndarray, tail: float, rc: float, tok: float, capacity: float, dx: float
+                   ) -> GridDist | None:
+        """Wait for KV or a slot before the prefill: the soft-wall population chain of
+        :class:`qmodel.stations.admission.KVWall` where KV binds (the hard-cap slot wait of
+        :func:`qmodel.stations.decode.admission_wait` where max_batch binds, or where the wall's chain
+        is unstable at this rate)."""
+        cap = self.chain.cap
+        if cap is None:
+            return None
+        g = self.chain.g(cap)
+        if self._wall is not None:
+            pool = self.instances if self.dispatch == "least_loaded" else 1
+            soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool)
+            if soft is not None:
+                return wait_law(*soft, dx)
+        m = len(pi) - 1
+        return admission_wait(pi, tail, rc, cap, float(g[min(cap, m)]), self.mean_output, self.cv2_output, dx,
+                              capacity=capacity)
+
     def _heavy_traffic_wait(self, lam: float, extra_k: float) -> GridDist | None:
         """Wait before admission once the backlog grows the batch (kbar > the fixed point's): the slot
         wait frozen at the onset of heavy traffic, plus an exponential wait of mean extra_k / lam (the
@@ -536,8 +559,7 @@ class ColocatedStation:
             pi, tail, rc = self.chain.solve(tok_s, 64 + int(20 * math.sqrt(tok_s * 1e-2 + 1) + 4 * tok_s * self.chain.g(1)[1]))
             cap = self.chain.cap if self.chain.cap is not None else 1 << 62
             g = self.chain.g(len(pi))
-            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, len(pi) - 1)]), self.mean_output,
-                                 self.cv2_output, dx, capacity=1.0 - rho_s)
+            adm = self._slot_wait(pi, tail, rc, tok_s, 1.0 - rho_s, dx)
             if adm is not None:
                 parts.append(adm)
         mean = extra_k / lam
@@ -636,8 +658,7 @@ class ColocatedStation:
         if kbar > k_fp:
             adm = self._heavy_traffic_wait(lam, kbar - k_fp)
         else:
-            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, m)]), self.mean_output,
-                                 self.cv2_output, self._ttft_grid.dx, capacity=1.0 - rho_p)
+            adm = self._slot_wait(pi, tail, rc, tok, 1.0 - rho_p, self._ttft_grid.dx)
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)
         resid = wait
