@@ -59,14 +59,19 @@ class KVWall:
         return np.diff(np.concatenate([[0.0], cdf]))
 
     def slot_wait(self, step_s: np.ndarray, token_rate: float, capacity: float, mean_output: float,
-                  cv2_output: float, pool: int = 1) -> tuple[float, float] | None:
+                  cv2_output: float, pool: int = 1, full_rate_per_s: float | None = None
+                  ) -> tuple[float, float] | None:
         """(P(wait), rate of the conditional exponential wait) of the population chain (module doc),
         or None where the chain is unstable at this token rate (rc >= 1).
 
         ``step_s[k]`` = t_d(k) for k = 0..cap (index 0 unused); ``token_rate`` = lam E[L] / capacity
         per instance. ``pool`` > 1: instances that share arrivals by outstanding tokens (least_loaded,
         which counts reserved KV) act as one pool, n sequences split evenly: phi_pool(n) = c phi(n / c)
-        and M the sum of the c instances' counts.
+        and M the sum of the c instances' counts. ``full_rate_per_s``: one instance's completion rate
+        with the memory full (its stability limit, the saturated schedule's throughput, which also
+        pays the prefills that the decode chain sees only through ``capacity``); phi_eff is scaled so
+        that capacity phi_eff(top) / E[L] is ``pool`` times it, so rc = lam / limit: the wait grows
+        without bound at the station's own limit, not before or after it.
         """
         pm = self.pmf(pool)
         top = len(pm) - 1
@@ -78,6 +83,8 @@ class KVWall:
         below = np.concatenate([[0.0], np.cumsum(pm[1:] * phi)[:-1]])
         at_least = 1.0 - np.cumsum(pm)[:-1]
         phi_eff = below + np.maximum(at_least, 0.0) * phi
+        if full_rate_per_s is not None:
+            phi_eff = phi_eff * (pool * full_rate_per_s * mean_output / capacity / float(phi_eff[-1]))
         lam_tok = pool * token_rate
         rc = lam_tok / float(phi_eff[-1])
         if not rc < 1.0:

@@ -540,7 +540,8 @@ class ColocatedStation:
         g = self.chain.g(cap)
         if self._wall is not None:
             pool = self.instances if self.dispatch == "least_loaded" else 1
-            soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool)
+            soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool,
+                                        full_rate_per_s=self._lam_sat)
             if soft is not None:
                 return wait_law(*soft, dx)
         m = len(pi) - 1
