@@ -63,12 +63,18 @@ Model, per instance at rate lam (random split over ``instances``):
   Bursts (``ca2`` > 1): prefill is the high class of a non-preemptive priority M^X/G/1 over decode
   steps (below); prompts arriving during W join the request's batch: given W = w, Poisson(lam w) of
   them (16 strata of W), each adding its marginal cost.
-  KV admission: at the slot cap (KV memory at the mean P + L, or max_batch) a prompt first waits for a
-  free slot, the decode station's wait (:func:`qmodel.stations.decode.admission_wait`) at decode
-  capacity 1 - rho_p, added to TTFT as independent. Replay (OPT-13B, 2 x A100 TP2, DistServe vLLM fit,
-  ShareGPT < 2048 tokens, ~50k KV tokens per instance, 4.5 req/s): TTFT p90 0.20 -> 0.92 s against
-  the replay's 1.9-3.7 s (three seeds), mean 0.12 -> 0.41 s against 0.56-1.05 s: still low (the
-  mean-field slot count misses the head-of-line blocking of large reservations).
+  KV admission: a prompt first waits for memory. Where KV binds, the soft wall of
+  :mod:`qmodel.stations.admission`: the resident count M the pool holds is random (length-biased
+  prompt + output reservations, head-of-line blocking), normal about the saturated schedule's mean
+  batch; the population chain phi_eff(n) = E[phi(min(n, M))] at decode capacity 1 - rho_p, scaled to
+  the station's limit when full; P(wait) = sum pi(n) P(M <= n), then Exp(mu (1 - lam/lam_max)) scaled
+  by (1 + c_L^2)/2; least_loaded pools share one wall; where max_batch binds first, M = max_batch
+  (the hard cap, scaled to the limit). Without a KV capacity (a max_batch cap only), the decode
+  station's slot wait (:func:`qmodel.stations.decode.admission_wait`) at capacity 1 - rho_p. Added to
+  TTFT as independent. Replay (issue 15 item 8: OPT-13B, 2 x A100 TP2, DistServe vLLM fit, ShareGPT
+  < 2048 tokens, ~50k KV tokens per instance, 4.5 req/s): TTFT p90 1.95 s, mean 0.615 s against the
+  replay's 1.2-4.5 s and 0.51-1.32 s (six seeds; the hard-cap slot wait gave 0.92 and 0.41 s);
+  docs/methods.md ("KV admission: the soft wall").
 
 Bursty arrivals (``ca2`` > 1): the stream is replaced by a batch-Poisson one with geometric batches of
 mean m = 1 + (U(t) - lam t), the excess of the Gamma renewal function with that SCV over the mean
@@ -673,9 +679,10 @@ class ColocatedStation:
             "prefill (approximate)",
         ]
         if self.n_max is not None:
-            lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for a free slot "
-                             "(KV admission: M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by "
-                             "(1 + c_L^2)/2)")
+            lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for memory or a slot "
+                             + (f"(KV soft wall: the pool holds {self._wall.centre:.1f} +- {self._wall.sd:.1f} residents; "
+                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)" if self._wall is not None
+                                else "(M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)"))
         if self.instances > 1 and self.dispatch == "least_loaded":
             lam_notes.append(f"{self.instances} instances, least_loaded (outstanding tokens): idle instances first, "
                              f"prefilling ones met less and their long iterations less (load gap scale "
