@@ -53,7 +53,9 @@ def kvset():
     return [("i8 kv.307 <2048", opt(0.307, 2048), (0.7, 0.85, 0.92), (0, 1)),
             ("kv.20 <2048", opt(0.20, 2048), (0.7, 0.85, 0.92), (0, 1)),
             ("kv.15 <1024", opt(0.15, 1024), (0.7, 0.85, 0.92), (0, 1)),
-            ("kv.307 <2048 1inst", opt(0.307, 2048, inst=1), (0.7, 0.85, 0.92), (0, 1))]
+            ("kv.307 <2048 1inst", opt(0.307, 2048, inst=1), (0.7, 0.85, 0.92), (0, 1)),
+            ("chunked kv.307 <2048", opt(0.307, 2048, topo="chunked", mb=2048), (0.7, 0.85, 0.92), (0, 1)),
+            ("chunked kv.20 <2048 1inst", opt(0.20, 2048, topo="chunked", inst=1, mb=2048), (0.7, 0.85, 0.92), (0, 1))]
 def exset():
     out = []
     for ex in ("llama3-8b-chunked-h100.yaml", "llama3-8b-colocated-h100.yaml", "opt13b-colocated-a100.yaml"):
