@@ -32,8 +32,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qmodel.perf.base import ServiceTimeModel
-
 __all__ = ["KVWall", "kv_wall"]
 
 
@@ -98,18 +96,16 @@ class KVWall:
         return min(p_wait, 1.0), mu * (1.0 - rc) / ((1.0 + cv2_output) / 2.0)
 
 
-def kv_wall(service: ServiceTimeModel, held_tokens: np.ndarray, output_tokens: np.ndarray,
-            kv_capacity_tokens: float, cap: int) -> KVWall | None:
-    """The soft wall of one instance's KV pool (module doc); None when the memory never binds (the
-    saturated schedule's resident count is unbounded)."""
-    from qmodel.stations.capacity import saturated_schedule
-
+def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,
+            resident_mean: float) -> KVWall | None:
+    """The soft wall of one instance's KV pool (module doc): ``resident_mean`` is the saturated
+    schedule's mean decode batch (:func:`qmodel.stations.capacity.saturated_schedule`); None when it
+    is unbounded (the memory never binds)."""
+    if not math.isfinite(resident_mean):
+        return None
     held = np.asarray(held_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
     size = held + L
     c = float(np.sum(L * size) / np.sum(L))
     v = max(float(np.sum(L * size * size) / np.sum(L)) - c * c, 0.0)
-    centre = saturated_schedule(service, held, L, kv_capacity_tokens, None, None)[1]
-    if not math.isfinite(centre):
-        return None
-    return KVWall(centre=float(centre), sd=math.sqrt(kv_capacity_tokens * v / c**3), cap=int(cap))
+    return KVWall(centre=float(resident_mean), sd=math.sqrt(kv_capacity_tokens * v / c**3), cap=int(cap))

@@ -122,7 +122,7 @@ from qmodel.dist import GridDist, convolve, fast_len as _fast_len, mixture, stoc
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.admission import kv_wall
+from qmodel.stations.admission import KVWall, kv_wall
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens, wait_law
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
@@ -234,9 +234,6 @@ class ColocatedStation:
                                  "room for at least one sequence of mean prompt+output length")
             n_max = by_kv if n_max is None else min(n_max, by_kv)
         self.n_max = n_max
-        # KV admission's soft wall (qmodel.stations.admission): the resident count the memory holds
-        self._wall = (kv_wall(self.service, held, L, self.kv_capacity_tokens, n_max)
-                      if self.kv_capacity_tokens is not None else None)
 
         def step(n: np.ndarray) -> np.ndarray:
             return np.asarray(self.service.decode_step_time_s(n, n * C), dtype=float)
@@ -365,12 +362,26 @@ class ColocatedStation:
         return lo
 
     @cached_property
+    def _saturated(self) -> tuple[float, float]:
+        """(requests/s, mean decode batch) of one instance under an endless backlog
+        (:func:`qmodel.stations.capacity.saturated_schedule`)."""
+        from qmodel.stations.capacity import saturated_schedule
+
+        return saturated_schedule(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
+                                  self.max_batch_tokens, cached_tokens=self.cached_tokens)
+
+    @property
     def saturated_rate_per_s(self) -> float:
         """Per-instance capacity under an endless backlog (:func:`qmodel.stations.capacity.saturated_rate_per_s`)."""
-        from qmodel.stations.capacity import saturated_rate_per_s
+        return self._saturated[0]
 
-        return saturated_rate_per_s(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
-                                    self.max_batch_tokens, cached_tokens=self.cached_tokens)
+    @cached_property
+    def _wall(self) -> KVWall | None:
+        """KV admission's soft wall (:mod:`qmodel.stations.admission`), centred on the saturated
+        schedule's mean batch; None without a KV capacity."""
+        if self.kv_capacity_tokens is None or self.n_max is None:
+            return None
+        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1])
 
     def max_stable_rate_per_s(self) -> float:
         """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""
