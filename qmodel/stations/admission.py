@@ -53,6 +53,7 @@ class KVWall:
         """P(M = m), m = 0..pool cap, of ``pool`` instances' memories taken together (sum of their M)."""
         top = pool * self.cap
         cdf = _normal_cdf(np.arange(top + 1, dtype=float) + 0.5, pool * self.centre, math.sqrt(pool) * self.sd)
+        cdf[0] = 0.0 if top >= 1 else 1.0  # the pool holds at least one sequence (checked at construction)
         cdf[-1] = 1.0  # the slot cap: never more than cap residents per instance
         return np.diff(np.concatenate([[0.0], cdf]))
 
