@@ -66,11 +66,13 @@ def test_uncapped_station_unchanged():
 
 def test_issue_scenario_ttft_against_replay(data_dir, tmp_path):
     # The issue's case: colocated OPT-13B, 2 x A100-80GB TP2, DistServe's vLLM fit, ShareGPT lengths
-    # with prompt + output < 2048, KV pool ~50k tokens per instance, 4.5 req/s. Before: TTFT p90
-    # 0.204 s against the replay's 2.07 s (-90%), mean 0.117 against 0.659 s (-82%). With the slot
-    # wait: p90 0.92 s, mean 0.41 s. The replay itself is noisy here (3 seeds x 20-40k requests: p90
-    # 1.9-3.7 s, mean 0.56-1.05 s), so the bands are wide: p90 and mean at least 0.3 of the replay
-    # (the model without the wait is at 0.10 and 0.18).
+    # with prompt + output < 2048, KV pool ~50k tokens per instance, 4.5 req/s (0.92 of the limit).
+    # No admission term: TTFT p90 0.204 s against the replay's 2.07 s (-90%), mean 0.117 against
+    # 0.659 s. Hard-cap slot wait: p90 0.92 s (0.45 of it), mean 0.41 s (0.62). KV soft wall
+    # (qmodel/stations/admission.py): p90 1.95 s (0.94), mean 0.615 s (0.93). The replay is noisy
+    # here: seeds 0..5 x 20k requests give p90 2.07/2.52/3.84/2.58/1.21/4.46 s (mean 2.78) and mean
+    # 0.66/0.70/1.03/0.72/0.51/1.32 s (0.82), so the bands against seed 0 are [0.6, 1.4]: they hold
+    # the 6-seed mean too (0.70 and 0.75) and fail the hard-cap form's p90 (0.45).
     import csv
 
     from qmodel.engine import Solver
@@ -104,5 +106,83 @@ perf: {{kind: table, path: "data:distserve/profiler-a100-80g.vllm.json", format:
     sc = load_scenario(str(scen))
     s = Solver(sc)._single_pool.solve(4.5)
     rep = latency_metrics(replay(sc, n_requests=20000, seed=0))
-    assert s.delay.quantile(0.9) >= 0.3 * rep["ttft_p90"], (s.delay.quantile(0.9), rep["ttft_p90"])
-    assert s.delay.mean_s >= 0.3 * rep["ttft_mean"], (s.delay.mean_s, rep["ttft_mean"])
+    assert 0.6 <= s.delay.quantile(0.9) / rep["ttft_p90"] <= 1.4, (s.delay.quantile(0.9), rep["ttft_p90"])
+    assert 0.6 <= s.delay.mean_s / rep["ttft_mean"] <= 1.4, (s.delay.mean_s, rep["ttft_mean"])
+
+
+def test_soft_wall_without_spread_is_the_hard_cap():
+    # exact: a wall with sd 0 at an integer centre c, not rescaled, is the capped GPS chain with cap c,
+    # so its (P(wait), rate) is decode's slot_wait on that chain (1e-9: round-off)
+    from qmodel.stations.admission import KVWall
+    from qmodel.stations.decode import GPSChain
+
+    def step(n):
+        return 0.02 + 0.0005 * n
+
+    cap, tok = 30, 700.0  # rho_cap = 700 t(30) / 30 = 0.82
+    chain = GPSChain(step, cap=cap)
+    pi, tail, rc = chain.solve(tok, 64)
+    g = chain.g(cap)
+    want = slot_wait(pi, tail, rc, cap, float(g[cap]), 200.0, 0.3, 0.8)
+    got = KVWall(centre=float(cap), sd=0.0, cap=cap).slot_wait(g, tok, 0.8, 200.0, 0.3)
+    assert got == pytest.approx(want, rel=1e-9)
+    # a spread wall (the memory full from ~c - 2 sd) waits more often at the same rate
+    spread = KVWall(centre=float(cap), sd=3.0, cap=cap + 10).slot_wait(chain.g(cap + 10), tok, 0.8, 200.0, 0.3)
+    assert spread[0] > want[0]
+
+
+def _kv_wall_scenario(rate):
+    from qmodel.scenario import parse_scenario
+
+    return parse_scenario({
+        "name": "kv-wall", "model": "opt-13b",
+        "workload": {"arrivals": {"kind": "poisson", "rate_per_s": rate},
+                     "lengths": {"kind": "lognormal", "prompt_median_tokens": 400, "prompt_sigma": 0.8,
+                                 "prompt_max_tokens": 1400, "output_median_tokens": 250, "output_sigma": 0.8,
+                                 "output_max_tokens": 600}},
+        "slo": {"ttft_s": "400 ms", "tpot_s": "40 ms", "attainment_goal": 0.9},
+        "deployment": {"topology": "colocated", "max_batch_tokens": 4096,
+                       "pool": {"gpu": "a100-80gb-sxm", "tp": 2, "instances": 2, "kv_memory_fraction": 0.2,
+                                "max_batch": 256}},
+        "perf": {"kind": "table", "path": "catalog/tables/distserve/profiler-a100-80g.vllm.json",
+                 "format": "distserve"}}, source="kv-wall")
+
+
+def test_kv_wall_ttft_against_replay_without_data():
+    # KV-capped colocated OPT-13B (bundled DistServe fit), 2 x A100 TP2 least_loaded, lognormal
+    # prompt/output (medians 400/250, prompt + output <= 2000), ~30k KV tokens per instance, at 0.92
+    # of the limit (5.22 req/s). Replay, seeds 0..5 x 20k requests: TTFT mean 0.73/0.28/0.75/0.73/
+    # 0.43/0.56 s (mean 0.58), p90 2.62/0.82/2.70/2.45/1.45/1.90 s (mean 1.99); the seed-to-seed sd of
+    # p90 is 0.7 s, so the 6-seed mean carries ~15% (one standard error): bands +-35%. Hard-cap slot
+    # wait (main): mean 0.302 s (-48%), p90 0.643 s (-68%); soft wall: 0.642 (+11%), 2.026 (+2%).
+    from qmodel.engine import Solver
+    from qmodel.validation.engine import replay
+    from qmodel.validation.harness import latency_metrics
+
+    sc = _kv_wall_scenario(1.0)
+    rate = 0.92 * Solver(sc).max_stable_rate()[0]
+    sc = sc.with_rate(rate)
+    a = Solver(sc).solve()
+    reps = [latency_metrics(replay(sc, n_requests=20000, seed=sd)) for sd in range(6)]
+    p90 = float(np.mean([r["ttft_p90"] for r in reps]))
+    mean = float(np.mean([r["ttft_mean"] for r in reps]))
+    assert a.ttft.p90 == pytest.approx(p90, rel=0.35), (a.ttft.p90, p90)
+    assert a.ttft.mean == pytest.approx(mean, rel=0.35), (a.ttft.mean, mean)
+
+
+def test_kv_wall_ttft_monotone_in_rate_up_to_the_limit():
+    # the wall's wait is scaled to vanish only at the station's own limit (rc = lam / limit), so the
+    # TTFT percentiles are finite and non-decreasing in the rate all the way (before that scaling the
+    # wall's chain went unstable at ~0.97 of the limit and the form fell back to the hard cap:
+    # p90 12.1 -> 6.3 s between 0.96 and 0.98 on the issue's case)
+    from qmodel.engine import Solver
+
+    sc = _kv_wall_scenario(1.0)
+    lim = Solver(sc).max_stable_rate()[0]
+    prev = (0.0, 0.0)
+    for f in (0.6, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995):
+        r = Solver(sc.with_rate(f * lim)).solve()
+        cur = (r.ttft.p90, r.ttft.p99)
+        assert all(math.isfinite(v) for v in cur)
+        assert cur[0] >= prev[0] and cur[1] >= prev[1], (f, prev, cur)
+        prev = cur

@@ -63,12 +63,18 @@ Model, per instance at rate lam (random split over ``instances``):
   Bursts (``ca2`` > 1): prefill is the high class of a non-preemptive priority M^X/G/1 over decode
   steps (below); prompts arriving during W join the request's batch: given W = w, Poisson(lam w) of
   them (16 strata of W), each adding its marginal cost.
-  KV admission: at the slot cap (KV memory at the mean P + L, or max_batch) a prompt first waits for a
-  free slot, the decode station's wait (:func:`qmodel.stations.decode.admission_wait`) at decode
-  capacity 1 - rho_p, added to TTFT as independent. Replay (OPT-13B, 2 x A100 TP2, DistServe vLLM fit,
-  ShareGPT < 2048 tokens, ~50k KV tokens per instance, 4.5 req/s): TTFT p90 0.20 -> 0.92 s against
-  the replay's 1.9-3.7 s (three seeds), mean 0.12 -> 0.41 s against 0.56-1.05 s: still low (the
-  mean-field slot count misses the head-of-line blocking of large reservations).
+  KV admission: a prompt first waits for memory. Where KV binds, the soft wall of
+  :mod:`qmodel.stations.admission`: the resident count M the pool holds is random (length-biased
+  prompt + output reservations, head-of-line blocking), normal about the saturated schedule's mean
+  batch; the population chain phi_eff(n) = E[phi(min(n, M))] at decode capacity 1 - rho_p, scaled to
+  the station's limit when full; P(wait) = sum pi(n) P(M <= n), then Exp(mu (1 - lam/lam_max)) scaled
+  by (1 + c_L^2)/2; least_loaded pools share one wall; where max_batch binds first, M = max_batch
+  (the hard cap, scaled to the limit). Without a KV capacity (a max_batch cap only), the decode
+  station's slot wait (:func:`qmodel.stations.decode.admission_wait`) at capacity 1 - rho_p. Added to
+  TTFT as independent. Replay (issue 15 item 8: OPT-13B, 2 x A100 TP2, DistServe vLLM fit, ShareGPT
+  < 2048 tokens, ~50k KV tokens per instance, 4.5 req/s): TTFT p90 1.95 s, mean 0.615 s against the
+  replay's 1.2-4.5 s and 0.51-1.32 s (six seeds; the hard-cap slot wait gave 0.92 and 0.41 s);
+  docs/methods.md ("KV admission: the soft wall").
 
 Bursty arrivals (``ca2`` > 1): the stream is replaced by a batch-Poisson one with geometric batches of
 mean m = 1 + (U(t) - lam t), the excess of the Gamma renewal function with that SCV over the mean
@@ -116,7 +122,8 @@ from qmodel.dist import GridDist, convolve, fast_len as _fast_len, mixture, stoc
 from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
+from qmodel.stations.admission import KVWall, kv_wall
+from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens, wait_law
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
 
@@ -355,12 +362,26 @@ class ColocatedStation:
         return lo
 
     @cached_property
+    def _saturated(self) -> tuple[float, float]:
+        """(requests/s, mean decode batch) of one instance under an endless backlog
+        (:func:`qmodel.stations.capacity.saturated_schedule`)."""
+        from qmodel.stations.capacity import saturated_schedule
+
+        return saturated_schedule(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
+                                  self.max_batch_tokens, cached_tokens=self.cached_tokens)
+
+    @property
     def saturated_rate_per_s(self) -> float:
         """Per-instance capacity under an endless backlog (:func:`qmodel.stations.capacity.saturated_rate_per_s`)."""
-        from qmodel.stations.capacity import saturated_rate_per_s
+        return self._saturated[0]
 
-        return saturated_rate_per_s(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
-                                    self.max_batch_tokens, cached_tokens=self.cached_tokens)
+    @cached_property
+    def _wall(self) -> KVWall | None:
+        """KV admission's soft wall (:mod:`qmodel.stations.admission`), centred on the saturated
+        schedule's mean batch; None without a KV capacity."""
+        if self.kv_capacity_tokens is None or self.n_max is None:
+            return None
+        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1])
 
     def max_stable_rate_per_s(self) -> float:
         """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""
@@ -524,6 +545,26 @@ class ColocatedStation:
             return ttft  # the prefill-only pool is stable further than the colocated one; never here
         return stochastic_max(ttft, bulk)
 
+    def _slot_wait(self, pi: np.ndarray, tail: float, rc: float, tok: float, capacity: float, dx: float
+                   ) -> GridDist | None:
+        """Wait for KV or a slot before the prefill: the soft-wall population chain of
+        :class:`qmodel.stations.admission.KVWall` where KV binds (the hard-cap slot wait of
+        :func:`qmodel.stations.decode.admission_wait` where max_batch binds, or where the wall's chain
+        is unstable at this rate)."""
+        cap = self.chain.cap
+        if cap is None:
+            return None
+        g = self.chain.g(cap)
+        if self._wall is not None:
+            pool = self.instances if self.dispatch == "least_loaded" else 1
+            soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool,
+                                        full_rate_per_s=self._lam_sat)
+            if soft is not None:
+                return wait_law(*soft, dx)
+        m = len(pi) - 1
+        return admission_wait(pi, tail, rc, cap, float(g[min(cap, m)]), self.mean_output, self.cv2_output, dx,
+                              capacity=capacity)
+
     def _heavy_traffic_wait(self, lam: float, extra_k: float) -> GridDist | None:
         """Wait before admission once the backlog grows the batch (kbar > the fixed point's): the slot
         wait frozen at the onset of heavy traffic, plus an exponential wait of mean extra_k / lam (the
@@ -536,8 +577,7 @@ class ColocatedStation:
             pi, tail, rc = self.chain.solve(tok_s, 64 + int(20 * math.sqrt(tok_s * 1e-2 + 1) + 4 * tok_s * self.chain.g(1)[1]))
             cap = self.chain.cap if self.chain.cap is not None else 1 << 62
             g = self.chain.g(len(pi))
-            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, len(pi) - 1)]), self.mean_output,
-                                 self.cv2_output, dx, capacity=1.0 - rho_s)
+            adm = self._slot_wait(pi, tail, rc, tok_s, 1.0 - rho_s, dx)
             if adm is not None:
                 parts.append(adm)
         mean = extra_k / lam
@@ -636,8 +676,7 @@ class ColocatedStation:
         if kbar > k_fp:
             adm = self._heavy_traffic_wait(lam, kbar - k_fp)
         else:
-            adm = admission_wait(pi, tail, rc, self.chain.cap, float(g[min(cap, m)]), self.mean_output,
-                                 self.cv2_output, self._ttft_grid.dx, capacity=1.0 - rho_p)
+            adm = self._slot_wait(pi, tail, rc, tok, 1.0 - rho_p, self._ttft_grid.dx)
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)
         resid = wait
@@ -651,9 +690,10 @@ class ColocatedStation:
             "prefill (approximate)",
         ]
         if self.n_max is not None:
-            lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for a free slot "
-                             "(KV admission: M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by "
-                             "(1 + c_L^2)/2)")
+            lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for memory or a slot "
+                             + (f"(KV soft wall: the pool holds {self._wall.centre:.1f} +- {self._wall.sd:.1f} residents; "
+                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)" if self._wall is not None
+                                else "(M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)"))
         if self.instances > 1 and self.dispatch == "least_loaded":
             lam_notes.append(f"{self.instances} instances, least_loaded (outstanding tokens): idle instances first, "
                              f"prefilling ones met less and their long iterations less (load gap scale "

@@ -52,7 +52,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 
 __all__ = ["DecodeStation", "GPSChain", "mean_context_tokens", "fit_affine", "slot_wait", "slot_wait_span_s",
-           "admission_wait"]
+           "admission_wait", "wait_law"]
 
 Dispatch = Literal["random", "round_robin", "least_loaded"]
 
@@ -117,7 +117,13 @@ def admission_wait(pi: np.ndarray, tail: float, rc: float, cap: int | None, step
     """
     if cap is None or len(pi) - 1 != cap:
         return None
-    p_wait, rate = slot_wait(pi, tail, rc, cap, step_at_cap_s, mean_output, cv2_output, capacity)
+    return wait_law(*slot_wait(pi, tail, rc, cap, step_at_cap_s, mean_output, cv2_output, capacity), dx)
+
+
+def wait_law(p_wait: float, rate: float, dx: float) -> GridDist | None:
+    """Atom 1 - p_wait at zero and p_wait Exp(rate), on the grid dx 2^k (the smallest k that covers
+    :func:`slot_wait_span_s` in 16000 points), the rest kept as the exponential tail; None where the
+    wait's probability is negligible or the rate not a positive finite number."""
     if not (p_wait > SLOT_WAIT_NEGLIGIBLE and rate > 0 and math.isfinite(rate)):
         return None
     span = slot_wait_span_s(p_wait, rate)
