@@ -36,6 +36,10 @@ Model (derived here from §2.9's sketch and checked against a step-level DES, te
   1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + half a mixed iteration (the first token comes at the
   end of the iteration holding the last chunk); at the slot cap (KV, max_batch, the budget) plus the
   wait for a free slot (:func:`qmodel.stations.decode.admission_wait`), as independent.
+  least_loaded pools: the single-instance backlog wait is steered by outstanding tokens
+  (:func:`qmodel.stations.steer.steered_wait`: the dispatch compares waiting prompts plus reserved
+  KV, so it is not join-the-shortest-queue on prefill work; replay, 30 budget/load/config cases:
+  TTFT p50/p90/p99 median |error| 25.3/18.4/15.3% with the Erlang-C/c JSQ wait -> 8.4/7.6/9.1%).
 
 Bursty arrivals (``ca2`` > 1): batch-Poisson stand-in with geometric batches of mean m from the
 Gamma renewal-function excess over the mean backlog busy period
