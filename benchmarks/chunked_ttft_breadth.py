@@ -1,11 +1,14 @@
 """Chunked TTFT/TPOT vs the replay over the budget sweep and the suite's chunked configs (minutes).
 
     .venv/bin/python benchmarks/chunked_ttft_breadth.py [--cache F] [--out F] [--requests N]
+    .venv/bin/python benchmarks/chunked_ttft_breadth.py --budget 8192 --load 0.95 --seeds 8 [--poisson]
 
 Budgets 256..8192 on examples/llama3-8b-chunked-h100.yaml (Gamma CV 2) and the suite's chunked
 configs (Poisson and Gamma CV 2, synthetic lengths), each at 0.5 / 0.8 / 0.95 of the analytic
 limit. Replays (seed 0) are cached in ``--cache``: they do not depend on the analytic engine.
 Prints the relative error per case and the median |error| per metric (docs/validation.md).
+``--seeds K``: the replay's seed spread of TTFT p50/p90/p99 for one budget and load of the example
+(seeds 0..K-1, pooled percentiles against the analytic ones).
 """
 
 from __future__ import annotations
@@ -44,12 +47,42 @@ def scenarios() -> list[tuple[str, object]]:
     return out
 
 
+def seed_spread(budget: int, load: float, seeds: int, n: int, poisson: bool) -> None:
+    from qmodel.validation.engine import replay_requests, request_table
+
+    d = load_scenario(REPO / "examples" / "llama3-8b-chunked-h100.yaml").model_dump(mode="json")
+    d["deployment"]["chunk_tokens"] = budget
+    if poisson:
+        d["workload"]["arrivals"] = {"kind": "poisson", "rate_per_s": 1.0}
+    sc = parse_scenario(d, source=f"B{budget}")
+    solver = Solver(sc)
+    rate = load * solver.max_stable_rate()[0]
+    an = latency_metrics(solver.solve(rate))
+    pooled = []
+    for s in range(seeds):
+        t = request_table(replay_requests(sc.with_rate(rate), n_requests=n, seed=s)[1])["ttft_s"][n // 10:]
+        t = t[np.isfinite(t)]
+        pooled.append(t)
+        print(f"seed {s}: TTFT p50/p90/p99 " + " / ".join(f"{v:.3f}" for v in np.percentile(t, [50, 90, 99])) + " s")
+    rep = np.percentile(np.concatenate(pooled), [50, 90, 99])
+    ana = [an["ttft_p50"], an["ttft_p90"], an["ttft_p99"]]
+    print("pooled " + " / ".join(f"{v:.3f}" for v in rep) + " s; analytic " + " / ".join(f"{v:.3f}" for v in ana)
+          + " s; error " + " / ".join(f"{(a - r) / r * 100:+.1f}%" for a, r in zip(ana, rep)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=int, default=8192)
+    ap.add_argument("--load", type=float, default=0.95)
+    ap.add_argument("--seeds", type=int, default=0)
+    ap.add_argument("--poisson", action="store_true")
     ap.add_argument("--cache", default="/tmp/chunked_ttft_breadth_replay.json")
     ap.add_argument("--out", default=None)
     ap.add_argument("--requests", type=int, default=20000)
     a = ap.parse_args()
+    if a.seeds:
+        seed_spread(a.budget, a.load, a.seeds, a.requests, a.poisson)
+        return
     cache_path = Path(a.cache)
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     rows = []
