@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 
 from qmodel.errors import DataError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
-from qmodel.perf.tables import TablePoint, interp_piecewise, interp_piecewise_scalar, median_groups
+from qmodel.perf.tables import TablePoint, interp_piecewise, interp_piecewise_scalar, median_groups, medians_as_points
 
 __all__ = ["GridTableModel"]
 
@@ -151,9 +151,7 @@ class GridTableModel(ServiceTimeModel):
     # ---- calibration support and identity ----------------------------------------------------------
     def points(self) -> list[TablePoint]:
         """The grid nodes as ServiceTimeModel queries (for calibration and tests)."""
-        out = [TablePoint("prefill", n, n * p, n * p * p, 0.0, t) for n, p, t in self.prefill_medians]
-        out += [TablePoint("decode", n, 0.0, 0.0, n * ctx, t) for n, ctx, t in self.decode_medians]
-        return out
+        return medians_as_points(self.prefill_medians, self.decode_medians)
 
     @property
     def fingerprint(self) -> str:

@@ -70,6 +70,7 @@ import io
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,7 @@ from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
 from qmodel.perf.table_header import LAYOUTS, parse_header
 
 __all__ = [
+    "medians_as_points",
     "TablePoint",
     "SweepTableModel",
     "DistServeModel",
@@ -119,6 +121,15 @@ class TablePoint:
     sum_sq_tokens: float  # prefill: sum of squared prompt lengths; decode: 0
     sum_context_tokens: float  # decode: context summed over sequences; prefill: 0
     time_s: float
+
+
+def medians_as_points(prefill_medians: Iterable[tuple[float, float, float]],
+                      decode_medians: Iterable[tuple[float, float, float]]) -> list[TablePoint]:
+    """Table medians as ServiceTimeModel queries: prefill (batch n, prompt p, time) as n equal
+    prompts of p tokens; decode (batch n, mean context, time) as n sequences of that context."""
+    out = [TablePoint("prefill", n, n * p, n * p * p, 0.0, t) for n, p, t in prefill_medians]
+    out += [TablePoint("decode", n, 0.0, 0.0, n * ctx, t) for n, ctx, t in decode_medians]
+    return out
 
 
 # Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
@@ -357,9 +368,7 @@ class SweepTableModel(ServiceTimeModel):
     # ---- calibration support and identity ---------------------------------------------------
     def points(self) -> list[TablePoint]:
         """The measured medians as ServiceTimeModel queries (for calibration and tests)."""
-        out = [TablePoint("prefill", n, n * p, n * p * p, 0.0, t) for n, p, t in self.prefill_medians]
-        out += [TablePoint("decode", n, 0.0, 0.0, n * ctx, t) for n, ctx, t in self.decode_medians]
-        return out
+        return medians_as_points(self.prefill_medians, self.decode_medians)
 
     @property
     def fingerprint(self) -> str:
