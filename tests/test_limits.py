@@ -146,7 +146,9 @@ def test_probe_criterion_agrees_with_the_sustained_rate():
 #   llama2-70b-disagg-splitwise 9.574 / 9.268 +3.3% (prefill station: not changed here)
 from tests.data_needs import example_param  # noqa: E402
 
-_KNOWN = {"llama2-70b-disagg-splitwise": "prefill station's saturated batch (qmodel/stations/prefill.py), +3.3%"}
+_KNOWN = {"llama2-70b-disagg-splitwise": "length samples, not the prefill drain: the solver's 4,096 draws have mean "
+                                          "prompt 1619 (-1.6% of the preset's exact 1646), the replay's 20k 1657 (+0.7%): "
+                                          "+3.3% (docs/validation.md, Sustained rate)"}
 
 
 @pytest.mark.parametrize("name", [example_param("llama3-8b-colocated-h100"), example_param("opt13b-colocated-a100"),
@@ -217,3 +219,41 @@ def test_colocated_solves_up_to_its_limit(make):
         assert 0.0 <= r.attainment <= prev + 1e-12
         assert all(np.isfinite([r.ttft.p90, r.ttft.p99, r.tpot.p90]))
         prev = r.attainment
+
+
+# ---- the token-budget prefill drain against the replay on the same lengths ----------------------
+# docs/validation.md ("Sustained rate", prefill under a token budget): the analytic prefill limit
+# c·E[N]/E[S_N] against the replay's saturated completion rate when the replay's trace is the
+# solver's own length sample (cycled random permutations of its pairs, so its marginal is exactly the
+# sample's). Measured (benchmarks/prefill_drain_diag.py, 20,000 requests at 1.5x): llama3-70b-disagg-h100
+# 20.653 vs 20.620 (+0.16%), llama2-70b-disagg-splitwise 9.574 vs 9.525 (+0.51%). Tolerance 1%: the
+# settled drain law's Monte Carlo noise (~0.5%, five pooled rounds of 4,096 sequences) plus the
+# window's ~0.3% (completions of the first arrivals). Against the replay's own 20k trace the same two
+# read +1.4% / +3.3%: the rest is the length samples' means, not the drain law.
+
+
+def _saturated_on_own_sample(scn, n: int = 20000) -> tuple[float, float]:
+    import dataclasses
+
+    from qmodel.validation.engine import load_replay_trace, replay_requests
+
+    s = Solver(scn)
+    lim, station = s.max_stable_rate()
+    assert station == "prefill"
+    sc = poisson_at(scn, 1.5 * lim)
+    tr = load_replay_trace(sc, n, 0)
+    p, o = np.asarray(s.resolved.lengths.prompt), np.asarray(s.resolved.lengths.output)
+    rng = np.random.default_rng(5)
+    ix = np.concatenate([rng.permutation(p.size) for _ in range(len(tr.prompt_tokens) // p.size + 1)])
+    ix = ix[: len(tr.prompt_tokens)]
+    tr = dataclasses.replace(tr, prompt_tokens=p[ix], output_tokens=o[ix])
+    res, _ = replay_requests(sc, tr, n_requests=n, seed=0, warmup_fraction=0.1)
+    return lim, float(res.throughput_rps)
+
+
+@pytest.mark.parametrize("name", [example_param("llama3-70b-disagg-h100"),
+                                  example_param("llama2-70b-disagg-splitwise")])
+def test_prefill_budget_drain_matches_replay_on_same_lengths(name):
+    (path,) = EX.glob(f"{name}.*")
+    lim, sat = _saturated_on_own_sample(load_scenario(path))
+    assert abs(lim / sat - 1) <= 0.01, (name, lim, sat)
