@@ -996,8 +996,11 @@ class BulkQueue:
 
     def pi_window(self, n: int) -> np.ndarray:
         """π (regimes, _size + 1) solved on j = 0..n with the geometric tail of the last regime as the
-        boundary (see :attr:`_pi_flags`), extended geometrically past n."""
+        boundary (see :attr:`_pi_flags`), extended geometrically past n; the dense chain where n
+        reaches _size."""
         n_out = self._size
+        if n >= n_out:
+            return self._pi_dense_flags(n_out)
         z0 = self._z0
         nr = len(self._regimes)
         b = self.b
