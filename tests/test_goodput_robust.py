@@ -115,12 +115,15 @@ def test_attainment_is_finite_everywhere_below_the_limit(path, frac):
 
 
 def test_sweep_row_for_a_rate_the_chain_cannot_solve():
-    """At 0.999 of the llama3-70b example's limit (set by prefill) the chain needs 10783 solved
-    states, past its cap: a row with zero attainment and the reason, not a NumericalError."""
+    """At 0.9999 of the llama3-70b example's limit (set by prefill) the chain needs 400721 states,
+    past its cap: a row with zero attainment and the reason, not a NumericalError. (At 0.999, the
+    rate this test used before the capped window, the row is now solved: docs/methods.md, "Heavy
+    traffic".)"""
     from qmodel.cli.cmd_sweep import sweep_rows
 
     sc = load_scenario(LLAMA70)
     lam, station = Solver(sc).max_stable_rate()
     assert station == "prefill"
-    (row,) = sweep_rows(sc, [0.999 * lam])
-    assert row["attainment"] == 0.0 and row["stable"] and "not solved" in row["note"]
+    solved, refused = sweep_rows(sc, [0.999 * lam, 0.9999 * lam])
+    assert refused["attainment"] == 0.0 and refused["stable"] and "not solved" in refused["note"]
+    assert solved["stable"] and 0.0 <= solved["attainment"] <= 1.0 and "not solved" not in (solved.get("note") or "")

@@ -96,6 +96,8 @@ Dispatch = Literal["random", "round_robin", "least_loaded"]
 _NODES = 44  # strata kept per batch size for the Poisson mixtures (see BatchServiceLaw._nodes)
 _DRAWS = 4096  # k-tuples drawn per batch size (each column is an exact permutation of the mix)
 _TAIL = 1e-13  # truncation target for the chain
+#: the longest window the chain is solved on (states j = 0..n; past it the tail is geometric)
+_WINDOW_MAX = 6000
 _HEAD_ROUNDS = 8  # next-fit rounds of the size-biased head law of a long queue
 _SETTLED_ROUNDS = 5  # the last rounds, pooled for the settled head regime
 #: above this mean batch (settled E[N]) the head regimes collapse to one (see from_prompts_budget)
@@ -982,13 +984,25 @@ class BulkQueue:
         agrees to ~1e-12 and costs (30/8)³ ≈ 50x more.
         """
         n_out = self._size
-        z0 = self._z0
-        nr = len(self._regimes)
-        n = int(math.ceil(2 * self.b + 40 + 8.0 / max(math.log(z0), 1e-12)))
+        n = int(math.ceil(2 * self.b + 40 + 8.0 / max(math.log(self._z0), 1e-12)))
         if n >= n_out:
             return self._pi_dense_flags(n_out)
-        if n > 6000:
-            raise NumericalError(f"prefill chain needs {n} solved states at load {self.rho_full:.4f}; too close to 1")
+        if n > _WINDOW_MAX:
+            # heavy traffic: the subdominant roots have decayed within a few b, so with the exact
+            # geometric boundary a window of 4b + 200 states gives the same π (to ~5e-13 at load
+            # 0.998, docs/methods.md "Heavy traffic"); below _WINDOW_MAX the window is kept as it was
+            n = min(_WINDOW_MAX, 4 * self.b + 200)
+        return self.pi_window(n)
+
+    def pi_window(self, n: int) -> np.ndarray:
+        """π (regimes, _size + 1) solved on j = 0..n with the geometric tail of the last regime as the
+        boundary (see :attr:`_pi_flags`), extended geometrically past n; the dense chain where n
+        reaches _size."""
+        n_out = self._size
+        if n >= n_out:
+            return self._pi_dense_flags(n_out)
+        z0 = self._z0
+        nr = len(self._regimes)
         b = self.b
         P, kern = self._transitions(n)
         n1 = n + 1
