@@ -14,7 +14,6 @@ Prints the relative error per case and the median |error| per metric (docs/valid
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,9 +24,10 @@ sys.path.insert(0, str(REPO))
 
 from qmodel.engine import Solver  # noqa: E402
 from qmodel.scenario import load_scenario, parse_scenario  # noqa: E402
-from qmodel.validation.engine import replay  # noqa: E402
 from qmodel.validation.harness import latency_metrics  # noqa: E402
 from qmodel.validation.suites import CONFIGS  # noqa: E402
+
+from _breadth import default_cache, error_table  # noqa: E402  (beside this script)
 
 BUDGETS = (256, 512, 1024, 2048, 4096, 8192)
 LOADS = (0.5, 0.8, 0.95)
@@ -76,35 +76,14 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.95)
     ap.add_argument("--seeds", type=int, default=0)
     ap.add_argument("--poisson", action="store_true")
-    ap.add_argument("--cache", default="/tmp/chunked_ttft_breadth_replay.json")
+    ap.add_argument("--cache", default=default_cache("chunked_ttft_breadth"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--requests", type=int, default=20000)
     a = ap.parse_args()
     if a.seeds:
         seed_spread(a.budget, a.load, a.seeds, a.requests, a.poisson)
         return
-    cache_path = Path(a.cache)
-    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    rows = []
-    for name, sc in scenarios():
-        solver = Solver(sc)
-        lam = solver.max_stable_rate()[0]
-        for u in LOADS:
-            key = f"{name}/u{u}/n{a.requests}/lam{lam:.6g}"
-            rate = u * lam
-            if key not in cache:
-                cache[key] = latency_metrics(replay(sc.with_rate(rate), n_requests=a.requests, seed=0))
-                cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
-            rep = cache[key]
-            an = latency_metrics(solver.solve(rate))
-            err = {k: (an[k] - rep[k]) / rep[k] if rep[k] else 0.0 for k in METRICS}
-            rows.append({"case": f"{name}/u{u}", "analytic": an, "replay": rep, "error": err})
-            print(f"{name + '/u' + str(u):44s} " + " ".join(f"{err[k] * 100:+6.1f}" for k in METRICS), flush=True)
-    print(f"{'median |error| %':44s} " + " ".join(f"{np.median([abs(r['error'][k]) for r in rows]) * 100:6.1f}"
-                                               for k in METRICS))
-    print(f"{'columns':44s} " + " ".join(f"{k:>6s}"[-6:] for k in METRICS))
-    if a.out:
-        Path(a.out).write_text(json.dumps(rows, indent=1))
+    error_table(scenarios(), LOADS, METRICS, a.requests, a.cache, a.out, 44, key_limit=True)
 
 
 if __name__ == "__main__":

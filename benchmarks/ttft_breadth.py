@@ -12,20 +12,16 @@ mean/p50/p90/p99) and the median |error| per metric; ``--out`` writes the rows a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from qmodel.engine import Solver  # noqa: E402
 from qmodel.scenario import load_scenario, parse_scenario  # noqa: E402
-from qmodel.validation.engine import replay  # noqa: E402
-from qmodel.validation.harness import latency_metrics  # noqa: E402
 from qmodel.validation.suites import CONFIGS  # noqa: E402
+
+from _breadth import default_cache, error_table  # noqa: E402  (beside this script)
 
 DISAGG_EXAMPLES = ["azure-conv-trace-disagg-a100.yaml", "deepseek-v3-disagg-h200.json",
                    "llama2-70b-disagg-splitwise.toml", "llama3-70b-disagg-h100.yaml", "opt13b-disagg-a100.yaml"]
@@ -59,33 +55,12 @@ def scenarios(single: bool) -> list[tuple[str, object]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cache", default="/tmp/ttft_breadth_replay.json")
+    ap.add_argument("--cache", default=default_cache("ttft_breadth"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--single", action="store_true")
     a = ap.parse_args()
-    cache_path = Path(a.cache)
-    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    rows = []
-    for name, sc in scenarios(a.single):
-        solver = Solver(sc)
-        lam = solver.max_stable_rate()[0]
-        for u in LOADS:
-            key = f"{name}/u{u}/n{a.requests}"
-            rate = u * lam
-            if key not in cache:
-                cache[key] = latency_metrics(replay(sc.with_rate(rate), n_requests=a.requests, seed=0))
-                cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
-            rep = cache[key]
-            an = latency_metrics(solver.solve(rate))
-            err = {k: (an[k] - rep[k]) / rep[k] if rep[k] else 0.0 for k in METRICS}
-            rows.append({"case": f"{name}/u{u}", "analytic": an, "replay": rep, "error": err})
-            print(f"{name + '/u' + str(u):58s} " + " ".join(f"{err[k] * 100:+6.1f}" for k in METRICS), flush=True)
-    print(f"{'median |error| %':58s} " + " ".join(f"{np.median([abs(r['error'][k]) for r in rows]) * 100:6.1f}"
-                                               for k in METRICS))
-    print(f"{'columns':58s} " + " ".join(f"{k:>6s}"[-6:] for k in METRICS))
-    if a.out:
-        Path(a.out).write_text(json.dumps(rows, indent=1))
+    error_table(scenarios(a.single), LOADS, METRICS, a.requests, a.cache, a.out, 58)
 
 
 if __name__ == "__main__":
