@@ -82,7 +82,9 @@ def linear_convolution(pmfs: list[np.ndarray], n: int) -> np.ndarray:
         else:
             acc, nnz = d, int(np.count_nonzero(d != 0))
     if rest:
-        size = fast_len(n)
+        # the transform spans the whole linear convolution (not just n points): a shorter one
+        # would wrap the points past it onto the first n
+        size = fast_len(max(n, acc.size + sum(p.size for p in rest) - len(rest)))
         spec = np.fft.rfft(acc, size)
         for p in rest:
             spec *= np.fft.rfft(p, size)

@@ -185,3 +185,17 @@ def test_stochastic_max_is_the_law_of_the_comonotone_maximum() -> None:
     qb = np.searchsorted(fb, u - 1e-12)
     assert m.mean_s == pytest.approx(float(np.mean(np.maximum(qa, qb))), abs=1e-9)
     assert stochastic_max(a, GridDist.point(0.0, 1.0)) is a  # b never binds: a itself
+
+
+def test_linear_convolution_first_points_need_no_full_length():
+    # Asked for fewer points than the whole convolution, the FFT path must not wrap the later
+    # points onto the first ones (it did: a transform of only n points); exact to FFT round-off.
+    from qmodel.convolution import linear_convolution
+
+    rng = np.random.default_rng(5)
+    a, b = rng.random(3000), rng.random(2500)  # dense and long: the FFT path
+    for n in (1, 100, 3000, 5499):
+        got = linear_convolution([a, b], n)
+        want = np.convolve(a, b)[:n]
+        assert got.shape == (n,)
+        assert np.max(np.abs(got - want)) <= 1e-12 * want.max()
