@@ -66,3 +66,25 @@ def test_import_qmodel_is_light():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "", f"import qmodel pulled in: {proc.stdout.strip()}"
+
+
+def _pyproject() -> dict:
+    import tomllib
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def test_dependency_bounds_do_not_pin_patch_releases():
+    """Upper bounds cap a major (``<3``) or a minor (``<4.9``), never a patch release (``<=2.4.6``):
+    a patch pin stops a fresh machine from installing the next bug-fix release."""
+    import re
+    proj = _pyproject()["project"]
+    reqs = list(proj["dependencies"]) + [r for extra in proj["optional-dependencies"].values() for r in extra]
+    for req in reqs:
+        assert "<=" not in req and "==" not in req, f"{req}: pins a release"
+        for bound in re.findall(r"<\s*([0-9][0-9.]*)", req):
+            assert bound.count(".") <= 1, f"{req}: upper bound {bound} names a patch release"
+
+
+def test_licence_is_an_spdx_expression():
+    """PEP 639: ``license`` is an SPDX string; the table form is deprecated and makes setuptools warn."""
+    assert _pyproject()["project"]["license"] == "Apache-2.0"
