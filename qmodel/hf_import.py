@@ -24,7 +24,7 @@ from qmodel.errors import DataError
 from qmodel.specs import ModelSpec
 from qmodel.toml_out import toml_value
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "config_to_entry", "entry_to_toml", "import_hf_config", "read_config"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "config_to_entry", "entry_to_toml", "import_hf_config", "read_config", "repo_id_or_none"]
 
 _DENSE_GQA = {"llama", "mistral", "qwen2", "qwen3", "qwen3_vl_text", "mimo"}
 _MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text", "gpt_oss"}
@@ -271,6 +271,21 @@ def entry_to_toml(entry: Mapping[str, Any], table: str = "model") -> str:
     return "\n".join(lines) + "\n"
 
 
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def repo_id_or_none(value: object) -> str | None:
+    """``value`` when it is a Hugging Face repo id (``org/name``), else None.
+
+    A config's ``_name_or_path`` is often the local folder the checkpoint was saved from
+    (``/data/ckpt/llama``, ``./out``); recording that as an id would print a ``vllm serve`` line for a
+    model that does not exist on the Hub.
+    """
+    if not isinstance(value, str) or not _REPO_ID.fullmatch(value) or Path(value).exists():
+        return None
+    return value
+
+
 def import_hf_config(path: str | Path, name: str, out_dir: str | Path | None = None,
                      hf_id: str | None = None, dtype: str | None = None,
                      kv_dtype: str | None = None) -> tuple[Path, ModelSpec]:
@@ -281,7 +296,7 @@ def import_hf_config(path: str | Path, name: str, out_dir: str | Path | None = N
     from qmodel.settings import user_catalog_dir
 
     cfg = read_config(path)
-    hf_id = hf_id or (cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None) or None
+    hf_id = hf_id or repo_id_or_none(cfg.get("_name_or_path"))
     entry = config_to_entry(cfg, name, source=f"Hugging Face config.json imported from {Path(path).name}",
                             hf_id=hf_id, origin=str(path), dtype=dtype, kv_dtype=kv_dtype)
     out = Path(out_dir).expanduser() if out_dir else user_catalog_dir()

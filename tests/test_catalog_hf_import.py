@@ -159,3 +159,38 @@ def test_cli_import_dtype_override(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["dtype"] == "fp8" and d["weight_bytes"] == d["total_params"]
     assert d["path"].endswith("tiny-fp8.toml")
+
+
+@pytest.mark.parametrize("name_or_path, expected", [
+    ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+    ("/data/ckpt/llama-8b", None),        # the local folder the checkpoint was saved from
+    ("./out", None), ("llama", None), ("", None), (None, None), ("a/b/c", None),
+])
+def test_name_or_path_is_an_hf_id_only_when_it_is_a_repo_id(name_or_path, expected, tmp_path):
+    """Without --hf-id, the id comes from ``_name_or_path`` only when it reads as ``org/name``:
+    a local path recorded as an id would print ``vllm serve /data/ckpt/...`` for a Hub model."""
+    cfg = dict(INLINE, _name_or_path=name_or_path) if name_or_path is not None else dict(INLINE)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    _, spec = import_hf_config(p, "tiny", tmp_path / "cat")
+    assert spec.hf_id == expected
+
+
+def test_serving_config_without_hf_id_says_so(repo_root):
+    """A model with no hf_id gets a placeholder in the ``vllm serve`` line and a note, not its
+    catalog name passed off as a Hugging Face id (opt-175b's weights were never on the Hub)."""
+    from qmodel.planner.export import serving_config
+    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.scenario import load_scenario
+
+    sc = load_scenario(repo_root / "examples/opt13b-colocated-a100.yaml")
+    pool = PoolOut(gpu="a100-80gb-sxm", tp=8, instances=1, gpus=8)
+    row = PlanRow(rank=1, topology="colocated", label="x", prefill=None, decode=pool, gpus=8, power_w=3200.0,
+                  cost_per_hour=None, goodput_rps=1.0, goodput_per_gpu=0.125, rate_per_s=1.0, attainment=0.9,
+                  ttft_p90_s=1.0, tpot_p90_s=0.1, max_stable_rate_per_s=2.0, binding="b", validity="v")
+    cfg = serving_config(sc.model_copy(update={"model": "opt-175b"}), row)
+    assert cfg["model"] == "<hf-repo-id-of-opt-175b>"
+    assert "vllm serve '<hf-repo-id-of-opt-175b>'" in cfg["vllm"][0]["command"]
+    assert any("has no hf_id" in n for n in cfg["notes"])
+    named = serving_config(sc, row)  # opt-13b has one
+    assert named["model"] == "facebook/opt-13b" and not any("hf_id" in n for n in named["notes"])

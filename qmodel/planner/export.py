@@ -36,7 +36,7 @@ def _model_id(scenario: Scenario) -> str:
     from qmodel.registry import load_catalog
 
     m = load_catalog().model(scenario.model)
-    return m.hf_id or m.name
+    return m.hf_id or f"<hf-repo-id-of-{m.name}>"
 
 
 def _kept(scenario: Scenario) -> dict[str, Any]:
@@ -130,4 +130,7 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
                          "VllmWorker": {"replicas": row.decode.instances, "tensor-parallel-size": row.decode.tp,
                                         "gpu": row.decode.gpu}}
         out["notes"].append("run one copy per instance on its own GPUs behind a load balancer")
+    if model.startswith("<"):
+        out["notes"].append(f"the catalog entry {scenario.model!r} has no hf_id: replace {model} by the model's "
+                            "Hugging Face repo id (or re-import it with `qmodel catalog import-hf --hf-id ID`)")
     return out
