@@ -7,6 +7,7 @@ Exit codes:
     2  bad input (fields, units, names, files, trace rows)      -> :class:`InputError` and subclasses
     3  the configuration is unstable at the asked rate          -> :class:`UnstableError`
     4  a numerical method could not reach its accuracy          -> :class:`NumericalError`
+    5  a download could not reach its server (offline, DNS, timeout) -> :class:`NetworkError`
     1  anything else qmodel raises on purpose                   -> :class:`QmodelError`
 """
 
@@ -22,6 +23,7 @@ __all__ = [
     "TraceRowError",
     "UnstableError",
     "NumericalError",
+    "NetworkError",
     "exit_code_for",
     "shorten",
 ]
@@ -126,6 +128,15 @@ class NumericalError(QmodelError):
     """A numerical method failed its own accuracy check (e.g. truncation too small)."""
 
     exit_code = 4
+
+
+class NetworkError(QmodelError):
+    """A server could not be reached: nothing is wrong with the input, so not exit code 2.
+
+    The message says what to download by hand and where to put it.
+    """
+
+    exit_code = 5
 
 
 def exit_code_for(err: BaseException) -> int:

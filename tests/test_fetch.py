@@ -142,3 +142,29 @@ def test_cli_fetch_and_list(serve, tiny, tmp_path, capsys):
     assert main(["trace", "fetch", "nope-trace"]) == 2
     assert "unknown trace" in capsys.readouterr().err
     assert main(["trace", "fetch"]) == 2
+
+
+def _closed_port_url() -> str:
+    import socket
+    with socket.socket() as s:  # bind, note the port, close: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_unreachable_server_is_a_network_error_with_what_to_do(tiny, tmp_path, capsys):
+    """Offline is not bad input: exit code 5 (not 2), and the one line names the URL to fetch by hand,
+    the path to place it at and --base-url."""
+    from qmodel.errors import NetworkError
+
+    ds, _ = tiny
+    base = _closed_port_url()
+    with pytest.raises(NetworkError) as ei:
+        fetch(ds.name, dest=tmp_path / "d", base_url=base)
+    msg = str(ei.value)
+    assert msg.startswith("cannot reach 127.0.0.1:") and "--base-url" in msg
+    assert str(tmp_path / "d" / ds.rel_path) in msg and f"{base}/{ds.rel_path}" in msg
+    assert not (tmp_path / "d" / ds.rel_path).exists()
+    assert main(["trace", "fetch", ds.name, "--dest", str(tmp_path / "d"), "--base-url", base]) == 5
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot reach" in err

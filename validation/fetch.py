@@ -27,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from qmodel.errors import CatalogError, DataError, InputError
+from qmodel.errors import CatalogError, DataError, InputError, NetworkError
 
 __all__ = ["Dataset", "DATASETS", "FetchResult", "get_dataset", "dataset_for", "url_for", "target_path", "fetch",
            "sha256_file"]
@@ -162,8 +162,12 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(url: str, out: Path, timeout_s: float) -> str:
-    """Stream ``url`` into ``out``; the SHA-256 of what arrived."""
+def _download(url: str, out: Path, timeout_s: float, by_hand: str) -> str:
+    """Stream ``url`` into ``out``; the SHA-256 of what arrived.
+
+    A server that answers with an HTTP error is a :class:`DataError` (the file is not where the URL
+    says); one that cannot be reached is a :class:`NetworkError` whose message ends with ``by_hand``.
+    """
     h = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp, out.open("wb") as fh:  # noqa: S310 - scheme checked
@@ -173,10 +177,15 @@ def _download(url: str, out: Path, timeout_s: float) -> str:
     except urllib.error.HTTPError as err:
         raise DataError(url, f"download failed: HTTP {err.code} {err.reason}") from None
     except urllib.error.URLError as err:
-        raise DataError(url, f"download failed: {err.reason}") from None
+        raise NetworkError(f"cannot reach {_host(url)} ({err.reason}); {by_hand}") from None
     except (TimeoutError, OSError) as err:
-        raise DataError(url, f"download failed: {err}") from None
+        raise NetworkError(f"cannot reach {_host(url)} ({err}); {by_hand}") from None
     return h.hexdigest()
+
+
+def _host(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts.netloc or parts.path or url
 
 
 def fetch(name: str, dest: str | Path | None = None, base_url: str | None = None, *,
@@ -198,7 +207,9 @@ def fetch(name: str, dest: str | Path | None = None, base_url: str | None = None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        got = _download(url, tmp, timeout_s)
+        by_hand = (f"download {url} yourself and place it at {target}, "
+                   "or pass --base-url (or QMODEL_FETCH_BASE_URL) to a mirror")
+        got = _download(url, tmp, timeout_s, by_hand)
         if got != ds.sha256:
             raise DataError(url, f"checksum mismatch for {ds.name}: got sha256 {got}, expected {ds.sha256}; "
                                  "the download was removed")
