@@ -233,3 +233,13 @@ def test_a_failing_plan_is_left_out_with_a_note(scenario):
     assert res.plans and all(p.topology != "colocated" for p in res.plans)
     assert any(n.startswith("left out") and "too many states" in n for n in res.notes)
     assert [p.rank for p in res.plans] == list(range(1, len(res.plans) + 1))
+
+
+def test_cli_requests_is_one_flag_name_across_verbs(fake_engine, capsys, repo_root, monkeypatch):
+    """``--requests`` means requests per replay in solve, sweep, replay and plan; plan's old
+    ``--check-requests`` stays as an alias. Non-positive values are bad input (exit 2, one line)."""
+    monkeypatch.chdir(repo_root)
+    rc, _, err = _cli(capsys, "--objective", "min-gpus", "--target-rate", "5", "--requests", "0")
+    assert rc == 2 and err.strip() == "qmodel: error: --requests: 0 is not valid; a positive number of requests per replay" and err.count("\n") == 1
+    rc, _, err = _cli(capsys, "--objective", "min-gpus", "--target-rate", "5", "--check-requests", "-3")
+    assert rc == 2 and "--requests: -3 is not valid" in err

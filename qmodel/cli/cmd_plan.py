@@ -86,7 +86,8 @@ def register(sub) -> None:
                    help="max-goodput budget: '16 gpus', '10 kW' or '$40/h' (repeatable)")
     p.add_argument("--top", type=int, default=10, help="plans to rank (default 10)")
     p.add_argument("--check", type=int, default=0, metavar="K", help="replay the top K plans and report rank agreement")
-    p.add_argument("--check-requests", type=int, default=5000, help="requests per replay (default 5000)")
+    p.add_argument("--requests", "--check-requests", dest="requests", type=int, default=5000,
+                   help="requests per replay with --check (default 5000; the same flag as solve's and sweep's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rates", help="a rate curve (req/s, comma list, e.g. 24 hourly rates): plan each period")
     p.add_argument("--period-hours", type=float, default=1.0, help="length of each --rates period (default 1 h)")
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--top", args.top, "a positive number of plans")
     if args.check < 0:
         raise InputError("--check", args.check, "a non-negative number of plans")
+    if args.requests < 1:
+        raise InputError("--requests", args.requests, "a positive number of requests per replay")
     executor, client = _executor(args)
     try:
         if args.rates:
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             return _print_schedule(res, args)
         target = parse_rate(args.target_rate, "--target-rate") if args.target_rate else None
         res = plan(sc, args.objective, target_rate_per_s=target, budget=parse_budget(args.budget) or None, top_k=args.top,
-                   check=args.check, check_requests=args.check_requests, seed=args.seed, executor=executor,
+                   check=args.check, check_requests=args.requests, seed=args.seed, executor=executor,
                    knee=not args.no_knee, **kw)
     finally:
         if client is not None:
