@@ -62,6 +62,16 @@ def test_gpu_conventions():
     assert get_gpu("b200").flops_per_s("nvfp4") == 9000e12
 
 
+def test_every_gpu_names_its_architecture():
+    """Step-time efficiency curves are shared per chip generation, so no GPU may fall to "other"."""
+    expected = {"h100-sxm": "hopper", "h200-sxm": "hopper", "a100-80gb-sxm": "ampere", "b200": "blackwell",
+                "l40s": "ada", "mi300x": "cdna3"}
+    for g in load_catalog().gpus.values():
+        assert g.architecture != "other", g.name
+    for name, arch in expected.items():
+        assert get_gpu(name).architecture == arch
+
+
 def test_mooncake_link_efficiencies():
     # Mooncake (FAST'25): 87 GB/s on 4x200 Gbps, 190 GB/s on 8x400 Gbps.
     assert get_link("roce-4x200").effective_bandwidth_bytes_per_s == pytest.approx(87e9, rel=1e-12)
