@@ -17,6 +17,8 @@ Sources:
 * AIConfigurator static estimates (``benchmarks/_aic_points.py``; vLLM, H100/H200/B200/A100/L40S):
   read from ``--aic-points``; collected there first when the file is missing and the optional
   extra ``qmodel[aic]`` is installed (~5 min), skipped with a note otherwise. LOO needs the extra.
+* real vLLM serving runs (``aiconfigurator/silicon_sample.csv``: TPOT of Llama-3.1-70B FP8/NVFP4 and
+  Qwen3-32B at concurrency <= 8; tp column 0 = the rows' own tp 1-8) against the decode step;
 * splitwise-sim ``perf_model.csv``, DistServe's fitted profiles, Vidur's operator profiles
   (``../shared/data``; skipped with a note when absent). Vidur's composed steps omit attention,
   the LM head and CPU overheads, so they are compared with qmodel's GEMM + elementwise + all-reduce
@@ -51,6 +53,12 @@ VIDUR = [("llama-2-7b", "meta-llama/Llama-2-7b-hf", "h100", "h100-sxm", 1),
          ("llama-2-7b", "meta-llama/Llama-2-7b-hf", "a100", "a100-80gb-sxm", 1),
          ("llama-3-8b", "meta-llama/Meta-Llama-3-8B", "a100", "a100-80gb-sxm", 1),
          ("llama-3-70b", "meta-llama/Meta-Llama-3-70B", "a100", "a100-80gb-sxm", 4)]
+#: silicon_sample.csv (real vLLM serving runs, aggregated mode): model path -> catalog model; quant -> dtype
+SILICON_MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "Qwen/Qwen3-32B": "qwen3-32b"}
+SILICON_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200"}
+SILICON_DTYPE = {"fp8": "fp8", "nvfp4": "fp4", "": "bf16"}
+#: concurrency cap: at 8 or fewer requests in flight the decode batch is the concurrency most of the time
+SILICON_MAX_CONCURRENCY = 8
 HEADER = "| source | model | GPU | tp | phase | points | MAPE | bias | max err | constants MAPE |"
 
 
@@ -133,6 +141,7 @@ def table_rows(data: Path) -> list[tuple[str, float]]:
         tm = table_model(str(p), get_model(model), get_gpu("a100-80gb-sxm"), tp)
         engine = fname.split(".")[1]
         out += _points_rows(f"DistServe ({engine})", model, "a100-80gb-sxm", tp, tm.points())  # type: ignore[attr-defined]
+    out += silicon_rows(data / "aiconfigurator" / "silicon_sample.csv")
     vid = data / "vidur" / "profiling"
     if vid.is_dir():
         from qmodel.perf.importers.vidur import import_vidur
@@ -144,6 +153,35 @@ def table_rows(data: Path) -> list[tuple[str, float]]:
             out += _points_rows("Vidur (kernels only)", model, gpu, tp, tm.points(), kernels_only=True)  # type: ignore[attr-defined]
     if not out:
         print(f"note: no measured tables under {data} (set QMODEL_DATA_DIR); splitwise/DistServe/Vidur rows skipped")
+    return out
+
+
+def silicon_rows(path: Path) -> list[tuple[str, float]]:
+    """Real vLLM TPOT (AIC's silicon_sample.csv, agg mode, pp 1, concurrency <= 8) vs the decode step at
+    batch = concurrency and the mean context isl + osl/2. The measured TPOT also carries the prefill
+    stalls of aggregated serving, so the step should read a few percent low."""
+    if not path.exists():
+        return []
+    with path.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["backend"] == "vllm" and r["mode"] == "agg" and r["pp_size"] == "1"
+                and r["model_path"] in SILICON_MODELS and r["system"] in SILICON_GPUS
+                and r["gemm_quant_mode"] in SILICON_DTYPE and r["attention_dp_size"] in ("1", "")
+                and int(r["batch_size"]) <= SILICON_MAX_CONCURRENCY]
+    groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    for r in rows:
+        groups.setdefault((r["model_path"], r["system"], r["gemm_quant_mode"]), []).append(r)
+    out = []
+    for (mp, system, quant), rs in sorted(groups.items()):
+        spec, gpu, dtype = get_model(SILICON_MODELS[mp]), get_gpu(SILICON_GPUS[system]), SILICON_DTYPE[quant]
+        new, old = [], []
+        for r in rs:
+            b, ctx = float(r["batch_size"]), float(r["isl"]) + float(r["osl"]) / 2
+            for curves, acc in (("catalog", new), (None, old)):
+                m = RooflineModel(spec, gpu, int(r["tp_size"]), compute_dtype=dtype, curves=curves)
+                acc.append(float(m.decode_step_time_s(b, b * ctx)))
+        meas = np.array([float(r["silicon_tpot_ms"]) / 1e3 for r in rs])
+        out.append(_row(f"vLLM runs (silicon_sample, {dtype})", SILICON_MODELS[mp], gpu.name, 0, "decode (TPOT)",
+                        np.array(new), np.array(old), meas))
     return out
 
 

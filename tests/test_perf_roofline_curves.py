@@ -175,3 +175,29 @@ def test_curve_mode_scalar_equals_array():
                            [rm.prefill_time_s(float(x), float(x * x), 1.0) for x in t], rtol=1e-12)
         assert np.allclose(rm.decode_step_time_s(t, t * 700.0),
                            [rm.decode_step_time_s(float(x), float(x * 700.0)) for x in t], rtol=1e-12)
+
+
+def test_curve_roofline_vs_real_vllm_tpot(data_dir):
+    """Real vLLM TPOT of Llama-3.1-70B FP8 on H100/H200 (aiconfigurator/silicon_sample.csv, agg mode,
+    concurrency 4, pp 1, tp 1-8; 21 rows) vs the decode step at batch 4 and context isl + osl/2.
+    Measured 2026-12-03: mean -9.5%, range -24%..+4% (the constants roofline: +18%, +1..+26%).
+    The measured TPOT also carries the prefill stalls of aggregated serving, so the step reads low:
+    bounds are mean -15%..0% and every row -30%..+15%."""
+    import csv
+
+    import numpy as np
+
+    with open(data_dir / "aiconfigurator" / "silicon_sample.csv") as fh:
+        rows = [r for r in csv.DictReader(fh)
+                if r["model_path"] == "meta-llama/Llama-3.1-70B" and r["mode"] == "agg" and r["backend"] == "vllm"
+                and r["pp_size"] == "1" and r["system"] in ("h100_sxm", "h200_sxm")
+                and r["gemm_quant_mode"] == "fp8" and r["batch_size"] == "4"]
+    assert len(rows) == 21
+    errs = []
+    for r in rows:
+        gpu = get_gpu("h100-sxm" if r["system"] == "h100_sxm" else "h200-sxm")
+        m = RooflineModel(get_model("llama-3.1-70b"), gpu, int(r["tp_size"]), compute_dtype="fp8", curves=load_curves())
+        pred = m.decode_step_time_s(4, 4 * (int(r["isl"]) + int(r["osl"]) / 2))
+        errs.append(pred / (float(r["silicon_tpot_ms"]) / 1e3) - 1)
+    assert all(-0.30 <= e <= 0.15 for e in errs), errs
+    assert -0.15 <= float(np.mean(errs)) <= 0.0
