@@ -1,4 +1,4 @@
-"""Roofline step times from catalog specs and a few documented efficiency factors."""
+"""Roofline step times from catalog specs: measured per-architecture efficiency curves, or fixed factors."""
 
 from __future__ import annotations
 
@@ -44,7 +44,15 @@ def expected_distinct_experts(num_experts: int, top_k: int, n_tokens: ArrayLike)
 class RooflineModel(ServiceTimeModel):
     r"""Roofline step times for one instance of ``tp x pp`` GPUs.
 
-    Per pipeline stage (the busiest one, holding ``f = ceil(layers/pp)/layers`` of the layers)::
+    Two modes. **Curves** (``curves="catalog"``, the default; or an :class:`EfficiencyCurves`):
+    every kernel at its GPU architecture's measured efficiency, formulas in
+    :mod:`qmodel.perf.efficiency_terms`, curves and the override rule in
+    :mod:`qmodel.perf.efficiency` (a factor passed here replaces the curve's number: ``mfu`` the
+    saturated GEMM efficiency, ``mbu`` the HBM efficiencies, ``attention_efficiency`` scales the
+    attention peak, ``comm_efficiency`` the all-reduce, an overhead the per-step constant).
+    Accuracy against measured step times: docs/step_times.md.
+
+    **Constants** (``curves=None``), the roofline before the curves, below. Per pipeline stage (the busiest one, holding ``f = ceil(layers/pp)/layers`` of the layers)::
 
         prefill(T, Q, k) = max(compute, memory) + allreduce(T) + send(T) + prefill_overhead_s
                            + k * prefill_per_request_s
@@ -75,7 +83,7 @@ class RooflineModel(ServiceTimeModel):
     activations ``tokens * hidden * act_bytes`` over the intra-node link. A single batch's latency
     through the whole pipeline is ``pp`` stage times; stations that need it must add it.
 
-    Factors, defaults and their sources:
+    Factors, defaults (constants mode; a factor not given) and their sources:
 
     * ``mfu`` = 0.55: achieved fraction of dense tensor FLOP/s in large GEMMs, the middle of the
       0.4-0.6 usually quoted for vLLM/TensorRT-LLM prefill on A100/H100 (a rule of thumb, not
@@ -115,7 +123,7 @@ class RooflineModel(ServiceTimeModel):
                  decode_overhead_s: float | None = None, comm_efficiency: float | None = None,
                  attention_efficiency: float | None = None, prefill_per_request_s: float = 0.0,
                  allreduce_latency_s: float | None = None, compute_dtype: str | None = None,
-                 curves: EfficiencyCurves | Literal["catalog"] | None = None,
+                 curves: EfficiencyCurves | Literal["catalog"] | None = "catalog",
                  field_prefix: str = "deployment") -> None:
         given = {"mfu": mfu, "mbu": mbu, "prefill_overhead_s": prefill_overhead_s,
                  "decode_overhead_s": decode_overhead_s, "comm_efficiency": comm_efficiency,
@@ -167,7 +175,8 @@ class RooflineModel(ServiceTimeModel):
                                      moe_layers=self._moe_layers, prefill_per_request_s=self.prefill_per_request_s)
             # The factors this model now runs at (reported by params(); calibration starts from them).
             self.mfu, self.mbu = res.gemm.peak_efficiency, res.gemm.weight_hbm_efficiency
-            self.prefill_overhead_s, self.decode_overhead_s = res.overhead.prefill_s, res.overhead.decode_s
+            # per-step constants including the per-layer part for this stage (an override replaces both)
+            self.prefill_overhead_s, self.decode_overhead_s = self._terms.ovh_pre, self._terms.ovh_dec
             self.comm_efficiency, self.allreduce_latency_s = res.allreduce.efficiency, res.allreduce.latency_s
 
     # ---- weights read per step -----------------------------------------------------------
