@@ -201,3 +201,35 @@ def test_curve_roofline_vs_real_vllm_tpot(data_dir):
         errs.append(pred / (float(r["silicon_tpot_ms"]) / 1e3) - 1)
     assert all(-0.30 <= e <= 0.15 for e in errs), errs
     assert -0.15 <= float(np.mean(errs)) <= 0.0
+
+
+# ---- the scenario's perf block --------------------------------------------------------------
+def test_scenario_default_is_curves_and_constants_reproduce_the_old_roofline():
+    """perf: {kind: roofline} runs the curves; efficiency: constants is exactly the old default
+    (Llama-3.1-8B, 512 tokens on H100: 24.25 ms = 10 ms overhead + the mfu-0.55 GEMMs)."""
+    from qmodel.perf.build import service_model
+    from qmodel.scenario import RooflinePerf
+
+    l8, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    cur = service_model(RooflinePerf(), l8, h100, 1)
+    old = service_model(RooflinePerf(efficiency="constants"), l8, h100, 1)
+    assert cur.params()["efficiency"] == "curves hopper/bf16" and "efficiency" not in old.params()
+    assert old.prefill_time_s(512.0, 512.0 ** 2, 1.0) == pytest.approx(
+        RooflineModel(l8, h100, 1, curves=None, mfu=0.55, mbu=0.75, prefill_overhead_s=0.010).prefill_time_s(
+            512.0, 512.0 ** 2, 1.0), rel=1e-12)
+    assert 1e3 * old.prefill_time_s(512.0, 512.0 ** 2, 1.0) == pytest.approx(24.25, abs=0.01)
+    assert cur.prefill_time_s(512.0, 512.0 ** 2, 1.0) < 0.6 * old.prefill_time_s(512.0, 512.0 ** 2, 1.0)
+
+
+def test_scenario_override_replaces_the_curve_number():
+    """An explicit mfu is the saturated GEMM efficiency: long prefills scale with 1/mfu, the rest stays."""
+    from qmodel.perf.build import service_model
+    from qmodel.scenario import RooflinePerf
+
+    l8, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    base = service_model(RooflinePerf(), l8, h100, 1)
+    half = service_model(RooflinePerf(mfu=0.5 * float(base.params()["mfu"])), l8, h100, 1)
+    g_base = base.prefill_breakdown(8192.0, 8192.0 ** 2)["gemm_s"]
+    g_half = half.prefill_breakdown(8192.0, 8192.0 ** 2)["gemm_s"]
+    assert float(g_half) == pytest.approx(2.0 * float(g_base), rel=0.02)  # the LM head at M = 1 is memory-bound
+    assert half.decode_step_time_s(1.0, 1000.0) == pytest.approx(base.decode_step_time_s(1.0, 1000.0), rel=1e-12)
