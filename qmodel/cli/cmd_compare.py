@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import print_json, print_table, say
 
 __all__ = ["register", "run"]
 
@@ -24,9 +24,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    print(f"{out.scenario}: {out.gpus} x {out.gpu} (TP{out.tp}) — the same GPUs three ways\n")
-    print_table(["topology", "layout", "goodput req/s", "per GPU", "knee req/s", "max stable req/s", "binding"],
-                [[c.topology, c.layout, c.goodput_rps, c.goodput_per_gpu, c.knee_rps, c.max_stable_rate_per_s, c.binding]
-                 for c in out.candidates])
-    print(f"\nverdict: {out.verdict}")
+    say(f"{out.scenario}: {out.gpus} x {out.gpu} (TP{out.tp}) — the same GPUs three ways\n")
+    print_table(["topology", "layout", "goodput req/s", "per GPU", "knee req/s", "max stable", "binds"],
+                [[c.topology, c.layout, c.goodput_rps, c.goodput_per_gpu, c.knee_rps, c.max_stable_rate_per_s,
+                  c.binding.split(":", 1)[0].removesuffix(" binds")] for c in out.candidates])
+    say(f"\nverdict: {out.verdict}\n")
+    for c in out.candidates:
+        say(f"{c.topology}: {c.binding}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import print_json, print_table, say
 
 __all__ = ["register", "run"]
 
@@ -27,11 +27,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(g)
         return 0
-    print(f"{g.scenario}: {g.topology} on {g.gpus} GPUs")
-    print(f"goodput {g.goodput_rps:.4g} req/s ({g.goodput_per_gpu:.4g} req/s per GPU"
-          + (f", {g.goodput_per_usd_hour:.4g} req/s per $/h" if g.goodput_per_usd_hour else "") + ")")
-    print(f"attainment at goodput {g.attainment_at_goodput * 100:.2f}%; largest stable rate {g.max_stable_rate_per_s:.4g} req/s")
-    print(f"binding: {g.binding}")
+    say(f"{g.scenario}: {g.topology} on {g.gpus} GPUs")
+    say(f"goodput {g.goodput_rps:.4g} req/s ({g.goodput_per_gpu:.4g} req/s per GPU"
+        + (f", {g.goodput_per_usd_hour:.4g} req/s per $/h" if g.goodput_per_usd_hour else "") + ")")
+    say(f"attainment at goodput {g.attainment_at_goodput * 100:.2f}%; largest stable rate {g.max_stable_rate_per_s:.4g} req/s")
+    say(f"binding: {g.binding}")
     if g.sensitivities:
         print()
         print_table(["input", "elasticity", "what changed"], [[s.input, "n/a" if s.elasticity is None else f"{s.elasticity:+.3f}", s.note] for s in g.sensitivities])

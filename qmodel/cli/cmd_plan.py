@@ -11,9 +11,9 @@ import csv
 import sys
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import print_json, print_table, say, say_command
 from qmodel.errors import InputError
-from qmodel.units import format_bandwidth
+from qmodel.units import format_bandwidth, format_duration
 
 __all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
 
@@ -165,53 +165,49 @@ def _print_csv(res) -> None:
         w.writerow({k: d.get(k) for k in CSV_FIELDS})
 
 
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.0f} ms" if x < 10 else f"{x:.1f} s"
-
-
 def _print_text(res) -> None:
     goal = f"{res.attainment_goal * 100:g}%"
     what = {"min-gpus": f"fewest GPUs meeting {res.target_rate_per_s:.4g} req/s" if res.target_rate_per_s else "",
             "min-cost": f"lowest $/h meeting {res.target_rate_per_s:.4g} req/s" if res.target_rate_per_s else "",
             "max-goodput": "most goodput within " + (", ".join(f"{k}={v:g}" for k, v in res.budget.items()) or "the limits")}
-    print(f"{res.scenario}: {res.model}, {what[res.objective]} at {goal} SLO attainment\n")
+    say(f"{res.scenario}: {res.model}, {what[res.objective]} at {goal} SLO attainment\n")
     if not res.plans:
-        print("no plan meets the SLO in this search space")
+        say("no plan meets the SLO in this search space")
     else:
         print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M tok", "TTFT p90", "TPOT p90", "knee +", "P"],
                     [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
                       f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
                       "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
-                      _ms(p.ttft_p90_s), _ms(p.tpot_p90_s),
+                      format_duration(p.ttft_p90_s), format_duration(p.tpot_p90_s),
                       "-" if p.headroom_to_knee is None else f"{p.headroom_to_knee * 100:+.0f}%", "*" if p.pareto else ""]
                      for p in res.plans])
         b = res.plans[0]
-        print(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        say(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
         if b.link_path_bandwidth_bytes_per_s is not None and b.prefill is not None:
             per = b.link_path_bandwidth_bytes_per_s
-            print(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "
-                  f"{format_bandwidth(per, bits=True)} effective = "
-                  f"{format_bandwidth(per * b.prefill.instances, bits=True)} aggregate")
-        print("  P = on the Pareto front of goodput per GPU vs p90 TTFT and TPOT; knee + = headroom to the knee")
+            say(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "
+                f"{format_bandwidth(per, bits=True)} effective = "
+                f"{format_bandwidth(per * b.prefill.instances, bits=True)} aggregate")
+        say("  P = on the Pareto front of goodput per GPU vs p90 TTFT and TPOT; knee + = headroom to the knee")
     s = res.stats
     pr = ", ".join(f"{v} {k}" for k, v in sorted(s.pruned.items(), key=lambda kv: -kv[1]) if v)
-    print(f"\nsearched {s.candidates} plans in {s.families} configurations in {s.seconds:.2f} s ({s.executor}): "
-          f"{s.solves} solves, {s.feasible} feasible; {pr}")
+    say(f"\nsearched {s.candidates} plans in {s.families} configurations in {s.seconds:.2f} s ({s.executor}): "
+        f"{s.solves} solves, {s.feasible} feasible; {pr}")
     for n in res.notes:
-        print(f"note: {n}")
+        say(f"note: {n}")
     if res.serving_config:
-        print("\nserving configuration (best plan):")
+        say("\nserving configuration (best plan):")
         for item in res.serving_config["vllm"]:
-            print(f"  # {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
-            print(f"  {item['command']}")
+            say(f"  # {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
+            say_command(item["command"])
         for n in res.serving_config.get("notes", []):
-            print(f"  # {n}")
+            say(f"  # {n}")
     if res.check:
-        print(f"\ncheck: {res.check.summary}")
+        say(f"\ncheck: {res.check.summary}")
         print_table(["#", "attain. model", "replay", "TTFT p90 model", "replay", "TPOT p90 model", "replay"],
                     [[c.rank, f"{c.analytic_attainment * 100:.1f}%", f"{c.replay_attainment * 100:.1f}%",
-                      _ms(c.analytic_ttft_p90_s), _ms(c.replay_ttft_p90_s), _ms(c.analytic_tpot_p90_s),
-                      _ms(c.replay_tpot_p90_s)] for c in res.check.rows])
+                      format_duration(c.analytic_ttft_p90_s), format_duration(c.replay_ttft_p90_s), format_duration(c.analytic_tpot_p90_s),
+                      format_duration(c.replay_tpot_p90_s)] for c in res.check.rows])
 
 
 def _print_schedule(res, args) -> int:
@@ -227,8 +223,8 @@ def _print_schedule(res, args) -> int:
         return 0
     print_table(["period", "req/s", "plan", "GPUs"], [[p.period, p.rate_per_s, p.label or "none meets the SLO", p.gpus]
                                                      for p in res.periods])
-    print(f"\nGPU-hours {res.gpu_hours:.4g} vs {res.peak_gpu_hours:.4g} provisioned for the peak: "
-          f"{res.gpu_hours_saved:.4g} saved ({res.saved_fraction * 100:.1f}%)")
+    say(f"\nGPU-hours {res.gpu_hours:.4g} vs {res.peak_gpu_hours:.4g} provisioned for the peak: "
+        f"{res.gpu_hours_saved:.4g} saved ({res.saved_fraction * 100:.1f}%)")
     for n in res.notes:
-        print(f"note: {n}")
+        say(f"note: {n}")
     return 0

@@ -8,6 +8,7 @@ import sys
 
 from qmodel.cli.common import add_scenario_args, parse_rate_range, scenario_from_args
 from qmodel.cli.output import print_json, print_table
+from qmodel.units import format_duration
 
 __all__ = ["register", "run", "sweep_rows"]
 
@@ -101,5 +102,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(["req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
                     [[r["rate_per_s"], "-" if r["attainment"] is None else f"{r['attainment'] * 100:.1f}%"] +
-                     [("-" if r[k] is None else f"{r[k]:.4g}") for k in FIELDS[4:10]] + [r["note"]] for r in rows])
+                     [("-" if r[k] is None else format_duration(r[k])) for k in FIELDS[4:10]] + [r["note"]] for r in rows])
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from qmodel.cli.output import add_set_option
+from qmodel.cli.output import add_set_option, add_width_option
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, load_scenario
 from qmodel.units import parse_rate
@@ -15,6 +15,7 @@ __all__ = ["add_scenario_args", "scenario_from_args", "parse_rate_range"]
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", metavar="SCENARIO", help="scenario file (.yaml, .toml or .json)")
     add_set_option(p)
+    add_width_option(p)
 
 
 def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:

@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from qmodel.cli.output import DEFAULT_WIDTH, set_width
+
+    set_width(None if getattr(args, "wide", False) else DEFAULT_WIDTH)
     try:
         rc = args.func(args)
     except QmodelError as err:
