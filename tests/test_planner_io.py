@@ -75,7 +75,7 @@ def test_cli_json(fake_engine, capsys, repo_root, monkeypatch):
     d = json.loads(out)
     assert len(d["plans"]) == 4
     for p in d["plans"]:
-        for k in ("topology", "prefill", "decode", "link", "goodput_rps", "goodput_per_gpu", "gpus", "cost_per_hour",
+        for k in ("topology", "prefill", "decode", "link", "goodput_rps", "goodput_per_gpu", "gpus", "cost_per_hour_usd",
                   "binding", "validity", "ttft_p90_s", "tpot_p90_s", "headroom_to_knee", "usd_per_million_output_tokens"):
             assert k in p
         assert set(p["decode"]) >= {"instances", "tp", "gpu"}

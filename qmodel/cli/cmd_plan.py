@@ -18,7 +18,7 @@ from qmodel.units import format_bandwidth, format_duration
 __all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
 
 CSV_FIELDS = ["rank", "topology", "label", "prefill_gpu", "prefill_tp", "prefill_instances", "decode_gpu", "decode_tp",
-              "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour",
+              "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour_usd",
               "goodput_rps", "goodput_per_gpu", "usd_per_million_output_tokens", "rate_per_s", "attainment",
               "ttft_p90_s", "tpot_p90_s", "max_stable_rate_per_s", "knee_rps", "headroom_to_knee", "pareto",
               "binding", "validity"]
@@ -156,7 +156,7 @@ def _print_csv(res) -> None:
     w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     for p in res.plans:
-        d = p.model_dump()
+        d = p.model_dump(by_alias=True)
         pre, dec = d.pop("prefill"), d.pop("decode")
         for role, pool in (("prefill", pre), ("decode", dec)):
             for k in ("gpu", "tp", "instances"):
@@ -215,11 +215,11 @@ def _print_schedule(res, args) -> int:
         print_json(res)
         return 0
     if args.csv:
-        w = csv.DictWriter(sys.stdout, fieldnames=["period", "rate_per_s", "hours", "label", "gpus", "cost_per_hour"],
+        w = csv.DictWriter(sys.stdout, fieldnames=["period", "rate_per_s", "hours", "label", "gpus", "cost_per_hour_usd"],
                            lineterminator="\n")
         w.writeheader()
         for p in res.periods:
-            w.writerow(p.model_dump())
+            w.writerow(p.model_dump(by_alias=True))
         return 0
     print_table(["period", "req/s", "plan", "GPUs"], [[p.period, p.rate_per_s, p.label or "none meets the SLO", p.gpus]
                                                      for p in res.periods])

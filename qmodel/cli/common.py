@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from qmodel.cli.output import add_set_option, add_width_option
 from qmodel.errors import InputError
@@ -47,7 +48,7 @@ def parse_rate_range(text: str, field: str = "--rate") -> list[float]:
             lo, hi, step = parse_rate(lo_s, field), parse_rate(hi_s, field), parse_rate(step_s, field)
             if step <= 0 or hi < lo or lo <= 0:
                 raise ValueError
-            n = int(round((hi - lo) / step)) + 1
+            n = int(math.floor((hi - lo) / step + 1e-9)) + 1  # HI inclusive, never passed
             if n > 10000:
                 raise InputError(field, text, "at most 10000 rates per sweep")
             return [round(lo + i * step, 10) for i in range(n)]

@@ -72,7 +72,7 @@ def say_command(command: str, indent: str = "  ", stream=None) -> None:
 def to_plain(obj: Any) -> Any:
     """Pydantic models, numpy scalars/arrays and tuples -> JSON-ready Python values (no NaN/inf)."""
     if callable(getattr(obj, "model_dump", None)):  # a pydantic model (pydantic is not imported for this)
-        return to_plain(obj.model_dump(mode="python"))
+        return to_plain(obj.model_dump(mode="python", by_alias=True))
     if isinstance(obj, dict):
         return {str(k): to_plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -87,8 +87,14 @@ def to_plain(obj: Any) -> Any:
 
 
 def print_json(obj: Any, stream=None) -> None:
+    """A JSON document: an object opens with ``schema_version`` (qmodel/output_schema.py)."""
+    from qmodel.output_schema import SCHEMA_VERSION
+
     stream = stream or sys.stdout
-    json.dump(to_plain(obj), stream, indent=2, sort_keys=False)
+    doc = to_plain(obj)
+    if isinstance(doc, dict):
+        doc = {"schema_version": SCHEMA_VERSION, **{k: v for k, v in doc.items() if k != "schema_version"}}
+    json.dump(doc, stream, indent=2, sort_keys=False)
     stream.write("\n")
 
 

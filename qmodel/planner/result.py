@@ -17,7 +17,7 @@ Objective = Literal["min-gpus", "min-cost", "max-goodput"]
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 class PoolOut(_Out):
@@ -43,7 +43,8 @@ class PlanRow(_Out):
     chunk_tokens: int | None = None
     gpus: int
     power_w: float = Field(description="GPU board power (TDP x GPUs); hosts and network not included")
-    cost_per_hour: float | None = Field(description="list price of the GPUs, USD per hour; null if a GPU has no price")
+    cost_per_hour: float | None = Field(alias="cost_per_hour_usd",
+                                        description="list price of the GPUs, USD per hour; null if a GPU has no price")
     goodput_rps: float = Field(description="largest rate meeting the SLO attainment goal")
     goodput_per_gpu: float
     goodput_per_usd_hour: float | None = None
@@ -129,7 +130,7 @@ class PeriodPlan(_Out):
     hours: float
     label: str | None
     gpus: int
-    cost_per_hour: float | None
+    cost_per_hour: float | None = Field(alias="cost_per_hour_usd")
 
 
 class ScheduleResult(_Out):
