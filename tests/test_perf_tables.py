@@ -128,8 +128,8 @@ def test_splitwise_name_mapping_and_errors(data_dir):
         table_model(data_dir / SPLITWISE, get_model("llama-3.1-8b"), get_gpu("h100-sxm"), 8)
     with pytest.raises(InputError, match="perf.hardware_key"):
         table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("l40s"), 8)
-    with pytest.raises(InputError, match="deployment.pp"):
-        table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("h100-sxm"), 8, pp=2)
+    with pytest.raises(InputError, match="deployment.pp"):  # pp above the layers (pp > 1 is a pipeline now)
+        table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("h100-sxm"), 8, pp=81)
     pcap = table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("h100-sxm"), 8,
                        hardware_key="h100-80gb-pcap")
     assert pcap.describe()["hardware_key"] == "h100-80gb-pcap"
