@@ -27,9 +27,11 @@ KV of its own layers only and the KV capacity per GPU rises with pp.
 is mostly weight streaming, which *is* per layer: DistServe's OPT-13B TP1 decode fit on A100
 (``decoding_smallbs``) has an intercept of 19.9 ms, of which reading the 25.7 GB of fp16 weights
 at 2.04 TB/s takes 12.6 ms alone. Taking the intercept as unscaled overhead would leave a decode
-stage of that model at batch 1 barely faster than the whole model, whatever pp. The engine's own per-step overhead is not in the table, so it is a
-declared field (default 0: everything measured scales with the layers, as in DistServe's simulator,
-whose ``pp_const`` is 0); it must not exceed the table's fastest step.
+stage of that model at batch 1 barely faster than the whole model, whatever pp. The engine's own
+per-step overhead is not separable from the table, so it is a declared field: default 0
+(everything measured scales with the layers, as in DistServe's simulator, whose ``pp_const`` is
+0); Vidur keeps its CPU-overhead profiles (schedule, sampler, input preparation) unscaled, which
+is what ``c`` stands for. It must not exceed the table's fastest step.
 
 The send uses ``perf.pipeline_link`` (a catalog link or a bandwidth string), by default the GPU's
 own intra-node link (:attr:`GPUSpec.intra_node_link`): stages on one node. Name an inter-node link
