@@ -243,3 +243,16 @@ def test_cli_solves_a_distserve_pp2_scenario(repo_root, capsys):
     stage = base.prefill_time_s(512, 512**2, 1) / 2 + _send(opt, a100, 512)
     assert res["rate_per_s"] == 6.0 and res["attainment"] > 0.99
     assert res["ttft"]["p50"] == pytest.approx(stage, rel=1e-9)
+
+
+def test_pp_pools_carry_the_latency_warning(repo_root):
+    """The stations take stage times as latencies (for the roofline as for tables): every pool with
+    pp > 1 says so in the result's warnings; pp = 1 pools add none."""
+    from qmodel.build import resolve
+
+    path = repo_root / "examples" / "opt13b-disagg-a100.yaml"
+    assert not any(".pp =" in w for w in resolve(load_scenario(path)).warnings)
+    w = resolve(load_scenario(path, ["deployment.decode.pp=4"])).warnings
+    assert [x for x in w if ".pp =" in x] == [
+        "warning: deployment.decode.pp = 4: step times are pipeline stage times; latencies leave out the 3 further "
+        "stage time(s) of each batch, so TTFT/TPOT are optimistic"]
