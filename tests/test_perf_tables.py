@@ -231,3 +231,19 @@ def test_impossible_medians_are_left_out_and_reported(data_dir):
     assert all(p.n < 64 for p in m.points() if p.phase == "prefill")
     clean = load_splitwise(data_dir / SPLITWISE, "bloom-176b", "h100-80gb", 8)
     assert clean.suspect == {"prefill": [], "decode": []}
+
+
+def test_split_modules_keep_every_public_name():
+    """tables.py was split into table_interp/table_sweep/table_distserve/table_loaders: every name
+    it exported is still importable from it and is the implementing module's object."""
+    import importlib
+
+    from qmodel.perf import tables
+
+    homes = [importlib.import_module(f"qmodel.perf.{m}")
+             for m in ("table_interp", "table_sweep", "table_distserve", "table_loaders")]
+    for name in tables.__all__:
+        obj = getattr(tables, name)
+        assert any(getattr(h, name, None) is obj for h in homes), name
+    assert {"SweepTableModel", "DistServeModel", "TablePoint", "load_qmodel_csv", "interp_piecewise",
+            "median_groups", "medians_as_points", "detect_format"} <= set(tables.__all__)

@@ -9,7 +9,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.perf.fixed import FixedModel
 from qmodel.perf.parallel import check_parallelism
 from qmodel.perf.roofline import RooflineModel
-from qmodel.perf.table_pipeline import PipelinedTableModel, check_overhead, stage_link
+from qmodel.perf.table_pipeline import PipelinedTableModel, check_measured_overhead, check_overhead, stage_link
 from qmodel.perf.tables import (
     DISTSERVE_HARDWARE,
     DISTSERVE_MODELS,
@@ -71,6 +71,7 @@ def table_model(path: str | Path, model: ModelSpec, gpu: GPUSpec, tp: int, pp: i
     check_overhead("per_batch_overhead_s", per_batch_overhead_s)
     base = _read_table(resolve_data_path(str(path)), model, gpu, tp, fmt, model_key, hardware_key, field_prefix)
     if pp == 1 and per_batch_overhead_s == 0 and pipeline_link is None:
+        check_measured_overhead(base, measured_overhead_s)  # unused at pp = 1, but never silently wrong
         return base
     return PipelinedTableModel(base, model, tp, pp, link=stage_link(gpu, pipeline_link),
                                measured_overhead_s=measured_overhead_s, per_batch_overhead_s=per_batch_overhead_s,

@@ -54,7 +54,7 @@ from qmodel.perf.table_interp import SCALAR_TYPES, TablePoint
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.units import dtype_bits
 
-__all__ = ["PipelinedTableModel", "stage_link", "check_overhead"]
+__all__ = ["PipelinedTableModel", "stage_link", "check_overhead", "check_measured_overhead"]
 
 
 def check_overhead(name: str, value: object) -> float:
@@ -62,6 +62,16 @@ def check_overhead(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (np.isfinite(value) and value >= 0):
         raise InputError(f"perf.{name}", value, "a non-negative finite time in seconds")
     return float(value)
+
+
+def check_measured_overhead(table: ServiceTimeModel, measured_overhead_s: float) -> None:
+    """``perf.measured_overhead_s`` is part of every measured step, so it cannot exceed the table's
+    fastest point (:meth:`points`, which every table model has); one InputError otherwise."""
+    fastest = min(p.time_s for p in table.points())  # type: ignore[attr-defined]
+    if measured_overhead_s > fastest:
+        raise InputError("perf.measured_overhead_s", measured_overhead_s,
+                         f"at most the table's fastest step ({fastest:.6g} s): it is the part of each measured "
+                         "step that is per-step overhead")
 
 
 def stage_link(gpu: GPUSpec, link: str | None = None, field: str = "perf.pipeline_link") -> LinkSpec:
@@ -92,11 +102,7 @@ class PipelinedTableModel(ServiceTimeModel):
         self.tp, self.pp = tp, pp
         self.link = link
         self.stage_fraction = self.layout.stage_fraction
-        fastest = min(p.time_s for p in base.points())  # type: ignore[attr-defined]  # every table model has points()
-        if self.measured_overhead_s > fastest:
-            raise InputError("perf.measured_overhead_s", measured_overhead_s,
-                             f"at most the table's fastest step ({fastest:.6g} s): it is the part of each measured "
-                             "step that is per-step overhead")
+        check_measured_overhead(base, self.measured_overhead_s)
         act_bytes = max(dtype_bits(model.dtype), 16.0) / 8.0
         self._pipelined = pp > 1
         #: seconds per token handed to the next stage, and per send (0 when pp = 1)
