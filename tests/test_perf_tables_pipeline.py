@@ -259,3 +259,13 @@ def test_pp_pools_carry_the_latency_warning(repo_root):
     assert [x for x in w if ".pp =" in x] == [
         "warning: deployment.decode.pp = 4: step times are pipeline stage times; latencies leave out the 3 further "
         "stage time(s) of each batch, so TTFT/TPOT are optimistic"]
+
+
+def test_stage_link_default_and_fallback():
+    """Default: the GPU's catalog intra-node link; a GPU naming none: its intra-node bandwidth as written."""
+    from qmodel.perf.table_pipeline import stage_link
+
+    a100 = get_gpu("a100-80gb-sxm")
+    assert stage_link(a100) == get_link("nvlink-3")
+    bare = stage_link(a100.model_copy(update={"intra_node_link": None}))
+    assert (bare.bandwidth_bytes_per_s, bare.efficiency, bare.latency_s) == (a100.intra_node_bandwidth_bytes_per_s, 1.0, 0.0)
