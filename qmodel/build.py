@@ -26,7 +26,7 @@ from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "resolve", "resolve_link", "resolve_pool", "resolve_workload"]
+           "pipeline_warnings", "resolve", "resolve_link", "resolve_pool", "resolve_workload"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
 #: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
@@ -165,7 +165,16 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
         raise TypeError(type(dep))
     w = resolve_workload(scenario, model) if workload is None else workload
     return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    model.kv_bytes_per_token(), w.warnings)
+                    model.kv_bytes_per_token(), w.warnings + pipeline_warnings(pools))
+
+
+def pipeline_warnings(pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
+    """One warning per pool with pp > 1: its step times are pipeline *stage* times (the right
+    service time for throughput, :mod:`qmodel.perf.base`), which the stations also take as the
+    latency of a batch, leaving out the pp - 1 further stages it passes (docs/perf_import.md)."""
+    return tuple(f"warning: {p.field}.pp = {p.config.pp}: step times are pipeline stage times; latencies leave "
+                 f"out the {p.config.pp - 1} further stage time(s) of each batch, so TTFT/TPOT are optimistic"
+                 for p in pools.values() if p.config.pp > 1)
 
 
 def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:

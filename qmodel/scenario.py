@@ -272,13 +272,25 @@ class RooflinePerf(Strict):
 
 
 class TablePerf(Strict):
-    """Measured step times from a table (splitwise-sim CSV, DistServe profiler JSON, or qmodel CSV)."""
+    """Measured step times from a table (splitwise-sim CSV, DistServe profiler JSON, or qmodel CSV).
+
+    Tables are measured at pp = 1; a pool with ``pp > 1`` runs the table as a pipeline
+    (:mod:`qmodel.perf.table_pipeline`: layer share x (time - measured_overhead_s) +
+    measured_overhead_s + the activation send over ``pipeline_link``), and ``per_batch_overhead_s``
+    is added to every step time either way.
+    """
 
     kind: Literal["table"] = "table"
     path: str
     format: Literal["auto", "splitwise", "distserve", "qmodel"] = "auto"
     model_key: str | None = Field(default=None, description="model name inside the table if it differs")
     hardware_key: str | None = None
+    per_batch_overhead_s: Seconds = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S,
+                                          description="added to every prefill batch and decode step (your engine vs the measured one)")
+    measured_overhead_s: Seconds = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S,
+                                         description="per-step overhead inside the measured times; with pp > 1 each stage pays it whole")
+    pipeline_link: str | None = Field(default=None, description="link between pipeline stages (catalog name or bandwidth); "
+                                                                "default: the GPU's intra-node link")
 
 
 class FixedPerf(Strict):
