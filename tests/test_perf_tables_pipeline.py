@@ -245,7 +245,7 @@ def test_cli_solves_a_distserve_pp2_scenario(repo_root, capsys):
     base = load_distserve(repo_root / DISTSERVE, "facebook/opt-13b", 1)
     stage = base.prefill_time_s(512, 512**2, 1) / 2 + _send(opt, a100, 512)
     assert res["rate_per_s"] == 6.0 and res["attainment"] > 0.99
-    assert res["ttft"]["p50"] == pytest.approx(stage, rel=1e-9)
+    assert res["ttft"]["p50_s"] == pytest.approx(stage, rel=1e-9)
 
 
 def test_pp_pools_carry_the_latency_warning(repo_root):
