@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from pathlib import Path
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
 from qmodel.cli.output import print_json, print_table, say, say_command
@@ -96,6 +97,9 @@ def register(sub) -> None:
     p.add_argument("--serial", action="store_true", help="search in this process only")
     p.add_argument("--progress", action="store_true", help="progress bar on stderr (default: when stderr is a TTY)")
     p.add_argument("--no-knee", action="store_true", help="skip the knee of each ranked plan (a few solves each)")
+    p.add_argument("--manifests", metavar="DIR",
+                   help="write the best plan's vllm-serve.sh, dynamo.yaml (DynamoGraphDeployment) and kserve.yaml "
+                        "(LLMInferenceService) into DIR")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true")
     g.add_argument("--csv", action="store_true")
@@ -143,13 +147,59 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
+    written = _write_manifests(res, args.manifests) if args.manifests else []
     if args.json:
         print_json(res)
     elif args.csv:
         _print_csv(res)
     else:
         _print_text(res)
+    if args.manifests:
+        stream = sys.stdout if not (args.json or args.csv) else sys.stderr
+        say(f"\nwrote {', '.join(str(w) for w in written)}" if written else
+            f"\nno plan meets the SLO: nothing written to {args.manifests}", stream)
     return 0  # "no plan meets the SLO" is an answer, printed as such; exit codes are 0, 2, 3 and 4 only
+
+
+def _write_manifests(res, folder: str) -> list[Path]:
+    """The best plan's launch files in ``folder`` (created): a bash script of its vllm serve lines and
+    the Dynamo and KServe manifests as YAML."""
+    import yaml
+
+    if not res.serving_config:
+        return []
+    out = Path(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError("--manifests", folder, f"a folder qmodel can create ({err.strerror})") from None
+    cfg = res.serving_config
+    head = f"# qmodel plan for {res.scenario}: {res.plans[0].label}\n"
+    lines = ["#!/usr/bin/env bash", head.rstrip(),
+             "# every instance in the background on its own GPUs and port; Ctrl-C stops them all",
+             "set -euo pipefail", "trap 'kill 0' EXIT"]
+    gpu = 0
+    total = sum(item["instances"] * item["gpus_per_instance"] for item in cfg["vllm"])
+    if total > 8:
+        lines.append(f"# this plan uses {total} GPUs: run each line on the node that holds its GPUs "
+                     "(CUDA_VISIBLE_DEVICES numbers GPUs within a node)")
+    for item in cfg["vllm"]:
+        lines.append(f"# {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
+        port = int(item["command"].split(" --port ")[1].split()[0])
+        for i in range(item["instances"]):
+            devices = ",".join(str((gpu + j) % 8 if total > 8 else gpu + j) for j in range(item["gpus_per_instance"]))
+            gpu += item["gpus_per_instance"]
+            cmd = item["command"].replace(f" --port {port} ", f" --port {port + i} ", 1)
+            lines.append(f"CUDA_VISIBLE_DEVICES={devices} {cmd} &")
+    lines += [f"# {n}" for n in cfg.get("notes", [])] + ["wait"]
+    files = {"vllm-serve.sh": "\n".join(lines) + "\n",
+             "dynamo.yaml": head + yaml.safe_dump(cfg["dynamo"], sort_keys=False),
+             "kserve.yaml": head + yaml.safe_dump(cfg["kserve"], sort_keys=False)}
+    written = []
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    return written
 
 
 def _print_csv(res) -> None:
