@@ -18,7 +18,7 @@ __all__ = ["main", "build_parser", "VERBS"]
 
 #: Sub-commands in help order; each lives in qmodel/cli/cmd_<verb>.py
 VERBS = ["solve", "goodput", "sweep", "compare", "plan", "replay", "validate", "trace", "catalog",
-         "calibrate", "perf", "tui"]
+         "calibrate", "perf", "examples", "tui"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""Bundled example scenarios (installed as ``qmodel.examples``; ``qmodel examples list|copy``)."""
