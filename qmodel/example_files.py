@@ -26,8 +26,17 @@ class Example(BaseModel):
     needs_data: list[str]
 
 
+def _root() -> resources.abc.Traversable:
+    """Where the examples are: ``qmodel/examples/`` in an installed wheel (package data, also inside
+    a zip), else the checkout's ``examples/`` beside the package (a source or editable install)."""
+    installed = resources.files("qmodel") / "examples"
+    if installed.is_dir():
+        return installed
+    return resources.files("qmodel").joinpath("..", "examples")
+
+
 def _files() -> dict[str, resources.abc.Traversable]:
-    root = resources.files("qmodel.examples")
+    root = _root()
     return {f.name.rsplit(".", 1)[0]: f for f in root.iterdir() if f.name.endswith(_SUFFIXES)}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table, say
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say
 
 __all__ = ["register", "run"]
 
@@ -13,14 +13,18 @@ __all__ = ["register", "run"]
 def register(sub) -> None:
     p = sub.add_parser("compare", help="colocated vs chunked vs disaggregated on the same GPUs")
     add_scenario_args(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from qmodel.compare import compare_topologies
 
-    out = compare_topologies(scenario_from_args(args))
+    from qmodel.progress import Progress
+
+    with Progress(progress_on(args), "compare") as bar:
+        out = compare_topologies(scenario_from_args(args), progress=bar)
     if args.json:
         print_json(out)
         return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table, say
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say
 
 __all__ = ["register", "run"]
 
@@ -14,7 +14,8 @@ def register(sub) -> None:
     p = sub.add_parser("goodput", help="largest rate whose SLO attainment meets the goal",
                        description="Goodput by bisection below the smallest station stability limit.")
     add_scenario_args(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    add_progress_option(p)
     p.add_argument("--sensitivities", action="store_true",
                    help="elasticity of goodput to link bandwidth, instances, TP and SLO targets")
     p.set_defaults(func=run)
@@ -23,7 +24,10 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from qmodel.goodput import goodput
 
-    g = goodput(scenario_from_args(args), with_sensitivities=args.sensitivities)
+    from qmodel.progress import Progress
+
+    with Progress(progress_on(args) and args.sensitivities, "goodput") as bar:
+        g = goodput(scenario_from_args(args), with_sensitivities=args.sensitivities, progress=bar)
     if args.json:
         print_json(g)
         return 0

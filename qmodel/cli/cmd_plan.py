@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table, say, say_command
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say, say_command
 from qmodel.errors import InputError
 from qmodel.units import format_bandwidth, format_duration
 
@@ -95,14 +95,14 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, help="processes for the search (default: all cores)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the search on a Dask cluster (needs qmodel[dask])")
     p.add_argument("--serial", action="store_true", help="search in this process only")
-    p.add_argument("--progress", action="store_true", help="progress bar on stderr (default: when stderr is a TTY)")
+    add_progress_option(p)
     p.add_argument("--no-knee", action="store_true", help="skip the knee of each ranked plan (a few solves each)")
     p.add_argument("--manifests", metavar="DIR",
                    help="write the best plan's vllm-serve.sh, dynamo.yaml (DynamoGraphDeployment) and kserve.yaml "
                         "(LLMInferenceService) into DIR")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--json", action="store_true")
-    g.add_argument("--csv", action="store_true")
+    g.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    g.add_argument("--csv", action="store_true", help="print CSV, one row per ranked plan")
     p.set_defaults(func=run)
 
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
               links=_csv_list(args.links), tps=_int_list(args.tps, "--tps"), topologies=_csv_list(args.topologies),
               transfer_modes=_csv_list(args.transfer_modes), chunk_tokens=_int_list(args.chunk_tokens, "--chunk-tokens"),
               max_instances=args.max_instances, max_gpus=args.max_gpus, workers=args.workers,
-              progress=args.progress or sys.stderr.isatty())
+              progress=progress_on(args))
     if args.top < 1:
         raise InputError("--top", args.top, "a positive number of plans")
     if args.check < 0:

@@ -16,7 +16,7 @@ import textwrap
 from typing import Any, Sequence
 
 __all__ = ["DEFAULT_WIDTH", "set_width", "text_width", "say", "say_command", "to_plain", "print_json",
-           "print_table", "add_width_option", "add_set_option"]
+           "print_table", "add_progress_option", "progress_on", "add_width_option", "add_set_option"]
 
 #: columns of text output by default (``--wide``: no limit)
 DEFAULT_WIDTH = 100
@@ -148,6 +148,20 @@ def _numeric(s: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def add_progress_option(p) -> None:
+    """``--progress`` / ``--no-progress`` (default: a bar when stderr is a terminal)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def progress_on(args) -> bool:
+    """Whether the verb draws its progress bar: the flag if given, else stderr is a terminal."""
+    flag = getattr(args, "progress", None)
+    return sys.stderr.isatty() if flag is None else bool(flag)
 
 
 def add_width_option(p) -> None:

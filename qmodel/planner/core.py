@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from collections import Counter
 from concurrent.futures import Executor
@@ -31,35 +30,13 @@ from qmodel.planner.search import (Budget, FamilyOutcome, Found, SerialExecutor,
                                    maximal_points, min_cost_family, pareto_flags, power_of, prune_threshold, run_tasks,
                                    warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
+from qmodel.progress import Progress
 from qmodel.scenario import DisaggregatedDeployment, Scenario
 
 __all__ = ["plan", "make_executor", "Progress", "DEFAULT_LINK"]
 
 DEFAULT_LINK = "ib-ndr-400"
 OBJECTIVES = ("min-gpus", "min-cost", "max-goodput")
-
-
-class Progress:
-    """A one-line progress bar on stderr (only when enabled: a TTY or ``--progress``)."""
-
-    def __init__(self, enabled: bool, label: str = "plan") -> None:
-        self.enabled = enabled
-        self.label = label
-        self.t0 = time.perf_counter()
-
-    def update(self, done: int, total: int, what: str) -> None:
-        if not self.enabled or total <= 0:
-            return
-        width = 24
-        filled = int(width * done / total)
-        sys.stderr.write(f"\r{self.label}: {what} {done}/{total} [{'#' * filled}{' ' * (width - filled)}] "
-                         f"{time.perf_counter() - self.t0:5.1f}s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 def make_executor(kind: str | Executor | None, workers: int | None, n_tasks: int) -> tuple[Executor, str, bool]:
@@ -362,7 +339,7 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     ex, ex_name, owned = make_executor(executor, workers, len(keep))
     nworkers = getattr(ex, "_max_workers", None) or workers or (os.cpu_count() or 1)
     wave = 1 if isinstance(ex, SerialExecutor) else max(4, 2 * int(nworkers))
-    prog = Progress(progress)
+    prog = Progress(progress, label="plan")
     try:
         t1 = time.perf_counter()
         found, solves = _search(ctx, keep, ex, wave, prog, pruned)

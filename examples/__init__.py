@@ -1,1 +1,0 @@
-"""Bundled example scenarios (installed as ``qmodel.examples``; ``qmodel examples list|copy``)."""
