@@ -162,10 +162,36 @@ class SLO(Strict):
 # ---- deployment --------------------------------------------------------------------------------
 
 class PoolConfig(Strict):
+    """One pool of identical instances (``tp x pp`` GPUs each).
+
+    ``kv_dtype`` and ``compute_dtype`` are per pool, not per scenario, because engines set them
+    per process: vLLM's ``--kv-cache-dtype`` and ``--quantization`` are flags of each ``vllm serve``,
+    so a disaggregated deployment may run FP8 KV on its decode pool only (where KV capacity bounds
+    the batch) and keep BF16 KV on prefill, or FP8 GEMMs on prefill (compute-bound) and BF16 on
+    decode. Both are applied on the one resolution path (:func:`qmodel.build.resolve_pool`): the
+    pool's ModelSpec carries ``kv_dtype`` (KV capacity, roofline KV reads, link bytes, replay) and
+    its roofline runs at ``compute_dtype`` (GEMM rate, weight bytes streamed and held).
+    """
+
     gpu: str
     tp: Count = Field(default=1, ge=1, le=64)
     pp: Count = Field(default=1, ge=1, le=64)
     instances: Count = Field(default=1, ge=1, le=100000)
+    kv_dtype: str | None = Field(default=None, description="KV-cache dtype of this pool, e.g. 'fp8' (vLLM "
+                                 "--kv-cache-dtype); default: the model's catalog kv_dtype")
+    compute_dtype: str | None = Field(default=None, description="weight/activation precision of this pool, e.g. "
+                                      "'fp8' (W8A8); replaces perf.compute_dtype here; default: perf.compute_dtype")
+
+    @field_validator("kv_dtype", "compute_dtype")
+    @classmethod
+    def _known_pool_dtype(cls, v: str | None, info: Any) -> str | None:
+        """An unknown dtype is one InputError naming the field (the loader prefixes the pool's path)."""
+        if v is not None:
+            from qmodel.units import dtype_bits
+
+            dtype_bits(v, info.field_name)
+            v = v.strip().lower()
+        return v
 
     @property
     def gpus(self) -> int:

@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from qmodel.planner.result import PlanRow
-from qmodel.scenario import DisaggregatedDeployment, Scenario
+from qmodel.scenario import DisaggregatedDeployment, PoolConfig, Scenario
 
 __all__ = ["serving_config", "connector_for", "gpu_memory_utilization"]
 
@@ -58,20 +58,32 @@ def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: f
     (:mod:`qmodel.perf.memory`); vLLM budgets weights, activations and KV inside util x M and
     leaves the CUDA context outside, so util = (W + R - context + KV) / M.
     """
+    from qmodel.build import pool_compute_dtype, pool_model
     from qmodel.perf.memory import memory_budget, weight_dtype_for
     from qmodel.registry import load_catalog
 
     from qmodel.errors import QmodelError
 
     cat = load_catalog()
-    model, spec = cat.model(scenario.model), cat.gpu(gpu)
+    cfg = _decode_cfg(scenario)
+    model, spec = pool_model(cat.model(scenario.model), cfg), cat.gpu(gpu)
     try:
         b = memory_budget(model, spec, tp, 1, kv_fraction,
-                          dtype=weight_dtype_for(model, getattr(scenario.perf, "compute_dtype", None)))
+                          dtype=weight_dtype_for(model, pool_compute_dtype(scenario.perf, cfg)))
     except QmodelError:  # the model does not fit: leave the flag to vLLM's default
         return None
     util = (b.weights_per_gpu_bytes + b.reserve_bytes - CUDA_CONTEXT_BYTES + b.kv_bytes_per_gpu) / b.gpu_memory_bytes
     return round(min(0.98, max(0.05, util)), 2)
+
+
+def _decode_cfg(scenario: Scenario) -> PoolConfig:
+    dep = scenario.deployment
+    return dep.decode if isinstance(dep, DisaggregatedDeployment) else dep.pool
+
+
+def _kv_flag(cfg: PoolConfig) -> list[str]:
+    """vLLM's --kv-cache-dtype for a pool that sets ``kv_dtype`` (vLLM's names: fp8, fp8_e4m3, fp8_e5m2)."""
+    return [] if cfg.kv_dtype is None else ["--kv-cache-dtype", cfg.kv_dtype]
 
 
 def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list[str]:
@@ -101,11 +113,13 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
 
         out["vllm"] = [
             {"role": "prefill", "instances": row.prefill.instances, "gpus_per_instance": row.prefill.tp, "gpu": row.prefill.gpu,
-             "command": _cmd(model, row.prefill.tp, 8100, ["--max-num-batched-tokens", str(k["prefill_tokens"]),
-                                                           "--kv-transfer-config", ktc("kv_producer")])},
+             "command": _cmd(model, row.prefill.tp, 8100, ["--max-num-batched-tokens", str(k["prefill_tokens"])]
+                             + _kv_flag(scenario.deployment.prefill if isinstance(scenario.deployment, DisaggregatedDeployment)
+                                        else scenario.deployment.pool)
+                             + ["--kv-transfer-config", ktc("kv_producer")])},
             {"role": "decode", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp, "gpu": row.decode.gpu,
              "command": _cmd(model, row.decode.tp, 8200, ["--max-num-seqs", str(k["max_num_seqs"])]
-                             + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+                             + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario))
                              + ["--kv-transfer-config", ktc("kv_consumer")])},
         ]
         out["dynamo"] = {
@@ -119,7 +133,8 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
         out["notes"].append(f"KV moves over {row.link} ({row.transfer_mode}); run a P/D proxy or router in front "
                             "(e.g. vLLM's disaggregated proxy example, or Dynamo's frontend)")
     else:
-        flags = ["--max-num-seqs", str(k["max_num_seqs"])] + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+        flags = (["--max-num-seqs", str(k["max_num_seqs"])] + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+                 + _kv_flag(_decode_cfg(scenario)))
         if row.topology == "chunked":
             flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
         else:
