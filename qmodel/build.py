@@ -51,10 +51,6 @@ class PoolRuntime:
     def gpus(self) -> int:
         return self.config.gpus
 
-    @property
-    def cost_per_hour_usd(self) -> float | None:
-        return None if self.gpu.price_usd_per_hour is None else self.gpu.price_usd_per_hour * self.gpus
-
 
 @dataclass(frozen=True)
 class WorkloadParts:
@@ -93,8 +89,19 @@ class Resolved:
 
     @property
     def cost_per_hour_usd(self) -> float | None:
-        costs = [p.cost_per_hour_usd for p in self.pools.values()]
-        return None if any(c is None for c in costs) else float(sum(costs))
+        """:func:`qmodel.cost.cost_per_hour_usd` of the pools at the scenario's prices (None if a GPU has none)."""
+        from qmodel.cost import cost_per_hour_usd, price_table
+
+        pools = [(p.gpu.name, p.gpus) for p in self.pools.values()]
+        return cost_per_hour_usd(pools, price_table([g for g, _ in pools], self.scenario.prices))
+
+    @property
+    def mean_prompt_tokens(self) -> float:
+        return float(self.lengths.prompt.mean())
+
+    @property
+    def mean_output_tokens(self) -> float:
+        return float(self.lengths.output.mean())
 
     @property
     def perf_sha256(self) -> dict[str, str]:
@@ -174,6 +181,10 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     ``model``, the ``workload`` from :func:`resolve_workload` and a ``pool`` factory returning what
     :func:`resolve_pool` returns; the assembly is this function's either way."""
     model = load_catalog().model(scenario.model) if model is None else model
+    if scenario.prices:
+        from qmodel.cost import check_prices
+
+        check_prices(scenario.prices)  # an unknown GPU name fails here, not only where a cost is asked for
     if pool is None:
         def pool(role: str, field: str, cfg: PoolConfig, frac: float) -> PoolRuntime:
             return resolve_pool(role, field, cfg, scenario, model, frac)

@@ -74,6 +74,8 @@ MAX_TOKENS = 10_000_000
 MAX_RATE_PER_S = 1e9
 MIN_EFFICIENCY = 0.01
 MAX_OVERHEAD_S = 10.0
+#: the largest price a scenario may give one GPU-hour (no accelerator rents for more)
+MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
 
 
 # ---- workload ----------------------------------------------------------------------------------
@@ -325,6 +327,9 @@ class Scenario(Strict):
     slo: SLO
     deployment: Deployment
     perf: PerfModel = Field(default_factory=RooflinePerf)
+    prices: dict[str, Annotated[Real, Field(gt=0, le=MAX_PRICE_USD_PER_GPU_HOUR)]] | None = Field(
+        default=None, description="USD per GPU-hour by catalog GPU name, replacing the catalog's list price wherever "
+                                  "cost is computed (goodput, plan min-cost and budgets, compare), e.g. {h200-sxm: 3.5}")
 
     @field_validator("name", mode="before")
     @classmethod

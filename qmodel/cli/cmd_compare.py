@@ -29,4 +29,9 @@ def run(args: argparse.Namespace) -> int:
                 [[c.topology, c.layout, c.goodput_rps, c.goodput_per_gpu, c.knee_rps, c.max_stable_rate_per_s, c.binding]
                  for c in out.candidates])
     print(f"\nverdict: {out.verdict}")
+    priced = [c for c in out.candidates if c.usd_per_million_tokens is not None]
+    if priced:
+        print(f"cost ${priced[0].cost_per_hour_usd:.4g}/h; at goodput, $ per million tokens (input/output/all): "
+              + "; ".join(f"{c.topology} {c.usd_per_million_input_tokens:.3g}/{c.usd_per_million_output_tokens:.3g}/"
+                          f"{c.usd_per_million_tokens:.3g}" for c in priced))
     return 0

@@ -96,6 +96,10 @@ class Evaluator(ABC):
     @abstractmethod
     def mean_output_tokens(self) -> float: ...
 
+    @abstractmethod
+    def mean_prompt_tokens(self) -> float:
+        """Mean prompt tokens per request, counted whole (the $/M input-token price)."""
+
 
 # ---- scenario re-targeting ---------------------------------------------------------------------
 
@@ -433,3 +437,6 @@ class EngineEvaluator(Evaluator):
 
     def mean_output_tokens(self) -> float:
         return float(self._workload_parts()[1].lengths.mean_output)
+
+    def mean_prompt_tokens(self) -> float:
+        return float(self._workload_parts()[1].lengths.mean_prompt)
