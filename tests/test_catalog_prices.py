@@ -112,3 +112,12 @@ def test_min_cost_uses_the_scenario_prices():
         cheap.cost_per_hour / (cheap.goodput_rps * 200 * 3600) * 1e6, rel=1e-12)  # the fake's 200 output tokens
     assert cheap.usd_per_million_input_tokens == pytest.approx(
         cheap.cost_per_hour / (cheap.goodput_rps * 1000 * 3600) * 1e6, rel=1e-12)  # and 1000 prompt tokens
+
+
+def test_cli_min_cost_with_an_unpriced_gpu_exits_2(capsys):
+    rc = main(["plan", str(DISAGG), "--objective", "min-cost", "--target-rate", "5", "--gpus", "h100-sxm,l20"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and "l20" in err and "prices" in err
+    rc = main(["goodput", str(DISAGG), "--set", "prices.h100-sxmm=2"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "prices.h100-sxmm" in err and err.count("\n") == 0
