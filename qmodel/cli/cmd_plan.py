@@ -179,7 +179,7 @@ def _print_text(res) -> None:
     if not res.plans:
         print("no plan meets the SLO in this search space")
     else:
-        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M tok", "TTFT p90", "TPOT p90", "knee +", "P"],
+        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M out", "TTFT p90", "TPOT p90", "knee +", "P"],
                     [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
                       f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
                       "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
