@@ -23,7 +23,7 @@ from tests.planner_fakes import FakeEvaluator
 DISAGG = EXAMPLES / "llama3-70b-disagg-h100.yaml"  # 16 x h100-sxm
 #: catalog GPUs without a citable dated on-demand price (catalog/gpus.toml header); adding a price
 #: to one of them must remove it here
-UNPRICED = {"a30", "b300", "h800-sxm", "h20", "l20", "gb300", "mi355x", "arc-pro-b60"}
+UNPRICED = {"a30", "h800-sxm", "h20", "l20", "gb300", "mi355x", "arc-pro-b60"}
 
 
 def test_catalog_prices_are_dated_and_sourced():
