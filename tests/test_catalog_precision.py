@@ -141,3 +141,19 @@ def test_planner_candidates_keep_the_pool_dtypes():
         assert got.pools[role].service.fingerprint == want.pools[role].service.fingerprint
         assert got.pools[role].kv_capacity_tokens == want.pools[role].kv_capacity_tokens
     assert got.kv_bytes_per_token == want.kv_bytes_per_token
+
+
+def test_serving_commands_carry_the_pool_dtypes():
+    from qmodel.planner.evaluate import scenario_for
+    from qmodel.planner.export import serving_config
+    from qmodel.planner.space import Family
+
+    scn = load_scenario(DISAGG, ["deployment.decode.kv_dtype=fp8", "deployment.prefill.compute_dtype=fp8"])
+    p = Family("disaggregated", "h100-sxm", 4, "h100-sxm", 4, "roce-4x200", "layerwise").plan(2, 2)
+    from types import SimpleNamespace
+
+    row = SimpleNamespace(topology="disaggregated", prefill=p.prefill, decode=p.decode, link="roce-4x200",
+                          transfer_mode="layerwise", chunk_tokens=None)  # the PlanRow fields serving_config reads
+    cmds = {c["role"]: c["command"] for c in serving_config(scenario_for(scn, p), row)["vllm"]}
+    assert "--quantization fp8" in cmds["prefill"] and "--kv-cache-dtype" not in cmds["prefill"]
+    assert "--kv-cache-dtype fp8" in cmds["decode"] and "--quantization" not in cmds["decode"]

@@ -81,9 +81,17 @@ def _decode_cfg(scenario: Scenario) -> PoolConfig:
     return dep.decode if isinstance(dep, DisaggregatedDeployment) else dep.pool
 
 
-def _kv_flag(cfg: PoolConfig) -> list[str]:
-    """vLLM's --kv-cache-dtype for a pool that sets ``kv_dtype`` (vLLM's names: fp8, fp8_e4m3, fp8_e5m2)."""
-    return [] if cfg.kv_dtype is None else ["--kv-cache-dtype", cfg.kv_dtype]
+def _kv_flag(cfg: PoolConfig, scenario: Scenario | None = None) -> list[str]:
+    """vLLM's --kv-cache-dtype for a pool that sets ``kv_dtype`` (vLLM's names: fp8, fp8_e4m3, fp8_e5m2), and
+    --quantization fp8 for a pool whose ``compute_dtype`` is fp8 on a wider checkpoint (vLLM's dynamic FP8)."""
+    flags = [] if cfg.kv_dtype is None else ["--kv-cache-dtype", cfg.kv_dtype]
+    if scenario is not None and cfg.compute_dtype in ("fp8", "fp8_e4m3"):
+        from qmodel.registry import load_catalog
+        from qmodel.units import dtype_bits
+
+        if dtype_bits(load_catalog().model(scenario.model).dtype) > 8:
+            flags += ["--quantization", "fp8"]
+    return flags
 
 
 def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list[str]:
@@ -115,11 +123,11 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
             {"role": "prefill", "instances": row.prefill.instances, "gpus_per_instance": row.prefill.tp, "gpu": row.prefill.gpu,
              "command": _cmd(model, row.prefill.tp, 8100, ["--max-num-batched-tokens", str(k["prefill_tokens"])]
                              + _kv_flag(scenario.deployment.prefill if isinstance(scenario.deployment, DisaggregatedDeployment)
-                                        else scenario.deployment.pool)
+                                        else scenario.deployment.pool, scenario)
                              + ["--kv-transfer-config", ktc("kv_producer")])},
             {"role": "decode", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp, "gpu": row.decode.gpu,
              "command": _cmd(model, row.decode.tp, 8200, ["--max-num-seqs", str(k["max_num_seqs"])]
-                             + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario))
+                             + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario), scenario)
                              + ["--kv-transfer-config", ktc("kv_consumer")])},
         ]
         out["dynamo"] = {
@@ -134,7 +142,7 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
                             "(e.g. vLLM's disaggregated proxy example, or Dynamo's frontend)")
     else:
         flags = (["--max-num-seqs", str(k["max_num_seqs"])] + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
-                 + _kv_flag(_decode_cfg(scenario)))
+                 + _kv_flag(_decode_cfg(scenario), scenario))
         if row.topology == "chunked":
             flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
         else:
