@@ -121,3 +121,15 @@ def test_cli_min_cost_with_an_unpriced_gpu_exits_2(capsys):
     rc = main(["goodput", str(DISAGG), "--set", "prices.h100-sxmm=2"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "prices.h100-sxmm" in err and err.count("\n") == 0
+
+
+def test_compare_reports_cost_at_the_scenario_prices(capsys):
+    coloc = EXAMPLES / "llama3-8b-colocated-h100.yaml"  # 2 x h100-sxm TP1
+    assert main(["compare", str(coloc), "--set", "prices.h100-sxm=1.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r = resolve(load_scenario(coloc))
+    for c in out["candidates"]:
+        if c["reason"] is None:
+            assert c["cost_per_hour_usd"] == pytest.approx(3.0, rel=1e-12)
+            want = token_prices(3.0, c["goodput_rps"], r.mean_prompt_tokens, r.mean_output_tokens)
+            assert c["usd_per_million_tokens"] == pytest.approx(want.usd_per_million_tokens, rel=1e-12)

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nverdict: {out.verdict}")
     priced = [c for c in out.candidates if c.usd_per_million_tokens is not None]
     if priced:
-        print(f"cost ${priced[0].cost_per_hour_usd:.4g}/h; at goodput, $ per million tokens (input/output/all): "
-              + "; ".join(f"{c.topology} {c.usd_per_million_input_tokens:.3g}/{c.usd_per_million_output_tokens:.3g}/"
-                          f"{c.usd_per_million_tokens:.3g}" for c in priced))
+        print(f"cost ${priced[0].cost_per_hour_usd:.4g}/h; $ per million tokens at goodput:")
+        for c in priced:
+            print(f"  {c.topology:<14} ${c.usd_per_million_input_tokens:.3g} input, "
+                  f"${c.usd_per_million_output_tokens:.3g} output, ${c.usd_per_million_tokens:.3g} all")
     return 0
