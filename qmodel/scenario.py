@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
@@ -186,7 +186,7 @@ class PoolConfig(Strict):
 
     @field_validator("kv_dtype", "compute_dtype")
     @classmethod
-    def _known_pool_dtype(cls, v: str | None, info: Any) -> str | None:
+    def _known_pool_dtype(cls, v: str | None, info: ValidationInfo) -> str | None:
         """An unknown dtype is one InputError naming the field (the loader prefixes the pool's path)."""
         if v is not None:
             from qmodel.units import dtype_bits

@@ -3,7 +3,8 @@
 Objectives (one per search):
 
 * ``min-gpus``: meet ``target_rate_per_s`` at the SLO with the fewest GPUs (ties: more goodput);
-* ``min-cost``: the same with the lowest list price per hour (GPUs without a price are left out);
+* ``min-cost``: the same with the lowest price per hour (:mod:`qmodel.cost`: the scenario's ``prices``,
+  else the catalog's list price; a GPU with neither is an InputError naming it, not left out);
 * ``max-goodput``: the most goodput within a budget of GPUs, board power or $/hour (Splitwise's
   iso-count, iso-power and iso-cost provisioning); ties go to fewer GPUs.
 
