@@ -47,6 +47,11 @@ class Candidate(BaseModel):
     gpus: int
     #: why this topology could not be evaluated (its figures are then zero); None when it was
     reason: str | None = None
+    #: GPU price x GPUs at the scenario's prices (qmodel.cost); None if a GPU has no price
+    cost_per_hour_usd: float | None = None
+    usd_per_million_input_tokens: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    usd_per_million_tokens: float | None = None
 
 
 class Comparison(BaseModel):
@@ -102,10 +107,15 @@ def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     solver = Solver(sc)
     lam_max, station = solver.max_stable_rate()
     g, _ = goodput_search(solver.attainment, lam_max, sc.slo.attainment_goal)
-    gpus = solver.resolved.gpus
+    from qmodel.cost import token_prices
+
+    r = solver.resolved
+    gpus, cost = r.gpus, r.cost_per_hour_usd
+    tok = token_prices(cost, g, r.mean_prompt_tokens, r.mean_output_tokens)
     return Candidate(topology=topology, layout=layout, goodput_rps=g, goodput_per_gpu=g / gpus,
                      knee_rps=knee_rate(solver, lam_max), max_stable_rate_per_s=lam_max,
-                     binding=binding_at(solver, g, station), gpus=gpus)
+                     binding=binding_at(solver, g, station), gpus=gpus, cost_per_hour_usd=cost,
+                     **(tok.model_dump() if tok else {}))
 
 
 def _row(sc: Scenario, topology: str, layout: str) -> Candidate:

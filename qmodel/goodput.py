@@ -196,6 +196,9 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     binding = binding_at(solver, g, station)
     gpus = solver.resolved.gpus
     cost = solver.resolved.cost_per_hour_usd
+    from qmodel.cost import token_prices
+
+    tok = token_prices(cost, g, solver.resolved.mean_prompt_tokens, solver.resolved.mean_output_tokens)
     sens = sensitivities(scenario, g, progress) if with_sensitivities else []
     return Goodput(
         scenario=scenario.name,
@@ -208,6 +211,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
         binding=binding,
         gpus=gpus,
         cost_per_hour_usd=cost,
+        **(tok.model_dump() if tok else {}),
         sensitivities=sens,
         inputs_sha256=scenario_sha256(scenario),
     )

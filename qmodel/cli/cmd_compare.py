@@ -35,4 +35,10 @@ def run(args: argparse.Namespace) -> int:
     say(f"\nverdict: {out.verdict}\n")
     for c in out.candidates:
         say(f"{c.topology}: {c.binding}")
+    priced = [c for c in out.candidates if c.usd_per_million_tokens is not None]
+    if priced:
+        say(f"\ncost ${priced[0].cost_per_hour_usd:.4g}/h; $ per million tokens at goodput:")
+        for c in priced:
+            say(f"  {c.topology:<14} ${c.usd_per_million_input_tokens:.3g} input, "
+                f"${c.usd_per_million_output_tokens:.3g} output, ${c.usd_per_million_tokens:.3g} all")
     return 0

@@ -35,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
     say(f"goodput {g.goodput_rps:.4g} req/s ({g.goodput_per_gpu:.4g} req/s per GPU"
         + (f", {g.goodput_per_usd_hour:.4g} req/s per $/h" if g.goodput_per_usd_hour else "") + ")")
     say(f"attainment at goodput {g.attainment_at_goodput * 100:.2f}%; largest stable rate {g.max_stable_rate_per_s:.4g} req/s")
+    if g.cost_per_hour_usd is not None and g.usd_per_million_tokens is not None:
+        say(f"cost ${g.cost_per_hour_usd:.4g}/h: ${g.usd_per_million_input_tokens:.3g}/M input, "
+            f"${g.usd_per_million_output_tokens:.3g}/M output, ${g.usd_per_million_tokens:.3g}/M tokens at goodput")
+    elif g.cost_per_hour_usd is None:
+        say("cost: no price for a GPU of this deployment (add prices: {GPU: USD per GPU-hour} to the scenario)")
     say(f"binding: {g.binding}")
     if g.sensitivities:
         print()

@@ -20,7 +20,8 @@ __all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
 
 CSV_FIELDS = ["rank", "topology", "label", "prefill_gpu", "prefill_tp", "prefill_instances", "decode_gpu", "decode_tp",
               "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour_usd",
-              "goodput_rps", "goodput_per_gpu", "usd_per_million_output_tokens", "rate_per_s", "attainment",
+              "goodput_rps", "goodput_per_gpu", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+              "usd_per_million_tokens", "rate_per_s", "attainment",
               "ttft_p90_s", "tpot_p90_s", "max_stable_rate_per_s", "knee_rps", "headroom_to_knee", "pareto",
               "binding", "validity"]
 
@@ -224,7 +225,7 @@ def _print_text(res) -> None:
     if not res.plans:
         say("no plan meets the SLO in this search space")
     else:
-        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M tok", "TTFT p90", "TPOT p90", "knee +", "P"],
+        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M out", "TTFT p90", "TPOT p90", "knee +", "P"],
                     [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
                       f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
                       "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
@@ -233,6 +234,10 @@ def _print_text(res) -> None:
                      for p in res.plans])
         b = res.plans[0]
         say(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        if b.cost_per_hour is not None and b.usd_per_million_tokens is not None:
+            say(f"  cost ${b.cost_per_hour:.4g}/h at goodput {b.goodput_rps:.3g} req/s: "
+                f"${b.usd_per_million_input_tokens:.3g}/M input, ${b.usd_per_million_output_tokens:.3g}/M output, "
+                f"${b.usd_per_million_tokens:.3g}/M tokens")
         if b.link_path_bandwidth_bytes_per_s is not None and b.prefill is not None:
             per = b.link_path_bandwidth_bytes_per_s
             say(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "

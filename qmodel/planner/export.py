@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from qmodel.planner.result import PlanRow
-from qmodel.scenario import DisaggregatedDeployment, Scenario
+from qmodel.scenario import DisaggregatedDeployment, PoolConfig, Scenario
 
 __all__ = ["serving_config", "role_flags", "connector_for", "gpu_memory_utilization"]
 
@@ -58,20 +58,40 @@ def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: f
     (:mod:`qmodel.perf.memory`); vLLM budgets weights, activations and KV inside util x M and
     leaves the CUDA context outside, so util = (W + R - context + KV) / M.
     """
+    from qmodel.build import pool_compute_dtype, pool_model
     from qmodel.perf.memory import memory_budget, weight_dtype_for
     from qmodel.registry import load_catalog
 
     from qmodel.errors import QmodelError
 
     cat = load_catalog()
-    model, spec = cat.model(scenario.model), cat.gpu(gpu)
+    cfg = _decode_cfg(scenario)
+    model, spec = pool_model(cat.model(scenario.model), cfg), cat.gpu(gpu)
     try:
         b = memory_budget(model, spec, tp, 1, kv_fraction,
-                          dtype=weight_dtype_for(model, getattr(scenario.perf, "compute_dtype", None)))
+                          dtype=weight_dtype_for(model, pool_compute_dtype(scenario.perf, cfg)))
     except QmodelError:  # the model does not fit: leave the flag to vLLM's default
         return None
     util = (b.weights_per_gpu_bytes + b.reserve_bytes - CUDA_CONTEXT_BYTES + b.kv_bytes_per_gpu) / b.gpu_memory_bytes
     return round(min(0.98, max(0.05, util)), 2)
+
+
+def _decode_cfg(scenario: Scenario) -> PoolConfig:
+    dep = scenario.deployment
+    return dep.decode if isinstance(dep, DisaggregatedDeployment) else dep.pool
+
+
+def _kv_flag(cfg: PoolConfig, scenario: Scenario | None = None) -> list[str]:
+    """vLLM's --kv-cache-dtype for a pool that sets ``kv_dtype`` (vLLM's names: fp8, fp8_e4m3, fp8_e5m2), and
+    --quantization fp8 for a pool whose ``compute_dtype`` is fp8 on a wider checkpoint (vLLM's dynamic FP8)."""
+    flags = [] if cfg.kv_dtype is None else ["--kv-cache-dtype", cfg.kv_dtype]
+    if scenario is not None and cfg.compute_dtype in ("fp8", "fp8_e4m3"):
+        from qmodel.registry import load_catalog
+        from qmodel.units import dtype_bits
+
+        if dtype_bits(load_catalog().model(scenario.model).dtype) > 8:
+            flags += ["--quantization", "fp8"]
+    return flags
 
 
 def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list[str]:
@@ -86,12 +106,15 @@ def role_flags(scenario: Scenario, row: PlanRow) -> dict[str, list[str]]:
     k = _kept(scenario)
     if row.topology == "disaggregated":
         assert row.prefill is not None
+        dep = scenario.deployment
+        pre_cfg = dep.prefill if isinstance(dep, DisaggregatedDeployment) else dep.pool
         return {"prefill": ["--tensor-parallel-size", str(row.prefill.tp),
-                            "--max-num-batched-tokens", str(k["prefill_tokens"])],
+                            "--max-num-batched-tokens", str(k["prefill_tokens"])] + _kv_flag(pre_cfg, scenario),
                 "decode": ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
-                          + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])}
+                          + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+                          + _kv_flag(_decode_cfg(scenario), scenario)}
     flags = ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
-    flags += _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+    flags += _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario), scenario)
     if row.topology == "chunked":
         flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
     else:
