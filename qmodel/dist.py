@@ -113,8 +113,9 @@ class GridDist:
     @cached_property
     def _cum(self) -> np.ndarray:
         # P(X <= k dx), computed once: summary() and the engine query the same law several times
-        # (a GridDist's pmf is never modified after construction)
-        return self.pmf.cumsum()
+        # (a GridDist's pmf is never modified after construction); a probability, so the round-off
+        # of summing a pmf of total 1 may not carry it past 1 (it reached 1 + 2.2e-16)
+        return np.minimum(self.pmf.cumsum(), 1.0)
 
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
         """P(X <= x) on the grid (x rounded down to a grid point: conservative)."""

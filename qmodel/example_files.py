@@ -110,7 +110,10 @@ def bundled_fallback(path: str) -> resources.abc.Traversable | None:
     """The bundled example a missing scenario path names (``examples/NAME.yaml`` as the README
     writes it, run from a folder without the repository's examples), else None."""
     p = Path(path)
-    if p.exists() or p.suffix not in _SUFFIXES:
+    try:
+        if p.exists() or p.suffix not in _SUFFIXES:
+            return None
+    except OSError:  # a name the file system cannot hold (too long): not a bundled example either
         return None
     f = _files().get(p.stem)
     return f if f is not None and f.name == p.name else None
