@@ -13,7 +13,9 @@ __all__ = ["register", "run"]
 def register(sub) -> None:
     p = sub.add_parser("compare", help="colocated vs chunked vs disaggregated on the same GPUs")
     add_scenario_args(p)
-    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    g.add_argument("--csv", action="store_true", help="print CSV, one row per topology")
     add_progress_option(p)
     p.set_defaults(func=run)
 
@@ -27,6 +29,15 @@ def run(args: argparse.Namespace) -> int:
         out = compare_topologies(scenario_from_args(args), progress=bar)
     if args.json:
         print_json(out)
+        return 0
+    if args.csv:
+        import csv
+        import sys
+
+        rows = [c.model_dump() for c in out.candidates]
+        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
         return 0
     say(f"{out.scenario}: {out.gpus} x {out.gpu} (TP{out.tp}) — the same GPUs three ways\n")
     print_table(["topology", "layout", "goodput req/s", "per GPU", "knee req/s", "max stable", "binds"],
