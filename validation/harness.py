@@ -4,7 +4,7 @@ Per case (config x arrivals x utilization, see :mod:`qmodel.validation.suites`):
 
 * analytic: ``Solver(scenario).solve(u * max_stable_rate)``;
 * replay: :func:`qmodel.validation.engine.replay` at the same rate with one run per seed, each
-  ``suite.n_requests(u)`` long (∝ 1/(1-u)², queueing-methods §5.6) with the first 10% cut as
+  ``suite.n_requests(u)`` long (∝ 1/(1-u)²: waiting times stay correlated over ~1/(1-u)² arrivals, Whitt, "Planning queueing simulations", Management Science 35 (1989)) with the first 10% cut as
   warm-up. The replay value is the mean over seeds; its noise is the standard error of that mean
   relative to it, |r0 - r1| / (r0 + r1) for two seeds (sample std / sqrt(k) / mean in general).
 

@@ -1,6 +1,6 @@
 """The prefill pool: per-instance bulk-service queues M/G^[a,b]/1 with batch-size-dependent service.
 
-Model (design/queueing-methods.md §2.4). Each of the ``instances`` engines keeps its own FCFS queue.
+Model (docs/methods.md, "Stations": prefill). Each of the ``instances`` engines keeps its own FCFS queue.
 When an engine frees up and at least ``a`` (= 1 for prefill) requests wait, it takes min(Q, b) of
 them; a batch of k takes S_k seconds (random: the prompts in it are a random draw from the mix).
 
