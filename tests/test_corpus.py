@@ -134,3 +134,36 @@ def test_validate_corpus_small_run_text_and_json(capsys, tmp_path):
     row = out["scenarios"][0]
     assert {"id", "features", "band", "utilization", "replay_noise", "replay_requests"} <= set(row)
     assert set(row["features"]) >= {"topology", "perf", "model_family", "arrivals", "lengths", "band"}
+
+
+def _synthetic_rows(n: int, seed: int) -> list[dict]:
+    """Rows whose |error| is a known feature effect times lognormal noise (sigma 0.5)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    scale = {"colocated": 0.3, "chunked": 0.1, "disaggregated": 0.03}
+    band_mult = {b: 1.0 + i for i, (b, _, _) in enumerate(LOAD_BANDS)}
+    m = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"]
+    rows = []
+    for i in range(n):
+        t = ("colocated", "chunked", "disaggregated")[i % 3]
+        b = LOAD_BANDS[(i // 3) % len(LOAD_BANDS)][0]
+        kv = ("binding", "ample")[int(rng.integers(2))]
+        err = {k: scale[t] * band_mult[b] * (1.5 if kv == "binding" else 1.0) * float(np.exp(rng.normal(0, 0.5)))
+               * float(rng.choice([-1, 1])) for k in m}
+        rows.append({"id": f"s{i}", "topology": t, "band": b, "features": {"topology": t, "kv": kv},
+                     "error_rel": err})
+    return rows
+
+
+def test_error_band_coverage_on_a_known_error_law():
+    from qmodel.validation.corpus_band import coverage
+
+    out = coverage(_synthetic_rows(3000, 0), seed=1)
+    assert out["held_out"] == 990
+    for m, v in out["metrics"].items():
+        # split-conformal: 90% +- 4 binomial standard errors (sqrt(0.09/990) = 0.0095)
+        assert abs(v["coverage"] - 0.9) <= 0.04, (m, v)
+        assert v["outside_envelope"] == 0
+        # the feature model is tighter than one band per (topology, load band) cell: it also sees kv
+        assert v["median_band"] < v["baseline_median_band"] * 1.05, (m, v)

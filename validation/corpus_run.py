@@ -37,8 +37,8 @@ TARGET_ATTAINMENT = 0.03
 TARGET_MAX_U = 0.95
 #: replay lengths: name -> Suite holding base/min/max requests and seeds (cases come from the corpus)
 RUN_LENGTHS: dict[str, Suite] = {
-    "full": Suite("corpus", (), base_requests=1000, min_requests=3000, max_requests=40000),
-    "ci": Suite("corpus-ci", (), base_requests=300, min_requests=1500, max_requests=5000),
+    "full": Suite("corpus", (), base_requests=3000, min_requests=10000, max_requests=100000),
+    "ci": Suite("corpus-ci", (), base_requests=1000, min_requests=4000, max_requests=20000),
 }
 
 
