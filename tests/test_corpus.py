@@ -152,7 +152,7 @@ def _synthetic_rows(n: int, seed: int) -> list[dict]:
         err = {k: scale[t] * band_mult[b] * (1.5 if kv == "binding" else 1.0) * float(np.exp(rng.normal(0, 0.5)))
                * float(rng.choice([-1, 1])) for k in m}
         rows.append({"id": f"s{i}", "topology": t, "band": b, "features": {"topology": t, "kv": kv},
-                     "error_rel": err})
+                     "error_rel": dict(err, attainment=0.0), "replay_noise": {k: 0.01 for k in m}})
     return rows
 
 
@@ -167,3 +167,15 @@ def test_error_band_coverage_on_a_known_error_law():
         assert v["outside_envelope"] == 0
         # the feature model is tighter than one band per (topology, load band) cell: it also sees kv
         assert v["median_band"] < v["baseline_median_band"] * 1.05, (m, v)
+
+
+def test_corpus_report_renders_tables_targets_and_bands():
+    from qmodel.validation.corpus_report import report
+
+    rows = _synthetic_rows(120, 2)
+    out = {"n": len(rows), "seed": 0, "data": False, "skipped_strata": ["arrivals=trace: no data folder"],
+           "definition": {"replay_requests": "x"}, "summary": summarize_corpus(rows), "scenarios": rows}
+    md = report(out)
+    assert "**by topology and load band**" in md and "**Targets**" in md and "**Worst feature groups**" in md
+    assert md.count("| 2 (") == 6  # three seeds x six metrics of the band table
+    assert "band model not fitted" in report(dict(out, scenarios=rows[:10]))
