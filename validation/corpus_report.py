@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from qmodel.validation.corpus_band import coverage
-from qmodel.validation.corpus_run import markdown_tables
+from qmodel.validation.corpus_run import markdown_tables, summarize_corpus
 
 __all__ = ["MIN_ROWS_FOR_BANDS", "worst_groups", "report", "main"]
 
@@ -36,6 +36,9 @@ def worst_groups(out: dict, k: int = 12, min_n: int = 10) -> list[tuple[str, str
 
 
 def report(out: dict) -> str:
+    """The Markdown section; the summary is recomputed from the rows (a JSON written before a
+    summary field was added still renders)."""
+    out = dict(out, summary=summarize_corpus(out["scenarios"]))
     s = out["summary"]
     lines = [f"{out['n']} scenarios, seed {out['seed']}, data folder {'used' if out['data'] else 'absent'}; "
              f"replay {out['definition']['replay_requests']}.", ""]
