@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_progress_option, add_width_option, print_json, print_table, progress_on
 
 __all__ = ["register", "run", "CORPUS_SUITES", "CI_N", "CI_SEED"]
 
@@ -31,8 +31,8 @@ def register(sub) -> None:
     p = sub.add_parser("validate", help="analytic engine vs replay over a suite of scenarios (error table)",
                        description="Run a suite of scenarios through the analytical engine and the replay and "
                                    "report relative errors. Utilization = rate / the solver's max_stable_rate().")
-    p.add_argument("--suite", default="full", help="quick (CI, ~15 s), snapshot, full (default; many minutes), "
-                                                   "corpus (generated scenarios) or corpus-ci (its CI subset)")
+    p.add_argument("--suite", default="quick", help="quick (default, ~15 s), snapshot, full (many minutes), "
+                                                    "corpus (generated scenarios) or corpus-ci (its CI subset)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="print JSON, or write it to PATH")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
@@ -40,6 +40,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="corpus: generator seed (default 0)")
     p.add_argument("--no-data", action="store_true", help="corpus: leave out the strata that need the data folder")
     p.add_argument("--no-goodput", action="store_true", help="skip the replay goodput bisections")
+    add_progress_option(p)
+    add_width_option(p)
     p.set_defaults(func=run)
 
 
@@ -60,12 +62,16 @@ def run(args: argparse.Namespace) -> int:
         for flag, val in (("--n", args.n), ("--seed", args.seed), ("--no-data", args.no_data or None)):
             if val is not None:
                 raise InputError(flag, val, "only with --suite corpus or corpus-ci")
+        from qmodel.progress import Progress
+
         suite = get_suite(args.suite)
-        progress = None
-        if args.json is None and sys.stderr.isatty():
+        total = len(suite.cases) + (0 if args.no_goodput else len(suite.goodput))
+        done = [0]
+        with Progress(progress_on(args), "validate") as bar:
             def progress(rec: dict) -> None:
-                sys.stderr.write(f"  done {rec['name']}\n")
-        out = run_suite(suite, jobs=args.jobs, goodput=not args.no_goodput, progress=progress)
+                done[0] += 1
+                bar(done[0], total, "cases")
+            out = run_suite(suite, jobs=args.jobs, goodput=not args.no_goodput, progress=progress)
     if args.json == "-":
         print_json(out)
         return 0
@@ -96,11 +102,14 @@ def _run_corpus(args: argparse.Namespace) -> dict:
     if seed < 0:
         raise InputError("--seed", seed, "a non-negative integer")
     corpus = generate(n, seed, data=False if (ci or args.no_data) else None)
-    progress = None
-    if args.json is None and sys.stderr.isatty():
+    from qmodel.progress import Progress
+
+    done = [0]
+    with Progress(progress_on(args), "validate") as bar:
         def progress(rec: dict) -> None:
-            sys.stderr.write(f"  done {rec['id']}\n")
-    out = run_corpus(corpus, RUN_LENGTHS[lengths], jobs=args.jobs, progress=progress)
+            done[0] += 1
+            bar(done[0], len(corpus.cases), "scenarios")
+        out = run_corpus(corpus, RUN_LENGTHS[lengths], jobs=args.jobs, progress=progress)
     out["suite"] = args.suite
     return out
 
