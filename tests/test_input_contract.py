@@ -228,7 +228,7 @@ def test_sweep_row_near_the_limit_goes_on(capsys):
     rows = json.loads(out)["rows"]
     assert [r["stable"] for r in rows] == [True, True, False]
     assert rows[0]["attainment"] > 0 and 0.0 <= rows[1]["attainment"] < rows[0]["attainment"]
-    assert rows[1]["ttft_p99"] is not None and not (rows[1].get("note") or "").startswith("near the limit")
+    assert rows[1]["ttft_p99_s"] is not None and not (rows[1].get("note") or "").startswith("near the limit")
 
 
 
