@@ -29,16 +29,21 @@ from qmodel.cli.main import main
 
 METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "attainment"]
 
-#: group -> metric -> (median, p90) of |error| measured when the subset was added
+#: group -> metric -> (median, p90) of |error| measured when the subset was added; "all" and
+#: "disaggregated" re-measured at 481a7f5, where c0010 (the one scenario whose solve raised below
+#: the stated limit) became an answer: its limit now counts the in-flight KV reservation, and its
+#: TPOT p90 is +248% against the replay (Gamma cv 0.59, fixed 1024/16, KV for 5 sequences: the
+#: chain's slot wait at 0.91 of the limit; docs/validation.md, "Generated corpus"). No other
+#: scenario moved.
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.1362, 3.6485), "ttft_p90": (0.2852, 1.7109), "ttft_p99": (0.3856, 2.4242), "tpot_p50": (0.0159, 0.1603), "tpot_p90": (0.0192, 0.4755), "tpot_p99": (0.0574, 0.8709), "attainment": (0.0715, 0.2848)},
+    "all": {"ttft_p50": (0.1164, 3.5861), "ttft_p90": (0.2750, 1.6607), "ttft_p99": (0.3876, 2.2437), "tpot_p50": (0.0155, 0.2180), "tpot_p90": (0.0203, 0.5461), "tpot_p99": (0.0648, 1.0604), "attainment": (0.0724, 0.2883)},
     "chunked": {"ttft_p50": (0.2233, 3.7018), "ttft_p90": (0.3227, 1.3288), "ttft_p99": (0.2478, 1.2771), "tpot_p50": (0.0155, 0.2170), "tpot_p90": (0.0435, 0.2413), "tpot_p99": (0.0820, 0.2745), "attainment": (0.0976, 0.1347)},
     "colocated": {"ttft_p50": (0.3866, 3.0490), "ttft_p90": (0.3353, 1.8283), "ttft_p99": (0.4160, 2.9519), "tpot_p50": (0.0229, 0.0699), "tpot_p90": (0.0189, 0.4428), "tpot_p99": (0.0918, 0.9961), "attainment": (0.0647, 0.2825)},
-    "disaggregated": {"ttft_p50": (0.0565, 0.2204), "ttft_p90": (0.1122, 0.8275), "ttft_p99": (0.2894, 0.8111), "tpot_p50": (0.0104, 0.2049), "tpot_p90": (0.0178, 1.6120), "tpot_p99": (0.0331, 6.1301), "attainment": (0.0565, 0.2797)},
+    "disaggregated": {"ttft_p50": (0.0501, 0.2072), "ttft_p90": (0.0907, 0.7844), "ttft_p99": (0.3379, 0.8473), "tpot_p50": (0.0127, 0.5269), "tpot_p90": (0.0196, 2.3979), "tpot_p99": (0.0446, 5.9444), "attainment": (0.0612, 0.3466)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit
 #: that raises: docs/validation.md, "Generated corpus")
-KNOWN_FAILURES = {"c0010"}
+KNOWN_FAILURES: set[str] = set()
 MIN_ALLOWANCE = 0.005
 ATTAINMENT_ALLOWANCE = 0.02
 
