@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "Result", "Goodput"]
+__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "Result", "Goodput", "SweepRow", "Sweep"]
 
 
 class _Out(BaseModel):
@@ -17,10 +17,14 @@ class _Out(BaseModel):
 
 
 class DistSummary(_Out):
-    mean: float
-    p50: float
-    p90: float
-    p99: float
+    """Mean and percentiles of a latency, in seconds (JSON keys carry the unit: ``mean_s``, ``p90_s``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    mean: float = Field(alias="mean_s")
+    p50: float = Field(alias="p50_s")
+    p90: float = Field(alias="p90_s")
+    p99: float = Field(alias="p99_s")
 
 
 class StationReport(_Out):
@@ -114,6 +118,33 @@ class Goodput(_Out):
     max_stable_rate_per_s: float
     binding: str
     gpus: int
-    cost_per_hour_usd: float | None = None
+    cost_per_hour_usd: float | None = Field(default=None, description="GPU price x GPUs (qmodel.cost); null if a GPU has no price")
+    usd_per_million_input_tokens: float | None = Field(default=None, description="cost per hour / prompt tokens per hour at goodput, x 1e6")
+    usd_per_million_output_tokens: float | None = Field(default=None, description="cost per hour / output tokens per hour at goodput, x 1e6")
+    usd_per_million_tokens: float | None = Field(default=None, description="cost per hour / (prompt + output) tokens per hour at goodput, x 1e6")
     sensitivities: list[Sensitivity] = Field(default_factory=list)
     inputs_sha256: str
+
+
+class SweepRow(_Out):
+    """One rate of a sweep. An unstable rate (``stable`` False) or one too near saturation to solve has
+    zero attainment and null latencies, with the reason in ``note``; never NaN."""
+
+    rate_per_s: float
+    attainment: float
+    ttft_attainment: float | None = None
+    tpot_attainment: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p90_s: float | None = None
+    tpot_p99_s: float | None = None
+    stable: bool = True
+    note: str = ""
+
+
+class Sweep(_Out):
+    scenario: str
+    mode: Literal["analytic", "replay"]
+    rows: list[SweepRow]

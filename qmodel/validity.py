@@ -67,6 +67,6 @@ def validity_label(topology: str, u: float, arrival_scv: float = 1.0) -> str:
     worst = max(cell[m][1] for m in _METRICS)
     grade = "good" if typical <= 0.05 else "fair" if typical <= 0.15 else "poor"
     pct = " / ".join(f"{cell[m][0] * 100:.0f}" for m in _METRICS)
-    return (f"{grade}: at load {u:.2f} ({band}) the validation suite measured median |error| {pct}% "
+    return (f"{grade}: at {u:.2f} of the largest stable rate ({band}) the validation suite measured median |error| {pct}% "
             f"on TTFT p90 / p99 and TPOT p90 / p99 against the replay, 90th percentile up to "
             f"{worst * 100:.0f}% (suite at {MEASURED_AT}); check this scenario with --check{caveat}")

@@ -65,7 +65,7 @@ def test_solve_prints_per_path_and_aggregate(capsys, tmp_path: Path):
 
     path = tmp_path / "s.json"
     path.write_text(json.dumps(SCENARIO), encoding="utf-8")
-    assert main(["solve", str(path), "--set", "deployment.link_bandwidth_bytes_per_s=400 Gbps"]) == 0
+    assert main(["solve", str(path), "--wide", "--set", "deployment.link_bandwidth_bytes_per_s=400 Gbps"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("KV link: has"))
     assert "7 paths (one per prefill instance) x 360 Gbps effective (400 Gbps nominal x 0.9)" in line

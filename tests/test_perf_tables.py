@@ -128,8 +128,8 @@ def test_splitwise_name_mapping_and_errors(data_dir):
         table_model(data_dir / SPLITWISE, get_model("llama-3.1-8b"), get_gpu("h100-sxm"), 8)
     with pytest.raises(InputError, match="perf.hardware_key"):
         table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("l40s"), 8)
-    with pytest.raises(InputError, match="deployment.pp"):
-        table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("h100-sxm"), 8, pp=2)
+    with pytest.raises(InputError, match="deployment.pp"):  # pp above the layers (pp > 1 is a pipeline now)
+        table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("h100-sxm"), 8, pp=81)
     pcap = table_model(data_dir / SPLITWISE, get_model("llama-2-70b"), get_gpu("h100-sxm"), 8,
                        hardware_key="h100-80gb-pcap")
     assert pcap.describe()["hardware_key"] == "h100-80gb-pcap"
@@ -231,3 +231,19 @@ def test_impossible_medians_are_left_out_and_reported(data_dir):
     assert all(p.n < 64 for p in m.points() if p.phase == "prefill")
     clean = load_splitwise(data_dir / SPLITWISE, "bloom-176b", "h100-80gb", 8)
     assert clean.suspect == {"prefill": [], "decode": []}
+
+
+def test_split_modules_keep_every_public_name():
+    """tables.py was split into table_interp/table_sweep/table_distserve/table_loaders: every name
+    it exported is still importable from it and is the implementing module's object."""
+    import importlib
+
+    from qmodel.perf import tables
+
+    homes = [importlib.import_module(f"qmodel.perf.{m}")
+             for m in ("table_interp", "table_sweep", "table_distserve", "table_loaders")]
+    for name in tables.__all__:
+        obj = getattr(tables, name)
+        assert any(getattr(h, name, None) is obj for h in homes), name
+    assert {"SweepTableModel", "DistServeModel", "TablePoint", "load_qmodel_csv", "interp_piecewise",
+            "median_groups", "medians_as_points", "detect_format"} <= set(tables.__all__)

@@ -75,7 +75,7 @@ def test_cli_json(fake_engine, capsys, repo_root, monkeypatch):
     d = json.loads(out)
     assert len(d["plans"]) == 4
     for p in d["plans"]:
-        for k in ("topology", "prefill", "decode", "link", "goodput_rps", "goodput_per_gpu", "gpus", "cost_per_hour",
+        for k in ("topology", "prefill", "decode", "link", "goodput_rps", "goodput_per_gpu", "gpus", "cost_per_hour_usd",
                   "binding", "validity", "ttft_p90_s", "tpot_p90_s", "headroom_to_knee", "usd_per_million_output_tokens"):
             assert k in p
         assert set(p["decode"]) >= {"instances", "tp", "gpu"}
@@ -130,8 +130,10 @@ def test_serving_config_disaggregated(scenario):
     kc = json.loads(dec["command"].split("--kv-transfer-config ")[1].strip("'"))
     assert kp == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     assert kc == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
-    assert cfg["dynamo"]["PrefillWorker"]["replicas"] == row.prefill.instances
-    assert cfg["dynamo"]["DecodeWorker"]["replicas"] == row.decode.instances
+    services = cfg["dynamo"]["spec"]["services"]
+    assert services["VllmPrefillWorker"]["replicas"] == row.prefill.instances
+    assert services["VllmDecodeWorker"]["replicas"] == row.decode.instances
+    assert cfg["kserve"]["spec"]["prefill"]["replicas"] == row.prefill.instances
     assert pre["command"].startswith("vllm serve meta-llama/")
 
 

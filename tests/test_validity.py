@@ -45,7 +45,7 @@ def test_bands_and_grades() -> None:
         ["u<=0.5", "u<=0.5", "0.5<u<=0.8", "0.5<u<=0.8", "u>0.8", "u>0.8", "u>0.8"]
     assert [b[0] for b in BANDS] == ["u<=0.5", "0.5<u<=0.8", "u>0.8"]
     # disaggregated at low load: every median <= 5% -> good; colocated past half load -> poor
-    assert validity_label("disaggregated", 0.3).startswith("good: at load 0.30 (u<=0.5)")
+    assert validity_label("disaggregated", 0.3).startswith("good: at 0.30 of the largest stable rate (u<=0.5)")
     assert validity_label("chunked", 0.6).startswith("fair")
     assert validity_label("colocated", 0.7).startswith("poor")
     assert "90th percentile up to 63%" in validity_label("colocated", 0.7)  # TTFT p99, 0.628

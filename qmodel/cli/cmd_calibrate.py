@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from qmodel.cli.cmd_perf import add_source_args, import_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_width_option, print_json, print_table
 from qmodel.errors import InputError
 from qmodel.perf.importers import SOURCES
 
@@ -42,6 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel degree of the measured instance")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (tables measure 1)")
     p.add_argument("--format", default="auto", choices=["auto", "splitwise", "distserve", "qmodel"])
+    add_width_option(p)
     p.add_argument("--model-key", default=None, help="the model's name inside the table, if not the catalog mapping")
     p.add_argument("--hardware-key", default=None, help="the hardware name inside the table (e.g. h100-80gb-pcap)")
     add_source_args(p, with_source=False, with_keys=False)

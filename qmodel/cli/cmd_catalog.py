@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_width_option, print_json, print_table
 from qmodel.errors import CatalogError
 from qmodel.units import format_bandwidth, format_bytes, format_duration, format_flops
 
@@ -33,12 +33,14 @@ def register(sub: Any) -> None:
 
     pl = csub.add_parser("list", help="names of every catalog entry")
     pl.add_argument("--json", action="store_true", help="print JSON")
+    add_width_option(pl)
     pl.set_defaults(func=_cmd_list)
 
     ps = csub.add_parser("show", help="one entry with its derived quantities")
     ps.add_argument("name")
     ps.add_argument("--kind", choices=_KINDS, help="look only among this kind of entry")
     ps.add_argument("--json", action="store_true", help="print JSON")
+    add_width_option(ps)
     ps.set_defaults(func=_cmd_show)
 
     pi = csub.add_parser("import-hf", help="convert a Hugging Face config.json into a catalog model entry")

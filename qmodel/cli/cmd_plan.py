@@ -9,17 +9,19 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from pathlib import Path
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say, say_command
 from qmodel.errors import InputError
-from qmodel.units import format_bandwidth
+from qmodel.units import format_bandwidth, format_duration
 
 __all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
 
 CSV_FIELDS = ["rank", "topology", "label", "prefill_gpu", "prefill_tp", "prefill_instances", "decode_gpu", "decode_tp",
-              "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour",
-              "goodput_rps", "goodput_per_gpu", "usd_per_million_output_tokens", "rate_per_s", "attainment",
+              "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour_usd",
+              "goodput_rps", "goodput_per_gpu", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+              "usd_per_million_tokens", "rate_per_s", "attainment",
               "ttft_p90_s", "tpot_p90_s", "max_stable_rate_per_s", "knee_rps", "headroom_to_knee", "pareto",
               "binding", "validity"]
 
@@ -94,11 +96,14 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, help="processes for the search (default: all cores)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the search on a Dask cluster (needs qmodel[dask])")
     p.add_argument("--serial", action="store_true", help="search in this process only")
-    p.add_argument("--progress", action="store_true", help="progress bar on stderr (default: when stderr is a TTY)")
+    add_progress_option(p)
     p.add_argument("--no-knee", action="store_true", help="skip the knee of each ranked plan (a few solves each)")
+    p.add_argument("--manifests", metavar="DIR",
+                   help="write the best plan's vllm-serve.sh, dynamo.yaml (DynamoGraphDeployment) and kserve.yaml "
+                        "(LLMInferenceService) into DIR")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--json", action="store_true")
-    g.add_argument("--csv", action="store_true")
+    g.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    g.add_argument("--csv", action="store_true", help="print CSV, one row per ranked plan")
     p.set_defaults(func=run)
 
 
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
               links=_csv_list(args.links), tps=_int_list(args.tps, "--tps"), topologies=_csv_list(args.topologies),
               transfer_modes=_csv_list(args.transfer_modes), chunk_tokens=_int_list(args.chunk_tokens, "--chunk-tokens"),
               max_instances=args.max_instances, max_gpus=args.max_gpus, workers=args.workers,
-              progress=args.progress or sys.stderr.isatty())
+              progress=progress_on(args))
     if args.top < 1:
         raise InputError("--top", args.top, "a positive number of plans")
     if args.check < 0:
@@ -143,20 +148,66 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
+    written = _write_manifests(res, args.manifests) if args.manifests else []
     if args.json:
         print_json(res)
     elif args.csv:
         _print_csv(res)
     else:
         _print_text(res)
+    if args.manifests:
+        stream = sys.stdout if not (args.json or args.csv) else sys.stderr
+        say(f"\nwrote {', '.join(str(w) for w in written)}" if written else
+            f"\nno plan meets the SLO: nothing written to {args.manifests}", stream)
     return 0  # "no plan meets the SLO" is an answer, printed as such; exit codes are 0, 2, 3 and 4 only
+
+
+def _write_manifests(res, folder: str) -> list[Path]:
+    """The best plan's launch files in ``folder`` (created): a bash script of its vllm serve lines and
+    the Dynamo and KServe manifests as YAML."""
+    import yaml
+
+    if not res.serving_config:
+        return []
+    out = Path(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError("--manifests", folder, f"a folder qmodel can create ({err.strerror})") from None
+    cfg = res.serving_config
+    head = f"# qmodel plan for {res.scenario}: {res.plans[0].label}\n"
+    lines = ["#!/usr/bin/env bash", head.rstrip(),
+             "# every instance in the background on its own GPUs and port; Ctrl-C stops them all",
+             "set -euo pipefail", "trap 'kill 0' EXIT"]
+    gpu = 0
+    total = sum(item["instances"] * item["gpus_per_instance"] for item in cfg["vllm"])
+    if total > 8:
+        lines.append(f"# this plan uses {total} GPUs: run each line on the node that holds its GPUs "
+                     "(CUDA_VISIBLE_DEVICES numbers GPUs within a node)")
+    for item in cfg["vllm"]:
+        lines.append(f"# {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
+        port = int(item["command"].split(" --port ")[1].split()[0])
+        for i in range(item["instances"]):
+            devices = ",".join(str((gpu + j) % 8 if total > 8 else gpu + j) for j in range(item["gpus_per_instance"]))
+            gpu += item["gpus_per_instance"]
+            cmd = item["command"].replace(f" --port {port} ", f" --port {port + i} ", 1)
+            lines.append(f"CUDA_VISIBLE_DEVICES={devices} {cmd} &")
+    lines += [f"# {n}" for n in cfg.get("notes", [])] + ["wait"]
+    files = {"vllm-serve.sh": "\n".join(lines) + "\n",
+             "dynamo.yaml": head + yaml.safe_dump(cfg["dynamo"], sort_keys=False),
+             "kserve.yaml": head + yaml.safe_dump(cfg["kserve"], sort_keys=False)}
+    written = []
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    return written
 
 
 def _print_csv(res) -> None:
     w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     for p in res.plans:
-        d = p.model_dump()
+        d = p.model_dump(by_alias=True)
         pre, dec = d.pop("prefill"), d.pop("decode")
         for role, pool in (("prefill", pre), ("decode", dec)):
             for k in ("gpu", "tp", "instances"):
@@ -165,53 +216,53 @@ def _print_csv(res) -> None:
         w.writerow({k: d.get(k) for k in CSV_FIELDS})
 
 
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.0f} ms" if x < 10 else f"{x:.1f} s"
-
-
 def _print_text(res) -> None:
     goal = f"{res.attainment_goal * 100:g}%"
     what = {"min-gpus": f"fewest GPUs meeting {res.target_rate_per_s:.4g} req/s" if res.target_rate_per_s else "",
             "min-cost": f"lowest $/h meeting {res.target_rate_per_s:.4g} req/s" if res.target_rate_per_s else "",
             "max-goodput": "most goodput within " + (", ".join(f"{k}={v:g}" for k, v in res.budget.items()) or "the limits")}
-    print(f"{res.scenario}: {res.model}, {what[res.objective]} at {goal} SLO attainment\n")
+    say(f"{res.scenario}: {res.model}, {what[res.objective]} at {goal} SLO attainment\n")
     if not res.plans:
-        print("no plan meets the SLO in this search space")
+        say("no plan meets the SLO in this search space")
     else:
-        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M tok", "TTFT p90", "TPOT p90", "knee +", "P"],
+        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M out", "TTFT p90", "TPOT p90", "knee +", "P"],
                     [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
                       f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
                       "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
-                      _ms(p.ttft_p90_s), _ms(p.tpot_p90_s),
+                      format_duration(p.ttft_p90_s), format_duration(p.tpot_p90_s),
                       "-" if p.headroom_to_knee is None else f"{p.headroom_to_knee * 100:+.0f}%", "*" if p.pareto else ""]
                      for p in res.plans])
         b = res.plans[0]
-        print(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        say(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        if b.cost_per_hour is not None and b.usd_per_million_tokens is not None:
+            say(f"  cost ${b.cost_per_hour:.4g}/h at goodput {b.goodput_rps:.3g} req/s: "
+                f"${b.usd_per_million_input_tokens:.3g}/M input, ${b.usd_per_million_output_tokens:.3g}/M output, "
+                f"${b.usd_per_million_tokens:.3g}/M tokens")
         if b.link_path_bandwidth_bytes_per_s is not None and b.prefill is not None:
             per = b.link_path_bandwidth_bytes_per_s
-            print(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "
-                  f"{format_bandwidth(per, bits=True)} effective = "
-                  f"{format_bandwidth(per * b.prefill.instances, bits=True)} aggregate")
-        print("  P = on the Pareto front of goodput per GPU vs p90 TTFT and TPOT; knee + = headroom to the knee")
+            say(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "
+                f"{format_bandwidth(per, bits=True)} effective = "
+                f"{format_bandwidth(per * b.prefill.instances, bits=True)} aggregate")
+        say("  P = on the Pareto front of goodput per GPU vs p90 TTFT and TPOT; knee + = headroom to the knee")
     s = res.stats
     pr = ", ".join(f"{v} {k}" for k, v in sorted(s.pruned.items(), key=lambda kv: -kv[1]) if v)
-    print(f"\nsearched {s.candidates} plans in {s.families} configurations in {s.seconds:.2f} s ({s.executor}): "
-          f"{s.solves} solves, {s.feasible} feasible; {pr}")
+    say(f"\nsearched {s.candidates} plans in {s.families} configurations in {s.seconds:.2f} s ({s.executor}): "
+        f"{s.solves} solves, {s.feasible} feasible; {pr}")
     for n in res.notes:
-        print(f"note: {n}")
+        say(f"note: {n}")
     if res.serving_config:
-        print("\nserving configuration (best plan):")
+        say("\nserving configuration (best plan):")
         for item in res.serving_config["vllm"]:
-            print(f"  # {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
-            print(f"  {item['command']}")
+            say(f"  # {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
+            say_command(item["command"])
         for n in res.serving_config.get("notes", []):
-            print(f"  # {n}")
+            say(f"  # {n}")
     if res.check:
-        print(f"\ncheck: {res.check.summary}")
+        say(f"\ncheck: {res.check.summary}")
         print_table(["#", "attain. model", "replay", "TTFT p90 model", "replay", "TPOT p90 model", "replay"],
                     [[c.rank, f"{c.analytic_attainment * 100:.1f}%", f"{c.replay_attainment * 100:.1f}%",
-                      _ms(c.analytic_ttft_p90_s), _ms(c.replay_ttft_p90_s), _ms(c.analytic_tpot_p90_s),
-                      _ms(c.replay_tpot_p90_s)] for c in res.check.rows])
+                      format_duration(c.analytic_ttft_p90_s), format_duration(c.replay_ttft_p90_s), format_duration(c.analytic_tpot_p90_s),
+                      format_duration(c.replay_tpot_p90_s)] for c in res.check.rows])
 
 
 def _print_schedule(res, args) -> int:
@@ -219,16 +270,16 @@ def _print_schedule(res, args) -> int:
         print_json(res)
         return 0
     if args.csv:
-        w = csv.DictWriter(sys.stdout, fieldnames=["period", "rate_per_s", "hours", "label", "gpus", "cost_per_hour"],
+        w = csv.DictWriter(sys.stdout, fieldnames=["period", "rate_per_s", "hours", "label", "gpus", "cost_per_hour_usd"],
                            lineterminator="\n")
         w.writeheader()
         for p in res.periods:
-            w.writerow(p.model_dump())
+            w.writerow(p.model_dump(by_alias=True))
         return 0
     print_table(["period", "req/s", "plan", "GPUs"], [[p.period, p.rate_per_s, p.label or "none meets the SLO", p.gpus]
                                                      for p in res.periods])
-    print(f"\nGPU-hours {res.gpu_hours:.4g} vs {res.peak_gpu_hours:.4g} provisioned for the peak: "
-          f"{res.gpu_hours_saved:.4g} saved ({res.saved_fraction * 100:.1f}%)")
+    say(f"\nGPU-hours {res.gpu_hours:.4g} vs {res.peak_gpu_hours:.4g} provisioned for the peak: "
+        f"{res.gpu_hours_saved:.4g} saved ({res.saved_fraction * 100:.1f}%)")
     for n in res.notes:
-        print(f"note: {n}")
+        say(f"note: {n}")
     return 0

@@ -6,8 +6,9 @@ import argparse
 import sys
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say
 from qmodel.errors import InputError
+from qmodel.units import format_duration
 
 __all__ = ["register", "run"]
 
@@ -23,7 +24,8 @@ def register(sub) -> None:
     p.add_argument("--requests", type=int, default=20000, help="requests to generate or take from the trace (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace and random dispatch (default 0)")
     p.add_argument("--warmup", type=float, default=0.1, help="fraction of the trace's time span left out of statistics (default 0.1)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    add_progress_option(p)
     p.add_argument("--requests-csv", metavar="FILE", help="also write one CSV row per request (times, tokens, "
                                                           "per-station entry/start/exit)")
     p.set_defaults(func=run)
@@ -49,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
             trace = Trace(trace.arrival_s[:n], trace.prompt_tokens[:n], trace.output_tokens[:n], trace.source,
                           trace.format, trace.sha256, None if trace.hash_ids is None else trace.hash_ids[:n],
                           trace.block_tokens, {**trace.meta, "head": n})
-    res, req = replay_requests(sc, trace, n_requests=args.requests, seed=args.seed, warmup_fraction=args.warmup)
+    from qmodel.progress import Progress
+
+    with Progress(progress_on(args), "replay") as bar:
+        res, req = replay_requests(sc, trace, n_requests=args.requests, seed=args.seed, warmup_fraction=args.warmup,
+                                   progress=bar)
     if args.requests_csv:
         _write_csv(args.requests_csv, req)
     if args.json:
@@ -79,29 +85,22 @@ def _write_csv(path: str, req) -> None:
         raise DataError(path, f"cannot write ({err.strerror})") from None
 
 
-def _ms(x: float) -> str:
-    if x < 0.01:
-        return f"{x * 1e3:.3g} ms"
-    return f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s"
-
-
 def _print_text(res) -> None:
-    w = sys.stdout.write
     c = res.conservation
-    w(f"{res.scenario}: replay of {res.topology} on {res.gpus} GPUs, {res.header.n_requests} requests at "
-      f"{res.rate_per_s:.4g} req/s (seed {res.header.seed}, trace {res.header.trace_sha256[:12]})\n\n")
+    say(f"{res.scenario}: replay of {res.topology} on {res.gpus} GPUs, {res.header.n_requests} requests at "
+        f"{res.rate_per_s:.4g} req/s (seed {res.header.seed}, trace {res.header.trace_sha256[:12]})\n")
     print_table(["metric", "mean", "p50", "p90", "p99"],
-                [[name] + [_ms(getattr(d, k)) for k in ("mean", "p50", "p90", "p99")]
+                [[name] + [format_duration(getattr(d, k)) for k in ("mean", "p50", "p90", "p99")]
                  for name, d in (("TTFT", res.ttft), ("TPOT", res.tpot), ("end-to-end", res.e2e))])
-    w(f"\nSLO attainment {res.attainment * 100:.2f}% (TTFT {res.ttft_attainment * 100:.2f}%, "
-      f"TPOT {res.tpot_attainment * 100:.2f}%), measured on {c.measured} requests\n")
+    say(f"\nSLO attainment {res.attainment * 100:.2f}% (TTFT {res.ttft_attainment * 100:.2f}%, "
+        f"TPOT {res.tpot_attainment * 100:.2f}%), measured on {c.measured} requests")
     pr = res.precision
-    w(f"replay precision (batch means): TTFT mean +-{_ms(pr.ttft_mean_se_s)}, TPOT mean +-{_ms(pr.tpot_mean_se_s)}, "
-      f"attainment +-{pr.attainment_se * 100:.2f} points (1 SE)\n")
-    w(f"throughput {res.throughput_rps:.4g} req/s, {res.output_tokens_per_s:.4g} output tokens/s\n\n")
+    say(f"replay precision (batch means): TTFT mean +-{format_duration(pr.ttft_mean_se_s)}, TPOT mean +-{format_duration(pr.tpot_mean_se_s)}, "
+        f"attainment +-{pr.attainment_se * 100:.2f} points (1 SE)")
+    say(f"throughput {res.throughput_rps:.4g} req/s, {res.output_tokens_per_s:.4g} output tokens/s\n")
     print_table(["station", "utilization", "mean in station", "mean wait", "p99 wait", "Little err"],
-                [[s.name, f"{s.utilization:.3f}", f"{s.mean_in_system:.3g}", _ms(s.mean_wait_s), _ms(s.p99_wait_s),
+                [[s.name, f"{s.utilization:.3f}", f"{s.mean_in_system:.3g}", format_duration(s.mean_wait_s), format_duration(s.p99_wait_s),
                   f"{s.little_rel_error * 100:.2f}%"] for s in res.stations])
-    w(f"\nrequests: {c.arrived} arrived, {c.completed} completed, {c.dropped} dropped, {c.unfinished} unfinished\n")
+    say(f"\nrequests: {c.arrived} arrived, {c.completed} completed, {c.dropped} dropped, {c.unfinished} unfinished")
     for line in res.warnings:
-        w(f"warning: {line}\n")
+        say(f"warning: {line}")

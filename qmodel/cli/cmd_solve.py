@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table, to_plain
+from qmodel.cli.output import print_json, print_table, say, to_plain
 from qmodel.units import format_bandwidth, format_duration, parse_rate
 
 __all__ = ["register", "run"]
@@ -17,7 +17,7 @@ def register(sub) -> None:
                        description="Solve a scenario: TTFT/TPOT mean/p50/p90/p99, SLO attainment, per-station load, binding constraint.")
     add_scenario_args(p)
     p.add_argument("--rate", help="arrival rate to solve at (req/s), overriding the scenario's")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
     p.add_argument("--explain", action="store_true", help="print the closed forms with this scenario's numbers")
     p.add_argument("--check", action="store_true", help="also run the replay and print analytic-vs-replay differences")
     p.add_argument("--requests", type=int, default=20000, help="requests to replay with --check (default 20000)")
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    _print_text(res)
+    _print_text(res, sc.slo.attainment_goal)
     if check is not None:
         _print_check(check)
     if explain:
@@ -59,16 +59,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_text(res) -> None:
+def _print_text(res, goal: float) -> None:
     w = sys.stdout.write
-    w(f"{res.scenario}: {res.topology} on {res.gpus} GPUs at {res.rate_per_s:.4g} req/s\n\n")
+    limit = min(s.max_stable_rate_per_s for s in res.stations)
+    say(f"{res.scenario}: {res.topology} on {res.gpus} GPUs at {res.rate_per_s:.4g} req/s "
+        f"({res.rate_per_s / limit:.2f} of the largest stable rate, {limit:.4g} req/s)\n")
     print_table(["metric", "mean", "p50", "p90", "p99"],
                 [["TTFT"] + [format_duration(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")],
                  ["TPOT"] + [format_duration(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")]])
     lo, hi = res.attainment_bounds
-    w(f"\nSLO attainment {res.attainment * 100:.2f}% (bounds {lo * 100:.2f}%..{hi * 100:.2f}%; "
-      f"TTFT {res.ttft_attainment * 100:.2f}%, TPOT {res.tpot_attainment * 100:.2f}%)\n")
-    w(f"binding: {res.binding}\n\n")
+    verdict = f">= goal {goal:.0%}: met" if res.attainment >= goal else f"< goal {goal:.0%}: not met"
+    say(f"\nSLO attainment {res.attainment * 100:.2f}% {verdict} (TTFT alone {res.ttft_attainment * 100:.2f}%, "
+        f"TPOT alone {res.tpot_attainment * 100:.2f}%; both together lie in {lo * 100:.2f}%..{hi * 100:.2f}% "
+        "whatever their dependence)")
+    say(f"binding: {res.binding}\n")
     print_table(["station", "utilization", "max stable req/s", "mean wait", "p99 wait", "method"],
                 [[s.name, f"{s.utilization:.3f}", s.max_stable_rate_per_s, format_duration(s.mean_wait_s),
                   format_duration(s.p99_wait_s), s.method + ("" if s.exact else " (approx.)")] for s in res.stations])
@@ -77,18 +81,23 @@ def _print_text(res) -> None:
         share = (f" to add at most {lk.share_of_target:.0%} of each target to the SLO percentile"
                  if lk.share_of_target is not None else "")
         need = format_bandwidth(lk.bandwidth_needed_bytes_per_s, bits=True)
-        w(f"\nKV link: has {lk.capacity_text()}\n"
-          f"  needs {need if lk.reachable else 'more than ' + need} aggregate{share} "
-          f"({'sufficient' if lk.sufficient else 'INSUFFICIENT'})"
-          + (f"; mean byte rate {format_bandwidth(lk.mean_byte_rate_bytes_per_s, bits=True)}"
-             if lk.mean_byte_rate_bytes_per_s is not None else "")
-          + f"; mean exposed transfer {format_duration(lk.mean_exposed_s)}\n")
-    w(f"validity: {res.validity}\n")
+        say(f"\nKV link: has {lk.capacity_text()}\n"
+            f"  needs {need if lk.reachable else 'more than ' + need} aggregate{share} "
+            f"({'sufficient' if lk.sufficient else 'INSUFFICIENT'})"
+            + (f"; mean byte rate {format_bandwidth(lk.mean_byte_rate_bytes_per_s, bits=True)}"
+               if lk.mean_byte_rate_bytes_per_s is not None else "")
+            + f"; mean exposed transfer {format_duration(lk.mean_exposed_s)}")
+    say(f"validity: {res.validity}")
     for warn in res.warnings:
-        w(f"{warn}\n")
+        say(warn)
 
 
 def _print_check(check) -> None:
     print()
-    print_table(["metric", "analytic", "replay", "rel. error"],
-                [[m.metric, m.analytic, m.replay, f"{m.rel_error * 100:+.1f}%"] for m in check.metrics])
+    rows = []
+    for m in check.metrics:
+        if m.metric.endswith("attainment"):  # an absolute difference of probabilities, in points
+            rows.append([m.metric, f"{m.analytic * 100:.2f}%", f"{m.replay * 100:.2f}%", f"{m.rel_error * 100:+.2f} points"])
+        else:
+            rows.append([m.metric, format_duration(m.analytic), format_duration(m.replay), f"{m.rel_error * 100:+.1f}%"])
+    print_table(["metric", "analytic", "replay", "error"], rows)

@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Any
 
+from qmodel.cli.output import add_width_option
+
 __all__ = ["register"]
 
 # Kept here (not imported from qmodel.validation.traces) so building the CLI parser does not load numpy;
@@ -34,6 +36,7 @@ def register(subparsers: Any) -> None:
                    help="leave malformed rows out (their line numbers are printed) instead of failing")
     s.add_argument("--jitter-seed", type=int, default=None, metavar="N",
                    help="spread requests sharing a timestamp over their slot (Mooncake's 3 s slots)")
+    add_width_option(s)
     s.set_defaults(func=_stats)
 
     f = sub.add_parser("fetch", help="download a public trace or table (checksum-verified)",
@@ -43,6 +46,7 @@ def register(subparsers: Any) -> None:
     f.add_argument("--base-url", default=None, metavar="URL",
                    help="mirror holding the data-folder layout (default: $QMODEL_FETCH_BASE_URL, else GitHub)")
     f.add_argument("--list", action="store_true", help="list the known datasets")
+    add_width_option(f)
     f.set_defaults(func=_fetch)
 
     p.set_defaults(func=lambda args: _help(p))

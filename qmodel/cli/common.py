@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 
-from qmodel.cli.output import add_set_option
+from qmodel.cli.output import add_set_option, add_width_option
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, load_scenario
 from qmodel.units import parse_rate
@@ -15,6 +16,7 @@ __all__ = ["add_scenario_args", "scenario_from_args", "parse_rate_range"]
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", metavar="SCENARIO", help="scenario file (.yaml, .toml or .json)")
     add_set_option(p)
+    add_width_option(p)
 
 
 def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:
@@ -31,7 +33,19 @@ def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:
 
     from qmodel.build import resolve
 
-    sc = load_scenario(args.scenario, args.overrides)
+    path = args.scenario
+    from qmodel.example_files import bundled_fallback
+
+    bundled = bundled_fallback(path)
+    if bundled is not None:
+        import importlib.resources as ir
+
+        print(f"qmodel: note: {path} is not here; using the bundled example "
+              f"(qmodel examples copy {bundled.name.rsplit('.', 1)[0]} to edit it)", file=sys.stderr)
+        with ir.as_file(bundled) as real:
+            sc = load_scenario(real, args.overrides)
+    else:
+        sc = load_scenario(path, args.overrides)
     warnings = resolve(sc).warnings
     for line in warnings if warn else ():
         print(f"qmodel: warning: {line.removeprefix('warning: ')}", file=sys.stderr)
@@ -46,7 +60,7 @@ def parse_rate_range(text: str, field: str = "--rate") -> list[float]:
             lo, hi, step = parse_rate(lo_s, field), parse_rate(hi_s, field), parse_rate(step_s, field)
             if step <= 0 or hi < lo or lo <= 0:
                 raise ValueError
-            n = int(round((hi - lo) / step)) + 1
+            n = int(math.floor((hi - lo) / step + 1e-9)) + 1  # HI inclusive, never passed
             if n > 10000:
                 raise InputError(field, text, "at most 10000 rates per sweep")
             return [round(lo + i * step, 10) for i in range(n)]

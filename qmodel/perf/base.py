@@ -14,6 +14,12 @@ Both accept numpy arrays (broadcast) so the analytical engine can evaluate whole
 and the replay calls them with scalars. Implementations must be pure functions of their inputs.
 An empty batch (``sum_tokens == 0`` or ``n_seqs == 0``) takes 0 s in every implementation, so grids
 that start at zero need no special case.
+
+Pipeline parallelism (``pp`` stages): both answers are the *stage* time, the busiest stage's share
+of the work plus its inter-stage send. With pp micro-batches in flight the instance accepts a new
+batch every stage time, so the stations and the replay use it as the service time unchanged for
+every kind of model; one batch's latency through the pipeline is ``pp`` stage times
+(:meth:`ServiceTimeModel.pipeline_latency_s`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ class ServiceTimeModel(ABC):
 
     #: short name of the implementation, e.g. "roofline", "table:splitwise", "fixed"
     kind: str = "abstract"
+    #: pipeline stages of the instance (the step times are stage times; 1 = no pipeline)
+    pp: int = 1
 
     @abstractmethod
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
@@ -56,3 +64,9 @@ class ServiceTimeModel(ABC):
     def prefill_one_s(self, prompt_tokens: ArrayLike) -> ArrayOrFloat:
         p = np.asarray(prompt_tokens, dtype=float)
         return self.prefill_time_s(p, p * p, np.ones_like(p))
+
+    def pipeline_latency_s(self, stage_time_s: ArrayLike) -> ArrayOrFloat:
+        """One batch's latency through the instance: ``pp`` stage times (a stage time is what the
+        two step-time methods return; = the step time itself when pp = 1)."""
+        out = self.pp * np.asarray(stage_time_s, dtype=float)
+        return float(out) if out.ndim == 0 else out

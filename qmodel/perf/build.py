@@ -9,6 +9,7 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.perf.fixed import FixedModel
 from qmodel.perf.parallel import check_parallelism
 from qmodel.perf.roofline import RooflineModel
+from qmodel.perf.table_pipeline import PipelinedTableModel, check_measured_overhead, check_overhead, stage_link
 from qmodel.perf.tables import (
     DISTSERVE_HARDWARE,
     DISTSERVE_MODELS,
@@ -46,23 +47,41 @@ def service_model(perf: PerfModel, model: ModelSpec, gpu: GPUSpec, tp: int, pp: 
         return FixedModel(perf.prefill_s, perf.decode_step_s)
     if isinstance(perf, TablePerf):
         return table_model(perf.path, model, gpu, tp, pp, fmt=perf.format, model_key=perf.model_key,
-                           hardware_key=perf.hardware_key, field_prefix=field_prefix)
+                           hardware_key=perf.hardware_key, measured_overhead_s=perf.measured_overhead_s,
+                           per_batch_overhead_s=perf.per_batch_overhead_s, pipeline_link=perf.pipeline_link,
+                           field_prefix=field_prefix)
     raise InputError("perf.kind", getattr(perf, "kind", perf), "one of 'roofline', 'table', 'fixed'")
 
 
 def table_model(path: str | Path, model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, *, fmt: str = "auto",
-                model_key: str | None = None, hardware_key: str | None = None,
+                model_key: str | None = None, hardware_key: str | None = None, measured_overhead_s: float = 0.0,
+                per_batch_overhead_s: float = 0.0, pipeline_link: str | None = None,
                 field_prefix: str = "deployment") -> ServiceTimeModel:
-    """A measured-table model for (model, gpu, tp); catalog names map to the table's own keys.
+    """A measured-table model for (model, gpu, tp, pp); catalog names map to the table's own keys.
 
-    The tables measure pp = 1 only, so ``pp > 1`` is refused (use the roofline for pipelines).
+    Tables are measured at pp = 1: the table of (model, gpu, tp) is read, and for ``pp > 1`` or a
+    ``per_batch_overhead_s`` it is wrapped in :class:`~qmodel.perf.table_pipeline.PipelinedTableModel`
+    (stage time = layer share x (table - measured_overhead_s) + measured_overhead_s + inter-stage
+    send over ``pipeline_link`` + per_batch_overhead_s). At pp = 1 with no per-batch constant the
+    table model itself is returned, so its times are the table's bit for bit.
     A table measured on another GPU than the pool's is refused unless ``hardware_key`` names the
     table's hardware explicitly (a deliberate choice, e.g. the power-capped H100 rows).
     """
     check_parallelism(model, tp, pp, field_prefix)
-    p = resolve_data_path(str(path))
-    if pp != 1:
-        raise InputError(f"{field_prefix}.pp", pp, "measured tables cover pp = 1 only; use perf.kind = 'roofline' for pipelines")
+    check_overhead("measured_overhead_s", measured_overhead_s)
+    check_overhead("per_batch_overhead_s", per_batch_overhead_s)
+    base = _read_table(resolve_data_path(str(path)), model, gpu, tp, fmt, model_key, hardware_key, field_prefix)
+    if pp == 1 and per_batch_overhead_s == 0 and pipeline_link is None:
+        check_measured_overhead(base, measured_overhead_s)  # unused at pp = 1, but never silently wrong
+        return base
+    return PipelinedTableModel(base, model, tp, pp, link=stage_link(gpu, pipeline_link),
+                               measured_overhead_s=measured_overhead_s, per_batch_overhead_s=per_batch_overhead_s,
+                               field_prefix=field_prefix)
+
+
+def _read_table(p: Path, model: ModelSpec, gpu: GPUSpec, tp: int, fmt: str, model_key: str | None,
+                hardware_key: str | None, field_prefix: str) -> ServiceTimeModel:
+    """The pp = 1 table model of (model, gpu, tp) in file ``p``."""
     fmt = detect_format(p) if fmt == "auto" else fmt
     if fmt == "splitwise":
         mk = model_key or SPLITWISE_MODELS.get(model.name)

@@ -7,14 +7,14 @@ its decode batch sizes and contexts. :class:`GridTableModel` reproduces every gr
 interpolates between nodes:
 
 * prefill ``t(T, Q, n)``: with ``p_eff = Q / T`` and ``n_eff = T / p_eff`` (as in
-  :class:`~qmodel.perf.tables.SweepTableModel`), each measured batch size ``n_j`` gives a curve
+  :class:`~qmodel.perf.table_sweep.SweepTableModel`), each measured batch size ``n_j`` gives a curve
   ``t_j(p)`` interpolated piecewise-linearly in log-log space (prefill grows between linearly and
   quadratically in p); the answer is linear in ``n_eff`` between the two neighbouring ``n_j``.
 * decode ``t(n, S)``: with ``ctx = S / n``, each measured batch size gives ``t_j(ctx)``, linear in
   ctx (a decode step reads the KV cache, linear in its length); then linear in ``n``.
 
 Outside the grid every curve continues its end segment linearly (the same rule as the sweep
-tables, :func:`~qmodel.perf.tables.interp_piecewise`), the query is counted in ``extrapolated``,
+tables, :func:`~qmodel.perf.table_interp.interp_piecewise`), the query is counted in ``extrapolated``,
 and results are floored at 1% of the smallest grid time.
 """
 
@@ -27,11 +27,16 @@ from numpy.typing import ArrayLike
 
 from qmodel.errors import DataError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
-from qmodel.perf.tables import TablePoint, interp_piecewise, interp_piecewise_scalar, median_groups, medians_as_points
+from qmodel.perf.table_interp import (
+    SCALAR_TYPES,
+    TablePoint,
+    interp_piecewise,
+    interp_piecewise_scalar,
+    median_groups,
+    medians_as_points,
+)
 
 __all__ = ["GridTableModel"]
-
-_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
 
 
 def _grid(rows: list[tuple[float, float, float]], phase: str, axis: str, source: str
@@ -95,7 +100,7 @@ class GridTableModel(ServiceTimeModel):
         return lo + w * (hi - lo)
 
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
-        if type(sum_tokens) in _SCALARS and type(sum_sq_tokens) in _SCALARS and type(n_requests) in _SCALARS:
+        if type(sum_tokens) in SCALAR_TYPES and type(sum_sq_tokens) in SCALAR_TYPES and type(n_requests) in SCALAR_TYPES:
             return self._prefill_scalar(float(sum_tokens), float(sum_sq_tokens))
         t, q, _ = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
@@ -111,7 +116,7 @@ class GridTableModel(ServiceTimeModel):
         return float(val) if val.ndim == 0 else val
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
-        if type(n_seqs) in _SCALARS and type(sum_context_tokens) in _SCALARS:
+        if type(n_seqs) in SCALAR_TYPES and type(sum_context_tokens) in SCALAR_TYPES:
             return self._decode_scalar(float(n_seqs), float(sum_context_tokens))
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         nn, ss = n.ravel(), s.ravel()

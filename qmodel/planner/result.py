@@ -17,7 +17,7 @@ Objective = Literal["min-gpus", "min-cost", "max-goodput"]
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 class PoolOut(_Out):
@@ -43,12 +43,17 @@ class PlanRow(_Out):
     chunk_tokens: int | None = None
     gpus: int
     power_w: float = Field(description="GPU board power (TDP x GPUs); hosts and network not included")
-    cost_per_hour: float | None = Field(description="list price of the GPUs, USD per hour; null if a GPU has no price")
+    cost_per_hour: float | None = Field(alias="cost_per_hour_usd",
+                                        description="list price of the GPUs, USD per hour; null if a GPU has no price")
     goodput_rps: float = Field(description="largest rate meeting the SLO attainment goal")
     goodput_per_gpu: float
     goodput_per_usd_hour: float | None = None
+    usd_per_million_input_tokens: float | None = Field(
+        default=None, description="cost_per_hour / (goodput x mean prompt tokens x 3600) x 1e6 (qmodel.cost)")
     usd_per_million_output_tokens: float | None = Field(
         default=None, description="cost_per_hour / (goodput x mean output tokens x 3600) x 1e6: the price of tokens served at the SLO")
+    usd_per_million_tokens: float | None = Field(
+        default=None, description="cost_per_hour / (goodput x mean (prompt + output) tokens x 3600) x 1e6")
     rate_per_s: float = Field(description="the rate at which attainment, latencies and binding are reported (target, else goodput)")
     attainment: float
     ttft_p90_s: float
@@ -129,7 +134,7 @@ class PeriodPlan(_Out):
     hours: float
     label: str | None
     gpus: int
-    cost_per_hour: float | None
+    cost_per_hour: float | None = Field(alias="cost_per_hour_usd")
 
 
 class ScheduleResult(_Out):
