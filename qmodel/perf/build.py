@@ -41,7 +41,8 @@ def service_model(perf: PerfModel, model: ModelSpec, gpu: GPUSpec, tp: int, pp: 
                              prefill_overhead_s=perf.prefill_overhead_s, decode_overhead_s=perf.decode_overhead_s,
                              comm_efficiency=perf.comm_efficiency, compute_dtype=perf.compute_dtype,
                              attention_efficiency=perf.attention_efficiency,
-                             prefill_per_request_s=perf.prefill_per_request_s, field_prefix=field_prefix)
+                             prefill_per_request_s=perf.prefill_per_request_s,
+                             curves="catalog" if perf.efficiency == "curves" else None, field_prefix=field_prefix)
     if isinstance(perf, FixedPerf):
         return FixedModel(perf.prefill_s, perf.decode_step_s)
     if isinstance(perf, TablePerf):
