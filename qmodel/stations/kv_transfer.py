@@ -58,7 +58,8 @@ from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, fast_len, 
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
 from qmodel.stations.base import StationSolution
-from qmodel.stations.fcfs import _SCALAR_VALUES, MG1, ServiceSample, mx_g1_mean_wait
+from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
+from qmodel.stations.fcfs.service import SCALAR_VALUES
 
 __all__ = ["KVTransferStation", "bandwidth_needed_bytes_per_s", "layerwise_exposed_s", "kv_transfer_bytes"]
 
@@ -134,7 +135,7 @@ def kv_transfer_bytes(kv_bytes_per_token: float, prompt_tokens: np.ndarray,
 class _CompoundWork(ServiceSample):
     """Total work B = S_1 + … + S_K of a batch (K ~ batch_pmf, S iid): exact moments and MGF.
 
-    A short batch pmf (at most _SCALAR_VALUES sizes, the usual case) is evaluated in Python floats:
+    A short batch pmf (at most SCALAR_VALUES sizes, the usual case) is evaluated in Python floats:
     the root search calls the MGF ~10 times, and on a few sizes numpy's call overhead dominates.
     """
 
@@ -147,7 +148,7 @@ class _CompoundWork(ServiceSample):
 
     @cached_property
     def _pk_floats(self) -> tuple[float, ...] | None:
-        return tuple(self._pk.tolist()) if self._pk.size <= _SCALAR_VALUES else None
+        return tuple(self._pk.tolist()) if self._pk.size <= SCALAR_VALUES else None
 
     @cached_property
     def factorial_moments(self) -> tuple[float, float, float]:
