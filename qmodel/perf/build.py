@@ -10,7 +10,7 @@ from qmodel.perf.fixed import FixedModel
 from qmodel.perf.parallel import check_parallelism
 from qmodel.perf.roofline import RooflineModel
 from qmodel.perf.table_pipeline import PipelinedTableModel, check_measured_overhead, check_overhead, stage_link
-from qmodel.perf.tables import (
+from qmodel.perf.table_loaders import (
     DISTSERVE_HARDWARE,
     DISTSERVE_MODELS,
     SPLITWISE_HARDWARE,
