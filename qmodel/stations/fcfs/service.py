@@ -90,7 +90,11 @@ class ServiceSample:
         if self._floats is not None:
             return self._expm1_mgf_and_slope_floats(eta)
         em1 = np.expm1(np.minimum(eta * self.values_s, 700.0))
-        return float(np.dot(self.weights, em1)), float(np.dot(self.weights * self.values_s, em1 + 1.0))
+        # far right of the root the slope (values up to e^700 times S) may pass the float range: it is
+        # then +inf, which the root finder reads as "bisect" (_newton_log), so the overflow is not an error
+        with np.errstate(over="ignore"):
+            slope = float(np.dot(self.weights * self.values_s, em1 + 1.0))
+        return float(np.dot(self.weights, em1)), slope
 
     def _expm1_mgf_and_slope_floats(self, eta: float) -> tuple[float, float]:
         # as expm1_mgf_and_slope, on the Python floats of a small sample
