@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -29,9 +30,10 @@ from qmodel.errors import QmodelError
 
 from . import plots
 from .compute import STAGES, Analysis, Cancelled, Engine, ReplayCheck
+from .layout import whole_lines
 from .form import DEFAULT_RAW, FormBuild, build, error_field, values_from_raw
 from .report import export_payload, metric_rows, render_compare, render_replay, render_results
-from .widgets import CatalogPicker, Chart, Choice, PathPrompt, ScenarioForm
+from .widgets import CatalogPicker, Chart, Choice, PathPrompt, ScenarioForm, TableView
 
 __all__ = ["QmodelApp", "TOPOLOGY_STYLES"]
 
@@ -100,10 +102,10 @@ class QmodelApp(App):
             yield ScenarioForm(self.names, self.values, id="form")
             with TabbedContent(id="tabs"):
                 with TabPane("Results", id="tab-results"):
-                    with VerticalScroll():
-                        yield Static(id="results")
+                    with VerticalScroll(classes="pane"):
+                        yield TableView(id="results")
                 with TabPane("Plots", id="tab-plots"):
-                    with VerticalScroll(id="plots"):
+                    with VerticalScroll(id="plots", classes="pane"):
                         yield Static("SLO attainment vs arrival rate, same GPUs", classes="plot-title")
                         yield Chart("computing…", id="chart-attainment")
                         yield Static(id="legend-attainment", classes="legend")
@@ -115,27 +117,27 @@ class QmodelApp(App):
                                 yield Static("TPOT distribution", classes="plot-title", id="title-tpot")
                                 yield Chart("solving…", id="chart-tpot", classes="dist")
                         yield Static("Goodput (req/s) over the P:D split", classes="plot-title")
-                        yield Static("computing…", id="heatmap")
+                        yield TableView("computing…", id="heatmap")
                 with TabPane("Compare", id="tab-compare"):
-                    with VerticalScroll():
+                    with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Button("Pin (F2)", id="pin", compact=True)
                             yield Button("Clear", id="clear-pins", compact=True)
                             yield Button("Load pinned…", id="load-pin", compact=True)
-                        yield Static(id="compare")
+                        yield TableView(id="compare")
                 with TabPane("Plan", id="tab-plan"):
-                    with VerticalScroll():
+                    with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Choice(["max-goodput", "min-gpus", "min-cost"], "max-goodput", title="Objective",
                                          id="plan-objective")
                             yield Input(placeholder="target req/s", id="plan-target", compact=True, tooltip="min-gpus / min-cost: the rate to meet (blank: the scenario rate)")
                             yield Button("Run", id="plan-run", compact=True)
                         yield Static(id="plan-status")
-                        yield Static(id="plan-table")
+                        yield TableView(id="plan-table")
                         with Horizontal(classes="toolbar"):
                             yield Button("Load plan…", id="plan-load", compact=True, disabled=True)
                 with TabPane("Replay", id="tab-replay"):
-                    with VerticalScroll():
+                    with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Label("requests")
                             yield Input(str(self.replay_requests), id="replay-n", compact=True)
@@ -144,12 +146,12 @@ class QmodelApp(App):
                             yield Button("Run", id="replay-run", compact=True)
                         yield ProgressBar(total=100, show_eta=False, id="replay-progress")
                         yield Static(id="replay-status")
-                        yield Static(id="replay-table")
+                        yield TableView(id="replay-table")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = self.scenario_path.name if self.scenario_path else "new scenario"
-        self.query_one("#compare", Static).update(render_compare([]))
+        self.query_one("#compare", TableView).update(render_compare([]))
         self.query_one("#replay-status", Static).update(Text("Replays the scenario event by event at its rate "
                                                              "and compares with the analytic answer.", style="dim"))
         self._plan_intro()
@@ -173,7 +175,7 @@ class QmodelApp(App):
             self._gen += 1  # abandon any running solve: its inputs are gone
             self.workers.cancel_group(self, "solve")
             n = len(fb.errors)
-            self.query_one("#results", Static).update(Text.assemble(
+            self.query_one("#results", TableView).update(Text.assemble(
                 (f"{n} field{'s' if n != 1 else ''} need{'s' if n == 1 else ''} fixing", "bold red"),
                 ("\n" + "\n".join(f"{k}: {v}" for k, v in fb.errors.items()), "red")))
             return
@@ -274,7 +276,7 @@ class QmodelApp(App):
             stage = self._stage
             if self.show_timings and a is not None and "solve" in a.timings_s:
                 stage = (stage + "  " if stage else "") + f"solve {a.timings_s['solve'] * 1000:.0f} ms"
-            self.query_one("#results", Static).update(render_results(a, stage))
+            self.query_one("#results", TableView).update(render_results(a, stage))
         elif tab == "tab-plots":
             self._render_plots()
         elif tab == "tab-compare":
@@ -338,7 +340,7 @@ class QmodelApp(App):
             chart.plot(lambda w, h, d=d, marks=marks: plots.density_bars(
                 d.x_s, d.cdf, w, h, marks=marks, style="cyan" if which == "ttft" else "bright_blue",
                 x_fmt=lambda v: fd(v) if v > 0 else "0"))
-        hm = self.query_one("#heatmap", Static)
+        hm = self.query_one("#heatmap", TableView)
         if a is None or a.error:
             hm.update("")
         elif a.heatmap is None:
@@ -363,7 +365,8 @@ class QmodelApp(App):
                             f"{h.best_per_gpu[2]:.3g} req/s/GPU", style="bold")
             if cur is not None:
                 note.append("\nreverse video: this scenario's split", style="dim")
-            hm.update(Text.assemble(grid, note))
+            grid.rstrip()
+            hm.update(Group(whole_lines(grid), note))
 
     # ---- pin / compare -----------------------------------------------------------------------
     def action_pin(self) -> None:
@@ -381,7 +384,7 @@ class QmodelApp(App):
         if self.analysis is not None and not self.analysis.error and entries:
             if all(a.sha256 != self.analysis.sha256 for _, a in entries):
                 entries.append(("current", self.analysis))
-        self.query_one("#compare", Static).update(render_compare(entries))
+        self.query_one("#compare", TableView).update(render_compare(entries))
         self.query_one("#load-pin", Button).disabled = not self.pinned
 
     @on(Button.Pressed, "#pin")
@@ -520,7 +523,7 @@ class QmodelApp(App):
             return
         self.query_one("#replay-run", Button).disabled = True
         self.query_one("#replay-progress", ProgressBar).update(progress=0)
-        self.query_one("#replay-table", Static).update("")
+        self.query_one("#replay-table", TableView).update("")
         self._replay_t0, self._replay_what = time.perf_counter(), "starting"
         # The simulation itself reports no progress; an elapsed-time line shows it is alive.
         self._replay_ticker = self.set_interval(0.5, self._replay_tick)
@@ -575,7 +578,7 @@ class QmodelApp(App):
         self.query_one("#replay-progress", ProgressBar).update(progress=100)
         status.update(Text(f"replay done: {check.requests} requests"
                            + (f" in {check.elapsed_s:.1f} s" if self.show_timings else ""), style="green"))
-        self.query_one("#replay-table", Static).update(render_replay(check))
+        self.query_one("#replay-table", TableView).update(render_replay(check))
 
     # ---- planner ------------------------------------------------------------------------------
     def _plan_intro(self) -> None:
@@ -655,7 +658,7 @@ class QmodelApp(App):
         self.plan_rows = rows
         status.update(Text(f"{len(rows)} plans" + (f" in {elapsed:.1f} s" if self.show_timings else "")
                            + "; pick one below to load it into the form", style="green"))
-        self.query_one("#plan-table", Static).update(render_plans(rows))
+        self.query_one("#plan-table", TableView).update(render_plans(rows))
         self.query_one("#plan-load", Button).disabled = not rows
 
     @on(Button.Pressed, "#plan-load")
