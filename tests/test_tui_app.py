@@ -254,3 +254,35 @@ def test_import_qmodel_and_cli_do_not_import_textual() -> None:
     code = ("import sys, qmodel; from qmodel.cli.main import build_parser; build_parser(); "
             "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_tab_keys_f9_and_exports_in_the_footer() -> None:
+    from qmodel.tui.app import TABS
+    from qmodel.tui.widgets import PathPrompt
+
+    async def go():
+        app = _app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            footer = screen_text(app).split("\n")[-1]
+            for shown in ("^q Quit", "f2 Pin", "f5 Plan", "f6 Replay", "f9 Form", "alt+1…5 Tab", "^p palette"):
+                assert shown in footer, (shown, footer)
+            # alt+N selects tab N, also while a form field has the focus (and the field keeps its text)
+            field = app.query_one("#f-deployment-decode-instances")
+            field.focus()
+            for i, (tab, _) in enumerate(TABS, start=1):
+                await pilot.press(f"alt+{i}")
+                assert app.query_one("#tabs").active == tab
+            assert field.value == "2"
+            await pilot.press("f9")
+            assert not app.query_one(ScenarioForm).display
+            # F7 is left out of the 80-column footer but still exports
+            await pilot.press("f7")
+            await pilot.pause()
+            assert isinstance(app.screen, PathPrompt)
+        app = _app()
+        async with app.run_test(size=(160, 50)) as pilot:
+            await settle(app, pilot)
+            footer = screen_text(app).split("\n")[-1]
+            assert "f7 JSON" in footer and "f8 CSV" in footer and "f9 Form" in footer and "alt+1…5 Tab" in footer
+    run(go())

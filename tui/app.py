@@ -35,9 +35,16 @@ from .form import DEFAULT_RAW, FormBuild, build, error_field, values_from_raw
 from .report import export_payload, metric_rows, render_compare, render_replay, render_results
 from .widgets import CatalogPicker, Chart, Choice, PathPrompt, ScenarioForm, TableView
 
-__all__ = ["QmodelApp", "TOPOLOGY_STYLES"]
+__all__ = ["QmodelApp", "TABS", "TOPOLOGY_STYLES"]
 
 TOPOLOGY_STYLES = {"colocated": "bright_cyan", "chunked": "bright_magenta", "disaggregated": "bright_green"}
+
+
+#: The tabs in order: (pane id, title); alt+1.. alt+5 select them.
+TABS = (("tab-results", "Results"), ("tab-plots", "Plots"), ("tab-compare", "Compare"), ("tab-plan", "Plan"),
+        ("tab-replay", "Replay"))
+
+_TITLE = dict(TABS)
 
 
 class QmodelApp(App):
@@ -46,6 +53,7 @@ class QmodelApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "qmodel"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    FOOTER_FULL_WIDTH = 110  # narrower: the footer leaves out F7/F8 (they still work)
     DEBOUNCE_S = 0.025  # merges keys typed faster than 40 per second; a solve per slower key is cancelled by the next
     BINDINGS = [
         Binding("f2", "pin", "Pin"),
@@ -55,8 +63,17 @@ class QmodelApp(App):
         Binding("f6", "replay", "Replay"),
         Binding("f7", "export('json')", "JSON"),
         Binding("f8", "export('csv')", "CSV"),
-        Binding("f9", "toggle_form", "Form", show=False),
+        # The same keys, not in the footer: below FOOTER_FULL_WIDTH columns check_action hides the two
+        # above so that the tab keys and F9 fit, and these answer F7/F8 (the palette lists them too).
+        Binding("f7", "export_file('json')", "JSON", show=False),
+        Binding("f8", "export_file('csv')", "CSV", show=False),
+        Binding("f9", "toggle_form", "Form", tooltip="hide or show the scenario form (widens the tabs)"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Tabs by number. Alt, so that digits typed into the form stay digits; one footer entry for the five.
+        Binding("alt+1", "show_tab('tab-results')", "Tab", key_display="alt+1…5",
+                tooltip="alt+1 Results, alt+2 Plots, alt+3 Compare, alt+4 Plan, alt+5 Replay"),
+        *(Binding(f"alt+{i}", f"show_tab('{tab}')", name, show=False)
+          for i, (tab, name) in enumerate(TABS[1:], start=2)),
     ]
 
     def __init__(self, scenario_path: str | None = None, overrides: list[str] | None = None, *,
@@ -101,10 +118,10 @@ class QmodelApp(App):
         with Horizontal(id="main"):
             yield ScenarioForm(self.names, self.values, id="form")
             with TabbedContent(id="tabs"):
-                with TabPane("Results", id="tab-results"):
+                with TabPane(_TITLE["tab-results"], id="tab-results"):
                     with VerticalScroll(classes="pane"):
                         yield TableView(id="results")
-                with TabPane("Plots", id="tab-plots"):
+                with TabPane(_TITLE["tab-plots"], id="tab-plots"):
                     with VerticalScroll(id="plots", classes="pane"):
                         yield Static("SLO attainment vs arrival rate, same GPUs", classes="plot-title")
                         yield Chart("computing…", id="chart-attainment")
@@ -118,14 +135,14 @@ class QmodelApp(App):
                                 yield Chart("solving…", id="chart-tpot", classes="dist")
                         yield Static("Goodput (req/s) over the P:D split", classes="plot-title")
                         yield TableView("computing…", id="heatmap")
-                with TabPane("Compare", id="tab-compare"):
+                with TabPane(_TITLE["tab-compare"], id="tab-compare"):
                     with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Button("Pin (F2)", id="pin", compact=True)
                             yield Button("Clear", id="clear-pins", compact=True)
                             yield Button("Load pinned…", id="load-pin", compact=True)
                         yield TableView(id="compare")
-                with TabPane("Plan", id="tab-plan"):
+                with TabPane(_TITLE["tab-plan"], id="tab-plan"):
                     with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Choice(["max-goodput", "min-gpus", "min-cost"], "max-goodput", title="Objective",
@@ -136,7 +153,7 @@ class QmodelApp(App):
                         yield TableView(id="plan-table")
                         with Horizontal(classes="toolbar"):
                             yield Button("Load plan…", id="plan-load", compact=True, disabled=True)
-                with TabPane("Replay", id="tab-replay"):
+                with TabPane(_TITLE["tab-replay"], id="tab-replay"):
                     with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Label("requests")
@@ -467,6 +484,17 @@ class QmodelApp(App):
         self.notify(f"Saved {out}")
         return out
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "export":
+            return self.size.width >= self.FOOTER_FULL_WIDTH
+        return True
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()  # check_action depends on the width
+
+    def action_export_file(self, kind: str) -> None:
+        self.action_export(kind)
+
     def action_export(self, kind: str) -> None:
         name = (self.values.get("name") or "scenario").replace(" ", "_")
 
@@ -493,6 +521,9 @@ class QmodelApp(App):
             return None
         self.notify(f"Exported {out}")
         return out
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
 
     def action_toggle_form(self) -> None:
         form = self.query_one(ScenarioForm)
