@@ -409,13 +409,16 @@ class QmodelApp(App):
         self.action_pin()
 
     @on(Button.Pressed, "#clear-pins")
-    def _clear_pins(self) -> None:
+    def action_clear_pins(self) -> None:
         self.pinned.clear()
         self._render_compare()
 
     @on(Button.Pressed, "#load-pin")
-    def _load_pin_button(self) -> None:
+    def action_load_pin(self) -> None:
         labels = [label for label, _, _ in self.pinned]
+        if not labels:
+            self.notify("Nothing pinned yet: F2 pins the current scenario", severity="warning")
+            return
 
         def chosen(label: str | None) -> None:
             if label in labels:
@@ -693,8 +696,11 @@ class QmodelApp(App):
         self.query_one("#plan-load", Button).disabled = not rows
 
     @on(Button.Pressed, "#plan-load")
-    def _plan_load_button(self) -> None:
+    def action_load_plan(self) -> None:
         labels = [f"#{i + 1} {r.label}" for i, r in enumerate(self.plan_rows)]
+        if not labels:
+            self.notify("No plans yet: F5 runs the planner", severity="warning")
+            return
 
         def chosen(label: str | None) -> None:
             if label in labels:
