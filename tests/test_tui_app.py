@@ -329,3 +329,44 @@ def test_palette_finds_every_action_and_tab() -> None:
             await pilot.pause()
             assert app.query_one("#tabs").active == "tab-plan"
     run(go())
+
+
+def test_screenshot_goes_beside_the_scenario_and_says_where(tmp_path: Path, monkeypatch) -> None:
+    import shutil
+
+    home = tmp_path / "home"  # no Downloads folder in it
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(home / "Downloads"))
+    scen_dir = tmp_path / "scen"
+    scen_dir.mkdir()
+    scen = scen_dir / EXAMPLE.name
+    shutil.copy(EXAMPLE, scen)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+
+    async def go():
+        app = QmodelApp(str(scen), engine=FakeEngine(), show_timings=False, stages=())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            said: list[str] = []
+            notify = app.notify
+            app.notify = lambda message, **kw: (said.append(message), notify(message, **kw))  # type: ignore[method-assign]
+            shot = next(c for c in app.get_system_commands(app.screen) if c.title == "Screenshot")
+            shot.callback()
+            await pilot.pause(0.3)
+            saved = list(scen_dir.glob("*.svg"))
+            assert len(saved) == 1 and saved[0].read_text().startswith("<svg")
+            assert said == [f"Screenshot saved to {saved[0]}"]
+        app = QmodelApp(engine=FakeEngine(), show_timings=False, stages=())  # no scenario file: the working directory
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            out = app.take_screenshot()
+            assert out is not None and out.parent == work and out.exists()
+            # a folder that cannot be written (here: a file) falls back to the next one
+            (work / "a-file").write_text("")
+            out2 = app.take_screenshot("second.svg", str(work / "a-file"))
+            assert out2 == work / "second.svg" and out2.exists()
+        assert not (home / "Downloads").exists()
+    run(go())
