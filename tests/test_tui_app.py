@@ -370,3 +370,26 @@ def test_screenshot_goes_beside_the_scenario_and_says_where(tmp_path: Path, monk
             assert out2 == work / "second.svg" and out2.exists()
         assert not (home / "Downloads").exists()
     run(go())
+
+
+def test_pinning_an_invalid_form_says_so_and_pins_nothing() -> None:
+    async def go():
+        app = _app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            said: list[tuple[str, str]] = []
+            notify = app.notify
+            app.notify = lambda message, **kw: (said.append((message, kw.get("severity", "information"))),  # type: ignore[method-assign]
+                                                notify(message, **kw))
+            app.set_field("deployment.prefill.tp", "four")
+            await settle(app, pilot)
+            await pilot.press("f2")
+            assert app.pinned == []
+            assert len(said) == 1 and said[0][1] == "error"
+            assert said[0][0].startswith("Not pinned: 1 field needs fixing (Prefill TP: ") and "valid integer" in said[0][0]
+            # fixed: F2 pins the scenario now in the form
+            app.set_field("deployment.prefill.tp", "8")
+            await settle(app, pilot)
+            await pilot.press("f2")
+            assert [a.scenario.deployment.prefill.tp for _, _, a in app.pinned] == [8]
+    run(go())

@@ -387,7 +387,21 @@ class QmodelApp(App):
 
     # ---- pin / compare -----------------------------------------------------------------------
     def action_pin(self) -> None:
+        fb = self.build_state
+        if fb is not None and fb.scenario is None:
+            # The results on screen are the last valid inputs', not the form's: pinning them would mislabel them.
+            from .form import FIELD_BY_KEY
+
+            bad = "; ".join(f"{FIELD_BY_KEY[k].label if k in FIELD_BY_KEY else k}: {v}" for k, v in fb.errors.items())
+            n = len(fb.errors)
+            self.notify(f"Not pinned: {n} field{'s' if n != 1 else ''} need{'s' if n == 1 else ''} fixing ({bad})",
+                        severity="error", timeout=8)
+            return
         a = self.analysis
+        if a is not None and fb is not None and a.scenario != fb.scenario:
+            self.notify("Not pinned: the results are still for the previous inputs; pin again when they update",
+                        severity="warning")
+            return
         if a is None or a.error:
             self.notify("Nothing to pin: the scenario has no results", severity="warning")
             return
