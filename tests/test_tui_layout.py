@@ -30,8 +30,7 @@ def _words(console, renderable, width: int) -> set[str]:
 
 def _legible(app, view: TableView) -> list[str]:
     """The words of ``view`` as laid out that are not whole words of its content (empty: legible)."""
-    content = view.visual  # the renderable last given to update()
-    renderable = getattr(content, "_renderable", content)
+    renderable = view.content  # Static.content: the renderable last given to update()
     console = app.console
     whole = _words(console, renderable, UNBOUNDED)
     if isinstance(renderable, ByWidth):

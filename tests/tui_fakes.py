@@ -69,7 +69,7 @@ class FakeEngine:
                                                                                               min(a_ttft, a_tpot)),
                      ttft_attainment=a_ttft, tpot_attainment=a_tpot, stations=stations,
                      binding=f"TTFT binds: fake binding at utilization {rho:.2f}", link=link, gpus=sc.deployment.gpus,
-                     inputs_sha256=sha, validity="good: fake engine")
+                     inputs_sha256=sha, validity="good: fake engine; check this scenario with --check")
         return dataclasses.replace(base, result=res, ttft=_exp_curve(ttft_mean, sc.slo.ttft_s),
                                    tpot=_exp_curve(tpot_mean, sc.slo.tpot_s))
 
@@ -160,3 +160,10 @@ def fake_plans(scenario, objective, target, top_k=10):
                       validity="approximate")
         out.append(planning.PlanChoice(row.label, row, planning.scenario_from_row(scenario, row)))
     return out
+
+
+def view_text(app, view) -> str:
+    """A TableView's content as laid out at its width, all of it (also what is scrolled out of sight)."""
+    console = app.console
+    lines = console.render_lines(view.content, console.options.update_width(view.content_size.width), pad=False)
+    return "\n".join("".join(seg.text for seg in line) for line in lines)

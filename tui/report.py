@@ -6,6 +6,7 @@ numbers through :func:`metric_rows`, so what is exported is what is shown.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from rich.console import Group, RenderableType
@@ -17,7 +18,7 @@ from qmodel.units import format_bandwidth, format_duration
 from .compute import Analysis, ReplayCheck
 from .layout import keep_whole
 
-__all__ = ["render_results", "render_compare", "metric_rows", "export_payload", "render_replay", "replay_label", "pct",
+__all__ = ["REPLAY_KEY", "in_app_terms", "render_results", "render_compare", "metric_rows", "export_payload", "render_replay", "replay_label", "pct",
            "short_binding"]
 
 
@@ -31,6 +32,18 @@ def _rate(x: float | None) -> str:
 
 def _usd(x: float | None) -> str:
     return "—" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.1f}")
+
+
+#: The app's replay key (tui/app.py binds F6 to the replay); the results say it instead of a CLI flag.
+REPLAY_KEY = "F6"
+
+_CLI_CHECK = re.compile(r"check (this scenario )?with --check\b")
+
+
+def in_app_terms(text: str) -> str:
+    """A library sentence as the TUI says it: the CLI's ``--check`` (replay this scenario) becomes
+    the replay key, which runs the same replay in the Replay tab."""
+    return _CLI_CHECK.sub(f"check this scenario in the replay ({REPLAY_KEY})", text)
 
 
 def short_binding(text: str) -> str:
@@ -152,7 +165,7 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
                 + f"{format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} ",
                 ("ok" if lk.sufficient else "INSUFFICIENT", "green" if lk.sufficient else "bold red"),
                 f"; exposed {format_duration(lk.mean_exposed_s)}"))
-        _kv(kv, "Validity", r.validity, "green" if r.validity.startswith("good") else "yellow")
+        _kv(kv, "Validity", in_app_terms(r.validity), "green" if r.validity.startswith("good") else "yellow")
     parts.append(kv)
     if r is not None:
         st = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, title_justify="left")
@@ -166,7 +179,7 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
                        f"{s.max_stable_rate_per_s:.3g}", format_duration(s.p99_wait_s))
         parts.append(keep_whole(st))
         for w in r.warnings:
-            parts.append(Text(w, style="yellow"))
+            parts.append(Text(in_app_terms(w), style="yellow"))
     if a.sensitivities is not None:
         se = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
         se.add_column("sensitivity", style="bold", no_wrap=True)
