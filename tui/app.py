@@ -323,7 +323,8 @@ class QmodelApp(App):
             x_hi = max((c.rates[-1] for c in curves), default=1.0)
             knees = [(c.knee_rps, TOPOLOGY_STYLES.get(c.topology, "white")) for c in curves if c.knee_rps > 0]
             att.plot(lambda w, h: plots.line_chart(series, w, h, x_range=(0.0, x_hi), y_range=(0.0, 1.0), refs=refs,
-                                                   y_fmt=lambda v: f"{v * 100:.0f}%", x_label="req/s", x_marks=knees))
+                                                   y_fmt=lambda v: f"{v * 100:.0f}%", x_marks=knees,
+                                                   y_label="SLO attainment (%)", x_label="arrival rate (req/s)"))
             lines = Text()
             for c in a.curves:
                 lines.append("━━ ", style=TOPOLOGY_STYLES.get(c.topology, "white"))
@@ -354,9 +355,11 @@ class QmodelApp(App):
             title.update(Text.assemble((f"{which.upper()} ", "bold"), f"p50 {fd(d.p50_s)} ",
                                        (f"p90 {fd(d.p90_s)} ", "bright_red"), (f"p99 {fd(d.p99_s)} ", "red"),
                                        (f"target {fd(d.target_s)}", "yellow")))
-            chart.plot(lambda w, h, d=d, marks=marks: plots.density_bars(
+            factor, unit = plots.duration_axis(d.x_s[-1])
+            chart.plot(lambda w, h, d=d, marks=marks, factor=factor, unit=unit, which=which: plots.density_bars(
                 d.x_s, d.cdf, w, h, marks=marks, style="cyan" if which == "ttft" else "bright_blue",
-                x_fmt=lambda v: fd(v) if v > 0 else "0"))
+                x_fmt=lambda v: plots.fmt_num(v * factor), y_label="share of requests",
+                x_label=f"{which.upper()} ({unit})"))
         hm = self.query_one("#heatmap", TableView)
         if a is None or a.error:
             hm.update("")
