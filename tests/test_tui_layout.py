@@ -102,3 +102,24 @@ def test_a_table_wider_than_the_pane_scrolls_instead_of_cutting() -> None:
             assert _legible(app, view) == []
             assert app.query_one("#tab-compare .pane").max_scroll_x > 0
     asyncio.run(go())
+
+
+def test_replay_table_fits_at_80x24_with_every_station_name() -> None:
+    import dataclasses
+
+    class AllStations(FakeEngine):
+        def replay(self, sc, result, n, seed, progress):
+            check = super().replay(sc, result, n, seed, progress)
+            names = ("prefill", "kv_transfer", "decode", "colocated", "chunked")  # qmodel/stations/*.py
+            return dataclasses.replace(check, stations=tuple((f"{s}.utilization", 0.5, 0.45, 1 / 9) for s in names))
+
+    async def go():
+        app = QmodelApp(str(EXAMPLE), engine=AllStations(), show_timings=False, stages=())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            app.action_replay()
+            await settle(app, pilot)
+            await pilot.pause()
+            assert _legible(app, app.query_one("#replay-table", TableView)) == []
+            assert app.query_one("#tab-replay .pane").max_scroll_x == 0
+    asyncio.run(go())
