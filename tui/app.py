@@ -40,7 +40,7 @@ __all__ = ["QmodelApp", "TABS", "TOPOLOGY_STYLES"]
 TOPOLOGY_STYLES = {"colocated": "bright_cyan", "chunked": "bright_magenta", "disaggregated": "bright_green"}
 
 
-#: The tabs in order: (pane id, title); alt+1.. alt+5 select them.
+#: The tabs in order: (pane id, title); alt+right / alt+left step through them.
 TABS = (("tab-results", "Results"), ("tab-plots", "Plots"), ("tab-compare", "Compare"), ("tab-plan", "Plan"),
         ("tab-replay", "Replay"))
 
@@ -69,11 +69,11 @@ class QmodelApp(App):
         Binding("f8", "export_file('csv')", "CSV", show=False),
         Binding("f9", "toggle_form", "Form", tooltip="hide or show the scenario form (widens the tabs)"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
-        # Tabs by number. Alt, so that digits typed into the form stay digits; one footer entry for the five.
-        Binding("alt+1", "show_tab('tab-results')", "Tab", key_display="alt+1…5",
-                tooltip="alt+1 Results, alt+2 Plots, alt+3 Compare, alt+4 Plan, alt+5 Replay"),
-        *(Binding(f"alt+{i}", f"show_tab('{tab}')", name, show=False)
-          for i, (tab, name) in enumerate(TABS[1:], start=2)),
+        # Next / previous tab. Alt+arrow, which terminals send as their own sequence (Textual reads ESC
+        # + digit as the macOS Option characters ¡ ™ £, so alt+1..5 would never arrive), and which no
+        # form field uses; the palette has one entry per tab as well.
+        Binding("alt+right", "next_tab", "Tab", key_display="alt+←→", tooltip="next tab (alt+left: previous)"),
+        Binding("alt+left", "previous_tab", "Previous tab", show=False),
     ]
 
     def __init__(self, scenario_path: str | None = None, overrides: list[str] | None = None, *,
@@ -573,6 +573,14 @@ class QmodelApp(App):
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
+
+    def action_next_tab(self, step: int = 1) -> None:
+        ids = [tab for tab, _ in TABS]
+        tabs = self.query_one(TabbedContent)
+        tabs.active = ids[(ids.index(tabs.active) + step) % len(ids)]
+
+    def action_previous_tab(self) -> None:
+        self.action_next_tab(-1)
 
     def action_toggle_form(self) -> None:
         form = self.query_one(ScenarioForm)

@@ -17,8 +17,9 @@ _GPU_FIELDS = ("deployment.pool.gpu", "deployment.prefill.gpu", "deployment.deco
 
 #: (palette text, app action as in its key bindings, help): every action of the app, each tab included.
 ACTIONS: tuple[tuple[str, str, str], ...] = (
-    *((f"Tab: {title}", f"show_tab('{tab}')", f"show the {title} tab (alt+{i})")
-      for i, (tab, title) in enumerate(TABS, start=1)),
+    *((f"Tab: {title}", f"show_tab('{tab}')", f"show the {title} tab") for tab, title in TABS),
+    ("Tab: next", "next_tab", "the tab to the right (alt+right)"),
+    ("Tab: previous", "previous_tab", "the tab to the left (alt+left)"),
     ("Pin scenario to compare", "pin", "keep it for side-by-side comparison on the Compare tab (F2)"),
     ("Clear pinned scenarios", "clear_pins", "empty the Compare tab"),
     ("Load a pinned scenario into the form", "load_pin", "from the Compare tab"),
