@@ -53,7 +53,7 @@ class QmodelApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "qmodel"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
-    FOOTER_FULL_WIDTH = 110  # narrower: the footer leaves out F7/F8 (they still work)
+    FOOTER_FULL_WIDTH = HORIZONTAL_BREAKPOINTS[1][0]  # narrower: the footer leaves out F7/F8 (they still work)
     DEBOUNCE_S = 0.025  # merges keys typed faster than 40 per second; a solve per slower key is cancelled by the next
     BINDINGS = [
         Binding("f2", "pin", "Pin"),

@@ -30,8 +30,8 @@ class TableView(Static):
     """A Static for tables: never narrower than its content's minimum (:func:`qmodel.tui.layout.minimum_width`),
     so a table that cannot fit scrolls sideways in its container instead of cutting numbers."""
 
-    def update(self, content: object = "") -> None:  # type: ignore[override]
-        super().update(content)  # type: ignore[arg-type]
+    def update(self, content: object = "", *, layout: bool = True) -> None:  # type: ignore[override]
+        super().update(content, layout=layout)  # type: ignore[arg-type]
         self.styles.min_width = None if isinstance(content, str) else minimum_width(self.app.console, content)
 
 
