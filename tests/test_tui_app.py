@@ -283,9 +283,10 @@ def test_tab_keys_f9_and_exports_in_the_footer() -> None:
             await pilot.press("f7")
             await pilot.pause()
             assert isinstance(app.screen, PathPrompt)
-        app = _app()
-        async with app.run_test(size=(160, 50)) as pilot:
-            await settle(app, pilot)
+            await pilot.press("escape")
+            await pilot.resize_terminal(160, 50)
+            await pilot.pause()
+            await pilot.pause()
             footer = screen_text(app).split("\n")[-1]
             assert "f7 JSON" in footer and "f8 CSV" in footer and "f9 Form" in footer and "alt+←→ Tab" in footer
     run(go())
