@@ -383,14 +383,18 @@ def test_pinning_an_invalid_form_says_so_and_pins_nothing() -> None:
             await settle(app, pilot)
             said: list[tuple[str, str]] = []
             notify = app.notify
-            app.notify = lambda message, **kw: (said.append((message, kw.get("severity", "information"))),  # type: ignore[method-assign]
-                                                notify(message, **kw))
+            def record(message, **kw):
+                said.append((message, kw.get("severity", "information")))
+                notify(message, **kw)
+
+            app.notify = record  # type: ignore[method-assign]
             app.set_field("deployment.prefill.tp", "four")
             await settle(app, pilot)
             await pilot.press("f2")
             assert app.pinned == []
             assert len(said) == 1 and said[0][1] == "error"
-            assert said[0][0].startswith("Not pinned: 1 field needs fixing (Prefill TP: ") and "valid integer" in said[0][0]
+            message, _ = said[0]
+            assert message.startswith("Not pinned: 1 field needs fixing (Prefill TP: ") and "valid integer" in message
             # fixed: F2 pins the scenario now in the form
             app.set_field("deployment.prefill.tp", "8")
             await settle(app, pilot)

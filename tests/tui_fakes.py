@@ -105,8 +105,11 @@ class FakeEngine:
         for f in (0.1, 0.5, 1.0):
             progress(f, "fake replay")
         # The metric names and order of validation.compare.diff_metrics; the replay reads 5% low.
-        rows = tuple((f"{kind}_{stat}", getattr(getattr(result, kind), stat), getattr(getattr(result, kind), stat) * 0.95,
-                      1 / 0.95 - 1) for kind in ("ttft", "tpot") for stat in ("mean", "p50", "p90", "p99"))
+        def latency(kind: str, stat: str) -> float:
+            return getattr(getattr(result, kind), stat)
+
+        rows = tuple((f"{kind}_{stat}", latency(kind, stat), latency(kind, stat) * 0.95, 1 / 0.95 - 1)
+                     for kind in ("ttft", "tpot") for stat in ("mean", "p50", "p90", "p99"))
         rows += tuple((m, getattr(result, m), getattr(result, m) - 0.01, 0.01)
                       for m in ("attainment", "ttft_attainment", "tpot_attainment"))
         stations = tuple((f"{s.name}.utilization", s.utilization, s.utilization * 0.95, 1 / 0.95 - 1)
@@ -153,7 +156,8 @@ def fake_plans(scenario, objective, target, top_k=10):
                       prefill=PoolOut(gpu="h100-sxm", tp=tp, instances=inst, gpus=tp * inst),
                       decode=PoolOut(gpu="h100-sxm", tp=tp, instances=2 * inst, gpus=2 * tp * inst), link="roce-4x200",
                       transfer_mode="layerwise", gpus=3 * tp * inst, power_w=700.0 * 3 * tp * inst,
-                      cost_per_hour=4.0 * 3 * tp * inst, goodput_rps=7.5 / rank, goodput_per_gpu=7.5 / rank / (3 * tp * inst),
+                      cost_per_hour=4.0 * 3 * tp * inst, goodput_rps=7.5 / rank,
+                      goodput_per_gpu=7.5 / rank / (3 * tp * inst),
                       rate_per_s=7.5 / rank, attainment=0.9, ttft_p90_s=0.4123 * rank, tpot_p90_s=0.05123,
                       max_stable_rate_per_s=9.0, knee_rps=6.0, headroom_to_knee=-0.1,
                       binding="TPOT binds: p90 51.2 ms vs target 60 ms at utilization 0.85; prefill ok",

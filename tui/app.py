@@ -550,7 +550,7 @@ class QmodelApp(App):
         for cmd in super().get_system_commands(screen):
             if cmd.title != "Screenshot":
                 yield cmd
-        yield SystemCommand("Screenshot", "Save an SVG screenshot beside the scenario file (or in the working directory)",
+        yield SystemCommand("Screenshot", "Save an SVG screenshot beside the scenario file (else the working directory)",
                             lambda: self.set_timer(0.1, self.take_screenshot))  # after the palette has closed
 
     def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:

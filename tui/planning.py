@@ -82,7 +82,8 @@ def render_plans(choices: list[PlanChoice]) -> RenderableType:
         for c in choices:
             r = c.row
             cells = {"#": str(r.rank), "plan": c.label, "GPUs": str(r.gpus), "req/s": f"{r.goodput_rps:.3g}",
-                     "/GPU": f"{r.goodput_per_gpu:.3g}", "$/h": "—" if r.cost_per_hour is None else f"{r.cost_per_hour:.1f}",
+                     "/GPU": f"{r.goodput_per_gpu:.3g}",
+                     "$/h": "—" if r.cost_per_hour is None else f"{r.cost_per_hour:.1f}",
                      "TTFT p90": _dur(getattr(r, "ttft_p90_s", None)), "TPOT p90": _dur(getattr(r, "tpot_p90_s", None)),
                      "binding": short_binding(r.binding)}
             t.add_row(*[cells[col] for col, _, _ in cols])

@@ -18,7 +18,8 @@ from qmodel.units import format_bandwidth, format_duration
 from .compute import Analysis, ReplayCheck
 from .layout import keep_whole
 
-__all__ = ["REPLAY_KEY", "in_app_terms", "render_results", "render_compare", "metric_rows", "export_payload", "render_replay", "replay_label", "STATION_LABELS", "pct",
+__all__ = ["REPLAY_KEY", "in_app_terms", "render_results", "render_compare", "metric_rows", "export_payload",
+           "render_replay", "replay_label", "STATION_LABELS", "pct",
            "short_binding"]
 
 
