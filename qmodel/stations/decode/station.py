@@ -294,6 +294,7 @@ class DecodeStation:
         return StationSolution(
             name=self.name,
             utilization=float(rate_per_s / lam_max),
+            busy_fraction=busy,
             max_stable_rate_per_s=lam_max,
             delay=delay,
             wait=wait,
