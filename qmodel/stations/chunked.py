@@ -74,9 +74,8 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.colocated import (_L_GROUPS, check_pool_inputs, _busy_period_stalls, _grid_pmf, _pk_wait, batch_wait,
-                                       burst_batch_mean, decode_residual, held_prompt_tokens, jsq_wait, n_nodes,
-                                       stall_tpot)
+from qmodel.stations.colocated import check_pool_inputs, held_prompt_tokens
+from qmodel.stations.iteration_laws import (L_GROUPS, busy_period_stalls, grid_pmf, pk_wait, batch_wait, burst_batch_mean, decode_residual, jsq_wait, n_nodes, stall_tpot)
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 
@@ -185,7 +184,7 @@ class ChunkedStation:
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
         lm1 = L[self.multi] - 1.0
-        edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), _L_GROUPS + 1))
+        edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
         self.gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
         self._lam_max = self._find_lam_max()
         w0 = self.p * self.lin_per_token[0] + self._quad[0][self._inv]  # prompt work with no decodes
@@ -293,7 +292,7 @@ class ChunkedStation:
         s_own = work(nbar)
         mean_s = float(s_own.mean())
         dxs = self._ttft_dx  # rate-independent grid: attainment then moves monotonically with the rate
-        own_pmf = _grid_pmf(s_own, dxs)
+        own_pmf = grid_pmf(s_own, dxs)
         sf = 1.0 - np.cumsum(own_pmf)
         res = np.concatenate([[0.0], sf[:-1]])
         res = res / res.sum()
@@ -306,7 +305,7 @@ class ChunkedStation:
             # steering (stations/steer.py) picks the instance met
             pk = batch_wait(own_pmf, dxs, rho_c, m_burst, 1)
         else:
-            pk = jsq_wait(_pk_wait(resid, rho_c), rho_c, 1, (self.ca2 + cs2) / (1.0 + cs2))
+            pk = jsq_wait(pk_wait(resid, rho_c), rho_c, 1, (self.ca2 + cs2) / (1.0 + cs2))
         if ll:
             pk = steered_wait(pk, self.instances, mean_s / self.mean_p, self._ll_delta)
         busy_dec = 1.0 - float(pi[0])  # P(decoding | no prompt backlog)
@@ -335,7 +334,7 @@ class ChunkedStation:
         iters_1 = self.p / (self.chunk_tokens - j1) + share(j1) * _at(self._extra_iters, j1)[self._inv]
         x = np.maximum(w_1 - iters_1 * _at(self.td, j1), 0.0)
         rc_1 = min(_at(rho_all, j1), 0.99)
-        y = _busy_period_stalls(w_1, x, rc_1, m_burst)
+        y = busy_period_stalls(w_1, x, rc_1, m_burst)
         # bursty arrivals: the members of the tagged request's batch behind it on its instance
         # (floor(J/c), J ~ Geometric_0(1 - 1/m)) are queued behind it too; added to the own window as
         # their mean count (seconds of arrivals at rate lam)
