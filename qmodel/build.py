@@ -26,7 +26,7 @@ from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "pipeline_warnings", "resolve", "resolve_link", "resolve_pool", "resolve_workload"]
+           "resolve", "resolve_link", "resolve_pool", "resolve_workload"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
 #: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
@@ -115,13 +115,17 @@ def pool_memory_fraction(role: str, cfg: PoolConfig) -> float:
 
 def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: ModelSpec,
                  mem_fraction: float) -> PoolRuntime:
-    """One pool: its GPU, its service-time model (``scenario.perf`` on gpu/tp/pp) and the KV tokens
-    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the compute dtype)."""
+    """One pool: its GPU, its service-time model (``scenario.perf`` on gpu/tp/pp, as a pipeline
+    instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens one instance holds
+    (:func:`qmodel.perf.memory.kv_capacity_tokens` at the compute dtype)."""
     from qmodel.perf.build import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
+    from qmodel.perf.pipeline import pipeline_instance
 
     gpu = load_catalog().gpu(cfg.gpu, f"{field}.gpu")
-    service = service_model(scenario.perf, model, gpu, cfg.tp, cfg.pp, field_prefix=field)
+    # the stage model, as the instance every station and the replay read (qmodel/perf/pipeline.py:
+    # the one definition of what pp does; the stage model itself at pp = 1)
+    service = pipeline_instance(service_model(scenario.perf, model, gpu, cfg.tp, cfg.pp, field_prefix=field), cfg.pp)
     compute_dtype = getattr(scenario.perf, "compute_dtype", None)
     cap = kv_capacity_tokens(model, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
                              dtype=weight_dtype_for(model, compute_dtype))
@@ -165,16 +169,7 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
         raise TypeError(type(dep))
     w = resolve_workload(scenario, model) if workload is None else workload
     return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    model.kv_bytes_per_token(), w.warnings + pipeline_warnings(pools))
-
-
-def pipeline_warnings(pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
-    """One warning per pool with pp > 1: its step times are pipeline *stage* times (the right
-    service time for throughput, :mod:`qmodel.perf.base`), which the stations also take as the
-    latency of a batch, leaving out the pp - 1 further stages it passes (docs/perf_import.md)."""
-    return tuple(f"warning: {p.field}.pp = {p.config.pp}: step times are pipeline stage times; latencies leave "
-                 f"out the {p.config.pp - 1} further stage time(s) of each batch, so TTFT/TPOT are optimistic"
-                 for p in pools.values() if p.config.pp > 1)
+                    model.kv_bytes_per_token(), w.warnings)
 
 
 def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:

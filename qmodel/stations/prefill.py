@@ -1203,12 +1203,16 @@ class BulkQueue:
         return float(res[0]) if np.ndim(t) == 0 else res
 
     # ---- waiting time and (wait + own batch) on a grid -----------------------------------
-    def _grid_tables(self, dx: float) -> "_GridTables":
+    def _grid_tables(self, dx: float, stages: int = 1) -> "_GridTables":
         """Per regime, the fit and cut batch-time pmfs on the grid (:class:`_GridTables`; a k with
         P(N = k) = 0 carries no cut law), and a dict for their transforms. Rate-independent given
         dx, so they are kept on the law for the last dx (a goodput search mostly keeps dx: it is set
-        by the shortest batch below saturation)."""
+        by the shortest batch below saturation). ``stages`` > 1: the laws of stages · S_k (an own
+        batch through a pipeline, :meth:`grids`), kept beside the plain ones."""
         cache = self.law._grid_cache
+        if stages != 1:
+            cache = cache.setdefault("stages", {})
+            dx = dx / stages  # stages · S_k on dx = S_k on dx / stages, bin for bin
         key = (dx, self.b)
         if cache.get("key") == key:
             return cache["tables"]
@@ -1231,7 +1235,9 @@ class BulkQueue:
         # support length of each cut pmf (index of the last nonzero bin + 1)
         lens = [np.array([len(np.trim_zeros(x, "b")) for x in lst]) for lst in fc_l]
         tables = _GridTables(laws, lens, (np.arange(n_s) + 0.5) * dx, {}, regs)
+        kept = {"stages": cache["stages"]} if stages == 1 and "stages" in cache else {}
         cache.clear()
+        cache.update(kept)
         if laws.nbytes <= _GRID_CACHE_BYTES:  # else too big to hold between solves
             cache.update(key=key, tables=tables)
         return tables
@@ -1330,9 +1336,9 @@ class BulkQueue:
             hi = lo - 1
         return V[0][:m_own] if nr == 1 else np.concatenate([v[:m_own] for v in V])
 
-    def grids(self, dx: float | None = None, wait_scale: float = 1.0,
-              wait_prob: float | None = None) -> tuple[GridDist, GridDist, GridDist]:
-        """(W, W + S_own jointly, S_own) on a common grid (a = 1).
+    def grids(self, dx: float | None = None, wait_scale: float = 1.0, wait_prob: float | None = None,
+              own_stages: int = 1) -> tuple[GridDist, GridDist, GridDist]:
+        """(W, W + own_stages · S_own jointly, S_own) on a common grid (a = 1).
 
         An arrival finds the engine idle (W = 0, own batch of one), or lands at age u of a batch
         (size k, fit or cut, r left waiting) and finds q = r + Poisson(λu) ahead. The q ahead drain
@@ -1346,6 +1352,9 @@ class BulkQueue:
         ``wait_prob`` (non-Poisson arrivals) replaces P(W > 0) = 1 − P(idle) of the Poisson chain:
         who waits moves, and the wait of those who wait stays the chain's conditional law times
         ``wait_scale``. The distributions' ``mean_s`` stay ``wait_scale`` × the chain's mean.
+        ``own_stages``: the own batch leaves that many of its batch times after it starts (a pp-stage
+        pipeline instance, :mod:`qmodel.perf.pipeline`): the joint law is W + own_stages · S_own,
+        the same rows h convolved with S_k on a grid own_stages times finer.
         """
         if self.a != 1:
             raise InputError("min_batch", self.a, "the waiting-time law is implemented for a = 1")
@@ -1543,10 +1552,13 @@ class BulkQueue:
         h = h.reshape(nr * 2 * b, size)  # rows in the order of tables.own_rows
         h[0, 0] += p_zero  # an arrival to an idle engine runs alone, fresh
         # W + S_own: W's support is within `length` (past it the mass is < _WAIT_TAIL), so a transform of
-        # length + n_s does not wrap
-        out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
+        # length + n_s does not wrap. Through a pipeline the own batch runs own_stages · S_k.
         mass = h.sum(axis=1)
         own = mass @ tables.own_rows  # (the rows without mass add exact zeros)
+        if own_stages != 1:
+            tables = self._grid_tables(dx, own_stages)
+            n_s = tables.n_s
+        out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
         most, o_rows, o_bins, o_mass = tables.own_bins
         if most <= _SPARSE_LAW_BINS:
             # every own law is a few bins (deterministic batch times): Σ_k h_k ⊛ S_k is the rows of h
@@ -1591,7 +1603,7 @@ class BulkQueue:
         # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
         wq = self.mean_wait_s * wait_scale
         wait = GridDist.trimmed_from(wpmf, dx, wq, exact, atoms=w_atoms)
-        delay = GridDist.trimmed_from(joint, dx, wq + own_mean, exact, atoms=d_atoms)
+        delay = GridDist.trimmed_from(joint, dx, wq + own_stages * own_mean, exact, atoms=d_atoms)
         own /= own.sum()
         own_d = GridDist.trimmed_from(own, dx, own_mean, exact)
         return wait, delay, own_d
@@ -1862,7 +1874,8 @@ class PrefillStation:
 
     def own_batch_time_per_prompt(self, own_batch_pmf: np.ndarray, seed: int = 7,
                                   mean_s: float | None = None) -> np.ndarray:
-        """Each sampled request's own batch time, aligned with ``prompt_tokens``.
+        """Each sampled request's own batch time until its batch leaves the instance (``prefill_exit_s``:
+        pp stage times through a pipeline), aligned with ``prompt_tokens``.
 
         Request i's batch holds its own prompt and k − 1 others drawn from the mix, with k from the
         customer-weighted ``own_batch_pmf`` (under a request cap the batch size does not depend on
@@ -1900,7 +1913,7 @@ class PrefillStation:
         t = np.asarray(self.service.prefill_time_s(sum_n, sum_sq, n_req), dtype=float)
         if budget is not None and mean_s is not None and t.mean() > 0:
             t = t * (mean_s / float(t.mean()))
-        return t
+        return np.asarray(self.service.prefill_exit_s(t), dtype=float)  # through a pipeline: pp stage times
 
     def queue(self, rate_per_s: float) -> BulkQueue:
         """One engine's chain at the pool rate ``rate_per_s`` (exact for random dispatch)."""
@@ -1947,7 +1960,8 @@ class PrefillStation:
                          f"requests from a long queue, at most {self.b}); head regimes by Monte Carlo (approximate)")
         elif self.max_batch_tokens is not None and self.law_override is None:
             notes.append(f"token budget {self.max_batch_tokens:g} fits b = {self.b} equal prompts: exact cap")
-        wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob)
+        wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob,
+                                   own_stages=self.service.prefill_exit_stages)
         # exact for the stated model: Poisson per engine and a request cap that is the engine's rule
         exact = scale == 1.0 and self.dispatch == "random" and self._budget_is_cap
         own_pmf = q.own_batch_pmf
@@ -2013,7 +2027,9 @@ class PrefillStation:
         own = GridDist(dx, own.pmf, es)
         from qmodel.dist import convolve
 
-        delay = convolve(wait, own)  # b = 1: the own service is independent of the wait
+        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
+        own_exit = own if stages == 1 else GridDist(dx, GridDist.from_samples(stages * s, dx, w_nodes).pmf, stages * es)
+        delay = convolve(wait, own_exit)  # b = 1: the own service is independent of the wait
         rho = rate_per_s * es / c
         return StationSolution(
             name="prefill",
