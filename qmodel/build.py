@@ -20,13 +20,14 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PoolConfig, Scenario,
-                             TraceArrivals)
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PerfModel, PoolConfig,
+                             RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "resolve", "resolve_link", "resolve_pool", "resolve_workload"]
+           "pool_compute_dtype", "pool_model", "pool_perf", "resolve", "resolve_link",
+           "resolve_pool", "resolve_workload"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
 #: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
@@ -35,7 +36,8 @@ PREFILL_MEMORY_FRACTION = 0.9
 
 @dataclass(frozen=True)
 class PoolRuntime:
-    """One pool's resolved hardware, service-time model and KV capacity (tokens per instance)."""
+    """One pool's resolved hardware, model as this pool runs it (its KV dtype applied), service-time
+    model and KV capacity (tokens per instance)."""
 
     role: str  # "prefill", "decode" or "pool" (colocated/chunked)
     field: str  # dotted scenario path, for error messages
@@ -43,14 +45,11 @@ class PoolRuntime:
     gpu: GPUSpec
     service: ServiceTimeModel
     kv_capacity_tokens: float
+    model: ModelSpec
 
     @property
     def gpus(self) -> int:
         return self.config.gpus
-
-    @property
-    def cost_per_hour_usd(self) -> float | None:
-        return None if self.gpu.price_usd_per_hour is None else self.gpu.price_usd_per_hour * self.gpus
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ class Resolved:
     #: nominal per-path bandwidth; None unless disaggregated
     link: LinkSpec | None
     link_bandwidth_bytes_per_s: float | None  # effective (after efficiency) per path
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # on the link: the prefill pool's KV dtype (colocated/chunked: the pool's)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -90,8 +89,19 @@ class Resolved:
 
     @property
     def cost_per_hour_usd(self) -> float | None:
-        costs = [p.cost_per_hour_usd for p in self.pools.values()]
-        return None if any(c is None for c in costs) else float(sum(costs))
+        """:func:`qmodel.cost.cost_per_hour_usd` of the pools at the scenario's prices (None if a GPU has none)."""
+        from qmodel.cost import cost_per_hour_usd, price_table
+
+        pools = [(p.gpu.name, p.gpus) for p in self.pools.values()]
+        return cost_per_hour_usd(pools, price_table([g for g, _ in pools], self.scenario.prices))
+
+    @property
+    def mean_prompt_tokens(self) -> float:
+        return float(self.lengths.prompt.mean())
+
+    @property
+    def mean_output_tokens(self) -> float:
+        return float(self.lengths.output.mean())
 
     @property
     def perf_sha256(self) -> dict[str, str]:
@@ -113,23 +123,47 @@ def pool_memory_fraction(role: str, cfg: PoolConfig) -> float:
     return PREFILL_MEMORY_FRACTION if role == "prefill" else float(getattr(cfg, "kv_memory_fraction"))
 
 
+def pool_model(model: ModelSpec, cfg: PoolConfig) -> ModelSpec:
+    """The model as a pool runs it: the catalog entry with the pool's ``kv_dtype`` (if set) in place
+    of the catalog's, so every consumer of the ModelSpec (KV capacity, roofline KV reads, link
+    bytes, replay) sees the same KV width without a parameter of its own."""
+    if cfg.kv_dtype is None or cfg.kv_dtype == model.kv_dtype:
+        return model
+    return model.model_copy(update={"kv_dtype": cfg.kv_dtype})
+
+
+def pool_perf(perf: PerfModel, cfg: PoolConfig) -> PerfModel:
+    """The perf model of one pool: ``scenario.perf`` with the pool's ``compute_dtype`` (if set)
+    replacing ``perf.compute_dtype`` (roofline only; measured tables and fixed times carry theirs)."""
+    if cfg.compute_dtype is None or not isinstance(perf, RooflinePerf):
+        return perf
+    return perf.model_copy(update={"compute_dtype": cfg.compute_dtype})
+
+
+def pool_compute_dtype(perf: PerfModel, cfg: PoolConfig) -> str | None:
+    """The precision a pool's weights are held at: the pool's ``compute_dtype``, else ``perf.compute_dtype``."""
+    return cfg.compute_dtype if cfg.compute_dtype is not None else getattr(perf, "compute_dtype", None)
+
+
 def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: ModelSpec,
                  mem_fraction: float) -> PoolRuntime:
-    """One pool: its GPU, its service-time model (``scenario.perf`` on gpu/tp/pp, as a pipeline
-    instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens one instance holds
-    (:func:`qmodel.perf.memory.kv_capacity_tokens` at the compute dtype)."""
+    """One pool: its GPU, its model (:func:`pool_model`), its service-time model (:func:`pool_perf`
+    on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
+    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision
+    and KV dtype)."""
     from qmodel.perf.build import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
     from qmodel.perf.pipeline import pipeline_instance
 
     gpu = load_catalog().gpu(cfg.gpu, f"{field}.gpu")
+    m = pool_model(model, cfg)
     # the stage model, as the instance every station and the replay read (qmodel/perf/pipeline.py:
     # the one definition of what pp does; the stage model itself at pp = 1)
-    service = pipeline_instance(service_model(scenario.perf, model, gpu, cfg.tp, cfg.pp, field_prefix=field), cfg.pp)
-    compute_dtype = getattr(scenario.perf, "compute_dtype", None)
-    cap = kv_capacity_tokens(model, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
-                             dtype=weight_dtype_for(model, compute_dtype))
-    return PoolRuntime(role, field, cfg, gpu, service, float(cap))
+    service = pipeline_instance(service_model(pool_perf(scenario.perf, cfg), m, gpu, cfg.tp, cfg.pp,
+                                              field_prefix=field), cfg.pp)
+    cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
+                             dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)))
+    return PoolRuntime(role, field, cfg, gpu, service, float(cap), m)
 
 
 def resolve_link(dep: DisaggregatedDeployment) -> tuple[LinkSpec, float]:
@@ -152,6 +186,10 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     ``model``, the ``workload`` from :func:`resolve_workload` and a ``pool`` factory returning what
     :func:`resolve_pool` returns; the assembly is this function's either way."""
     model = load_catalog().model(scenario.model) if model is None else model
+    if scenario.prices:
+        from qmodel.cost import check_prices
+
+        check_prices(scenario.prices)  # an unknown GPU name fails here, not only where a cost is asked for
     if pool is None:
         def pool(role: str, field: str, cfg: PoolConfig, frac: float) -> PoolRuntime:
             return resolve_pool(role, field, cfg, scenario, model, frac)
@@ -168,8 +206,11 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     else:  # pragma: no cover - schema admits no other topology
         raise TypeError(type(dep))
     w = resolve_workload(scenario, model) if workload is None else workload
+    # KV moves as the sender stores it: the prefill pool's KV dtype (the blocks are copied by RDMA
+    # as they are; a decode pool with another dtype converts on arrival, outside the link).
+    sender = pools["prefill"] if "prefill" in pools else pools["pool"]
     return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    model.kv_bytes_per_token(), w.warnings)
+                    sender.model.kv_bytes_per_token(), w.warnings)
 
 
 def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:

@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from qmodel.errors import NumericalError, QmodelError, UnstableError
+from qmodel.progress import ProgressFn
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PrefillPool,
                              Scenario)
 
@@ -46,6 +47,11 @@ class Candidate(BaseModel):
     gpus: int
     #: why this topology could not be evaluated (its figures are then zero); None when it was
     reason: str | None = None
+    #: GPU price x GPUs at the scenario's prices (qmodel.cost); None if a GPU has no price
+    cost_per_hour_usd: float | None = None
+    usd_per_million_input_tokens: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    usd_per_million_tokens: float | None = None
 
 
 class Comparison(BaseModel):
@@ -101,10 +107,15 @@ def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     solver = Solver(sc)
     lam_max, station = solver.max_stable_rate()
     g, _ = goodput_search(solver.attainment, lam_max, sc.slo.attainment_goal)
-    gpus = solver.resolved.gpus
+    from qmodel.cost import token_prices
+
+    r = solver.resolved
+    gpus, cost = r.gpus, r.cost_per_hour_usd
+    tok = token_prices(cost, g, r.mean_prompt_tokens, r.mean_output_tokens)
     return Candidate(topology=topology, layout=layout, goodput_rps=g, goodput_per_gpu=g / gpus,
                      knee_rps=knee_rate(solver, lam_max), max_stable_rate_per_s=lam_max,
-                     binding=binding_at(solver, g, station), gpus=gpus)
+                     binding=binding_at(solver, g, station), gpus=gpus, cost_per_hour_usd=cost,
+                     **(tok.model_dump() if tok else {}))
 
 
 def _row(sc: Scenario, topology: str, layout: str) -> Candidate:
@@ -120,8 +131,9 @@ def _not_evaluated(topology: str, layout: str, reason: str) -> Candidate:
                      max_stable_rate_per_s=0.0, binding=f"not evaluated: {reason}", gpus=0, reason=reason)
 
 
-def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
-    """The three topologies on the scenario's GPUs (a Scenario or the path of a scenario file)."""
+def compare_topologies(scenario: Scenario | str | Path, progress: ProgressFn | None = None) -> Comparison:
+    """The three topologies on the scenario's GPUs (a Scenario or the path of a scenario file);
+    ``progress(done, total, what)`` after each layout's goodput search."""
     from qmodel.source import as_scenario
 
     scenario = as_scenario(scenario)
@@ -142,12 +154,16 @@ def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
         chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
         dispatch = PrefillPool.model_fields["dispatch"].default
     gpu, tp = pool.gpu, pool.tp
+    total = 2 + max(n_inst - 1, 0)
+    tick = progress or (lambda done, total, what: None)
     cands: list[Candidate] = []
     whole = pool.model_copy(update={"instances": n_inst})
     cands.append(_row(scenario.model_copy(update={"deployment": ColocatedDeployment(pool=whole, max_batch_tokens=budget)}),
                       "colocated", f"{n_inst} x TP{tp}"))
+    tick(1, total, "layouts")
     cands.append(_row(scenario.model_copy(update={"deployment": ChunkedDeployment(pool=whole, chunk_tokens=chunk)}),
                       "chunked", f"{n_inst} x TP{tp}, {chunk}-token chunks"))
+    tick(2, total, "layouts")
     best_dis: Candidate | None = None
     failed: list[str] = []
     for p in range(1, n_inst):
@@ -155,6 +171,7 @@ def compare_topologies(scenario: Scenario | str | Path) -> Comparison:
             prefill=PrefillPool(gpu=gpu, tp=tp, pp=pool.pp, instances=p, max_batch_tokens=budget, dispatch=dispatch),
             decode=pool.model_copy(update={"instances": n_inst - p}), **link)
         c = _row(scenario.model_copy(update={"deployment": d}), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
+        tick(2 + p, total, "layouts")
         if c.reason is not None:
             failed.append(f"P:D = {p}:{n_inst - p}: {c.reason}")
         elif best_dis is None or c.goodput_rps > best_dis.goodput_rps:

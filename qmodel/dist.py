@@ -49,14 +49,19 @@ class GridDist:
     exact: bool = True
     meta: dict = field(default_factory=dict, compare=False)
     atoms: np.ndarray | None = field(default=None, compare=False)
+    #: the mass past the grid is exactly ``tail``·e^{−tail_rate·s} at s past the grid's end (a
+    #: heavy-traffic wait's geometric tail): :meth:`cdf` reads it there (else 1 − tail)
+    tail_exact: bool = field(default=False, compare=False)
 
     def __init__(self, dx: float, pmf: np.ndarray, mean_s: float, tail: float = 0.0, tail_rate: float = math.inf,
-                 exact: bool = True, meta: dict | None = None, atoms: np.ndarray | None = None) -> None:
+                 exact: bool = True, meta: dict | None = None, atoms: np.ndarray | None = None,
+                 tail_exact: bool = False) -> None:
         # A frozen dataclass's generated __init__ sets each field through object.__setattr__; one
         # update of the instance dict is 2.5x faster, and a solve builds some 40 laws. (Still
         # frozen: assignment after construction raises.)
         self.__dict__.update(dx=dx, pmf=pmf, mean_s=mean_s, tail=tail, tail_rate=tail_rate, exact=exact,
-                             meta={} if meta is None else meta, atoms=atoms)
+                             meta={} if meta is None else meta, atoms=atoms,
+                             tail_exact=bool(tail_exact and tail > 0 and math.isfinite(tail_rate)))
 
     @property
     def point_masses(self) -> np.ndarray:
@@ -113,20 +118,31 @@ class GridDist:
     @cached_property
     def _cum(self) -> np.ndarray:
         # P(X <= k dx), computed once: summary() and the engine query the same law several times
-        # (a GridDist's pmf is never modified after construction)
-        return self.pmf.cumsum()
+        # (a GridDist's pmf is never modified after construction); a probability, so the round-off
+        # of summing a pmf of total 1 may not carry it past 1 (it reached 1 + 2.2e-16)
+        return np.minimum(self.pmf.cumsum(), 1.0)
 
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
-        """P(X <= x) on the grid (x rounded down to a grid point: conservative)."""
+        """P(X <= x) on the grid (x rounded down to a grid point: conservative); past the grid's
+        end 1 − tail, or with ``tail_exact`` 1 − tail·e^{−tail_rate (x − end)} (the exponential
+        tail :meth:`quantile` reads)."""
         c = self._cum
         if isinstance(x, (float, int)):  # one point (an SLO target): no array round trip
             if not math.isfinite(x):
                 return float(c[-1]) if x > 0 else 0.0
             k = math.floor(x / self.dx + 1e-9)
+            if k >= self.n and self.tail_exact:
+                return float(c[-1]) + self.tail * -math.expm1(-self.tail_rate * (x - (self.n - 1) * self.dx))
             return 0.0 if k < 0 else float(c[min(k, self.n - 1)])
         # (capped before the cast: an infinite x would wrap around the integer range)
-        k = np.floor(np.minimum(np.asarray(x, dtype=float) / self.dx + 1e-9, self.n)).astype(np.int64)
+        xa = np.asarray(x, dtype=float)
+        k = np.floor(np.minimum(xa / self.dx + 1e-9, self.n)).astype(np.int64)
         out = np.where(k < 0, 0.0, c[np.clip(k, 0, self.n - 1)])
+        if self.tail_exact:
+            past = (k >= self.n) & np.isfinite(xa)
+            if np.any(past):
+                over = np.where(past, xa - (self.n - 1) * self.dx, 0.0)
+                out = np.where(past, out + self.tail * -np.expm1(-self.tail_rate * over), out)
         return float(out) if np.ndim(out) == 0 else out
 
     def sf(self, x: float) -> float:
@@ -176,7 +192,7 @@ class GridDist:
                 return out
 
             return GridDist(dx, split(self.pmf), self.mean_s, self.tail, self.tail_rate, self.exact, self.meta,
-                            None if self.atoms is None else split(self.atoms))
+                            None if self.atoms is None else split(self.atoms), self.tail_exact)
         if dx < self.dx:
             # Finer grid: put each bin's mass at its upper edge (conservative, keeps the mean within dx).
             ratio = self.dx / dx
@@ -188,7 +204,7 @@ class GridDist:
         # a point mass rounded up is read at the coarse point (conservative), continuous mass
         # stays spread over the coarse bin it lands in
         atoms = None if self.atoms is None else np.bincount(k, weights=self.atoms, minlength=n)
-        return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta, atoms)
+        return GridDist(dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta, atoms, self.tail_exact)
 
     def trimmed(self, eps: float = 1e-12) -> "GridDist":
         """Drop trailing bins with negligible mass (moved into the last kept bin). A law remembers
@@ -207,7 +223,7 @@ class GridDist:
         pmf = self.pmf[:keep].copy()
         pmf[-1] += rest
         return GridDist(self.dx, pmf, self.mean_s, self.tail, self.tail_rate, self.exact, self.meta,
-                        _cut_atoms(self.atoms, keep, rest))
+                        _cut_atoms(self.atoms, keep, rest), self.tail_exact)
 
     @staticmethod
     def trimmed_from(pmf: np.ndarray, dx: float, mean_s: float, exact: bool = True, eps: float = 1e-12,
@@ -326,7 +342,8 @@ def convolve(*dists: GridDist) -> GridDist:
         np.minimum(atoms, pmf, out=atoms)
     return GridDist(dx, pmf, float(sum(p.mean_s for p in parts)), tail=max(tail, 0.0),
                     tail_rate=min(rates) if rates else (1.0 / max(dx * n_out, 1e-300) if tail > 1e-12 else math.inf),
-                    exact=all(p.exact for p in parts), atoms=atoms)
+                    exact=all(p.exact for p in parts), atoms=atoms,
+                    tail_exact=len(parts) == 1 and parts[0].tail_exact and n <= n_out)
 
 
 def sum_cdf(dists: Sequence[GridDist], x: float) -> float:

@@ -190,8 +190,45 @@ class Solver:
     # ---- stability ---------------------------------------------------------------------------
     @cached_property
     def _limits(self) -> list[tuple[float, str]]:
-        """(largest stable total rate, name) per station: rate-independent, so computed once."""
-        return [(float(s.max_stable_rate_per_s()), s.name) for s in self._stations()]
+        """(largest stable total rate, name) per station: rate-independent, so computed once. A
+        disaggregated decode pool also loses, at rate λ, the KV that transfers in flight hold
+        (Little: λ E[X · X/C'], spread over its instances): its limit is then the λ* where λ meets the
+        limit of the pool less that reservation, below the stations' own limits."""
+        limits = [(float(s.max_stable_rate_per_s()), s.name) for s in self._stations()]
+        if self._topology == "disaggregated":
+            reserved = self._reserved_kv_limit(min(limits)[0])
+            if reserved is not None:
+                limits.append((reserved, "decode"))
+        return limits
+
+    def _decode_with_in_flight_kv(self, rate: float):
+        """The decode station at ``rate`` less the KV transfers in flight hold (None: no room left
+        for one sequence, which is past stability)."""
+        tokens = (self._transfer.in_flight(rate)[1] / self.resolved.kv_bytes_per_token
+                  / self.scenario.deployment.decode.instances)
+        if tokens <= 0:
+            return self._decode
+        try:
+            return self._decode.with_reserved_kv(tokens)
+        except InputError:
+            return None
+
+    def _reserved_kv_limit(self, upper: float) -> float | None:
+        """Largest rate below ``upper`` at which the decode pool less the in-flight reservation is
+        stable (the reservation grows and the pool's limit falls with the rate: bisection to 1e-9
+        relative); None when that holds up to ``upper``."""
+        def stable(rate: float) -> bool:
+            dec = self._decode_with_in_flight_kv(rate)
+            return dec is not None and rate < dec.max_stable_rate_per_s()
+
+        hi = upper * (1.0 - 1e-9)
+        if stable(hi):
+            return None
+        lo = 0.0
+        while hi - lo > 1e-9 * upper:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if stable(mid) else (lo, mid)
+        return lo
 
     def max_stable_rate(self) -> tuple[float, str]:
         """(largest stable total rate, the station that sets it)."""
@@ -220,12 +257,10 @@ class Solver:
             dec = self._decode
             # KV bytes held by transfers in flight (Little: a closed form, before any grid), spread
             # over the decode instances, in tokens: reserved on the decode side.
-            reserved = tr.in_flight(rate)[1] / self.resolved.kv_bytes_per_token / self.scenario.deployment.decode.instances
-            if reserved > 0:
-                dec = dec.with_reserved_kv(reserved)
-                lim = dec.max_stable_rate_per_s()
-                if rate >= lim:
-                    raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
+            dec = self._decode_with_in_flight_kv(rate)
+            lim = self.max_stable_rate()[0]
+            if dec is None or rate >= dec.max_stable_rate_per_s():  # only past the limit (_limits)
+                raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
             sd = dec.solve(rate)
             st = self._solve_link(rate, sp, sd, wait_law=laws)
             ttft_terms, tpot_terms = self.latency_terms(sp, st, sd)

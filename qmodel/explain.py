@@ -18,7 +18,7 @@ def explain_scenario(solver: Solver, rate: float) -> list[str]:
 
     r = solver.resolved
     sc = solver.scenario
-    m = r.model
+    m = (r.pools.get("prefill") or r.pools["pool"]).model  # the KV dtype of the pool whose KV is sized and sent
     blocks: list[str] = []
     c = solver.compose(rate)
     bits = 8.0 * m.kv_bytes_per_token() / (m.layers * max(m.kv_elements_per_token_per_layer(), 1))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from qmodel.errors import NumericalError
+from qmodel.progress import ProgressFn
 from qmodel.result import Goodput, Sensitivity
 from qmodel.scenario import DisaggregatedDeployment, Scenario, scenario_sha256
 
@@ -179,9 +180,10 @@ def _check_monotone(seen: list[tuple[float, float]], goal: float) -> None:
                                  "a station's truncation is too small near saturation")
 
 
-def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False) -> Goodput:
+def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
+            progress: ProgressFn | None = None) -> Goodput:
     """Goodput of a scenario, or of the scenario file at a path (its own arrival rate is ignored;
-    the workload's shape is kept)."""
+    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity."""
     from qmodel.engine import Solver
     from qmodel.source import as_scenario
 
@@ -194,7 +196,10 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False) -
     binding = binding_at(solver, g, station)
     gpus = solver.resolved.gpus
     cost = solver.resolved.cost_per_hour_usd
-    sens = sensitivities(scenario, g) if with_sensitivities else []
+    from qmodel.cost import token_prices
+
+    tok = token_prices(cost, g, solver.resolved.mean_prompt_tokens, solver.resolved.mean_output_tokens)
+    sens = sensitivities(scenario, g, progress) if with_sensitivities else []
     return Goodput(
         scenario=scenario.name,
         topology=scenario.deployment.topology,
@@ -206,6 +211,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False) -
         binding=binding,
         gpus=gpus,
         cost_per_hour_usd=cost,
+        **(tok.model_dump() if tok else {}),
         sensitivities=sens,
         inputs_sha256=scenario_sha256(scenario),
     )
@@ -237,14 +243,17 @@ def perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:
     return out
 
 
-def sensitivities(scenario: Scenario, base: float) -> list[Sensitivity]:
+def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None = None) -> list[Sensitivity]:
     """Elasticity of goodput to each input; inputs whose perturbation is invalid are reported, not skipped."""
     from qmodel.errors import QmodelError
     from qmodel.scenario import apply_overrides, parse_scenario
 
     raw = scenario.model_dump(mode="json")
     out: list[Sensitivity] = []
-    for name, sets, rel in perturbations(scenario):
+    todo = perturbations(scenario)
+    for i, (name, sets, rel) in enumerate(todo):
+        if progress is not None:
+            progress(i, len(todo), "sensitivities")
         try:
             sc = parse_scenario(apply_overrides(raw, sets))
             g = goodput(sc).goodput_rps

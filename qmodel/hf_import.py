@@ -91,6 +91,12 @@ def _dtype(c: _Cfg) -> tuple[str, str, str | None]:
         # compressed-tensors / ModelOpt layout: one weight format per group of target modules.
         kinds = {_group_dtype(g.get("weights") if isinstance(g, Mapping) else None) for g in groups.values()}
         if len(kinds) == 1 and None not in kinds:
+            # Attention left out of the quantised modules (compressed-tensors/ModelOpt 'ignore', as Kimi-K2.5
+            # and NVIDIA's NVFP4 Kimi checkpoints do, with the shared experts and dense MLPs): only the routed
+            # experts carry the format, the rest stays at the checkpoint dtype.
+            ignore = q.get("ignore") if isinstance(q.get("ignore"), list) else []
+            if any("self_attn" in str(i) for i in ignore):
+                return base, kv, kinds.pop()
             return kinds.pop(), kv, None
         raise DataError(c.origin, f"quantization_config mixes weight formats {sorted(str(k) for k in kinds)}; "
                                   "pass the serving dtype explicitly (import-hf --dtype)")

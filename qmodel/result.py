@@ -118,7 +118,10 @@ class Goodput(_Out):
     max_stable_rate_per_s: float
     binding: str
     gpus: int
-    cost_per_hour_usd: float | None = None
+    cost_per_hour_usd: float | None = Field(default=None, description="GPU price x GPUs (qmodel.cost); null if a GPU has no price")
+    usd_per_million_input_tokens: float | None = Field(default=None, description="cost per hour / prompt tokens per hour at goodput, x 1e6")
+    usd_per_million_output_tokens: float | None = Field(default=None, description="cost per hour / output tokens per hour at goodput, x 1e6")
+    usd_per_million_tokens: float | None = Field(default=None, description="cost per hour / (prompt + output) tokens per hour at goodput, x 1e6")
     sensitivities: list[Sensitivity] = Field(default_factory=list)
     inputs_sha256: str
 

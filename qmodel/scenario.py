@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
@@ -74,6 +74,8 @@ MAX_TOKENS = 10_000_000
 MAX_RATE_PER_S = 1e9
 MIN_EFFICIENCY = 0.01
 MAX_OVERHEAD_S = 10.0
+#: the largest price a scenario may give one GPU-hour (no accelerator rents for more)
+MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
 
 
 # ---- workload ----------------------------------------------------------------------------------
@@ -162,10 +164,36 @@ class SLO(Strict):
 # ---- deployment --------------------------------------------------------------------------------
 
 class PoolConfig(Strict):
+    """One pool of identical instances (``tp x pp`` GPUs each).
+
+    ``kv_dtype`` and ``compute_dtype`` are per pool, not per scenario, because engines set them
+    per process: vLLM's ``--kv-cache-dtype`` and ``--quantization`` are flags of each ``vllm serve``,
+    so a disaggregated deployment may run FP8 KV on its decode pool only (where KV capacity bounds
+    the batch) and keep BF16 KV on prefill, or FP8 GEMMs on prefill (compute-bound) and BF16 on
+    decode. Both are applied on the one resolution path (:func:`qmodel.build.resolve_pool`): the
+    pool's ModelSpec carries ``kv_dtype`` (KV capacity, roofline KV reads, link bytes, replay) and
+    its roofline runs at ``compute_dtype`` (GEMM rate, weight bytes streamed and held).
+    """
+
     gpu: str
     tp: Count = Field(default=1, ge=1, le=64)
     pp: Count = Field(default=1, ge=1, le=64)
     instances: Count = Field(default=1, ge=1, le=100000)
+    kv_dtype: str | None = Field(default=None, description="KV-cache dtype of this pool, e.g. 'fp8' (vLLM "
+                                 "--kv-cache-dtype); default: the model's catalog kv_dtype")
+    compute_dtype: str | None = Field(default=None, description="weight/activation precision of this pool, e.g. "
+                                      "'fp8' (W8A8); replaces perf.compute_dtype here; default: perf.compute_dtype")
+
+    @field_validator("kv_dtype", "compute_dtype")
+    @classmethod
+    def _known_pool_dtype(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """An unknown dtype is one InputError naming the field (the loader prefixes the pool's path)."""
+        if v is not None:
+            from qmodel.units import dtype_bits
+
+            dtype_bits(v, info.field_name)
+            v = v.strip().lower()
+        return v
 
     @property
     def gpus(self) -> int:
@@ -311,6 +339,9 @@ class Scenario(Strict):
     slo: SLO
     deployment: Deployment
     perf: PerfModel = Field(default_factory=RooflinePerf)
+    prices: dict[str, Annotated[Real, Field(gt=0, le=MAX_PRICE_USD_PER_GPU_HOUR)]] | None = Field(
+        default=None, description="USD per GPU-hour by catalog GPU name, replacing the catalog's list price wherever "
+                                  "cost is computed (goodput, plan min-cost and budgets, compare), e.g. {h200-sxm: 3.5}")
 
     @field_validator("name", mode="before")
     @classmethod

@@ -296,7 +296,7 @@ class GPUSpec(Frozen):
 
     name: str
     vendor: Literal["nvidia", "amd", "intel", "google", "other"]
-    architecture: Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4", "other"] = Field(
+    architecture: Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4", "xe2", "other"] = Field(
         default="other", description="chip generation: step-time efficiency curves are shared per architecture")
     source: str
     memory_bytes: Bytes = Field(gt=0)

@@ -92,3 +92,6 @@ class FakeEvaluator(Evaluator):
 
     def mean_output_tokens(self):
         return 200.0
+
+    def mean_prompt_tokens(self):
+        return 1000.0

@@ -152,10 +152,11 @@ def _resolved(name: str, sets: tuple[str, ...]):
 KNOWN_DEFECTS = {
     "bursty-colocated": "colocated TTFT attainment not monotone in the rate under ca2 > 1 "
                         "(qmodel/stations/colocated.py); the goodput search then raises 'attainment rose'",
-    "slow-link-tpot": "disaggregated, link-bound and far below the goal (a link of ~1 Gbps): TPOT attainment rises "
-                      "with the rate by up to 0.03 (azure-conv-trace-disagg-a100, 3P+3D at 125 MB/s: 0.1222 at 0.05 "
-                      "req/s, 0.1285 at 0.1; layerwise and serialized alike), so the goodput search refuses the curve "
-                      "(qmodel/engine.py handoff in TPOT, qmodel/stations/kv_transfer.py)",
+    "slow-link-tpot": "disaggregated, link-bound (a link of ~0.5-1 Gbps): TPOT attainment rises with the rate. First "
+                      "cause fixed (round-off batch sizes set the link's M^X/G/1 decay: rises of 0.0136/0.0076/0.0021 on "
+                      "azure-conv 3P+3D at 62.5/62.5/250 MB/s -> 0). Left: the TPOT CDF read at floor(slo/dx)*dx on a "
+                      "step that grows with the link's mean delay (qmodel/engine.py _tpot_terms, qmodel/dist.py "
+                      "GridDist.cdf): azure-conv 3P+3D 62.5 MB/s layerwise 0.4696 at 0.43 -> 0.4815 at 0.44 lambda_max",
     "prefill-grid": "near a prefill limit (load >= 0.99) the prefill grid step grows with the rate and the CDF read "
                     "at the SLO target rises (qmodel/stations/prefill.py grids, qmodel/dist.py GridDist.cdf)",
 }

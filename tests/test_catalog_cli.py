@@ -16,10 +16,10 @@ def _json(capsys, argv):
 
 def test_list_json_shape(capsys):
     d = _json(capsys, ["catalog", "list", "--json"])
-    assert set(d) == {"models", "gpus", "links", "workloads"}
+    assert set(d) == {"schema_version", "models", "gpus", "links", "workloads"}
     assert "llama-3.1-70b" in d["models"] and "h100-sxm" in d["gpus"] and "nvlink-4" in d["links"]
     assert "azure-conv-2023" in d["workloads"]
-    assert all(isinstance(n, str) for v in d.values() for n in v)
+    assert all(isinstance(n, str) for k, v in d.items() if k != "schema_version" for n in v)
 
 
 def test_list_text(capsys):

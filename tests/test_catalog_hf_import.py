@@ -20,6 +20,12 @@ REAL = {
     "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B_config.json",
     "deepseek-v3": "deepseek-ai--DeepSeek-V3_config.json",
     "gpt-oss-120b": "openai--gpt-oss-120b_config.json",
+    "qwen3-vl-8b": "Qwen--Qwen3-VL-8B-Instruct_config.json",
+    "qwen3-vl-30b-a3b": "Qwen--Qwen3-VL-30B-A3B-Instruct_config.json",
+    "qwen3-235b-a22b-fp8": "Qwen--Qwen3-235B-A22B-FP8_config.json",
+    "mimo-7b": "XiaomiMiMo--MiMo-7B-Base_config.json",
+    "kimi-k2.5": "moonshotai--Kimi-K2.5_config.json",
+    "kimi-k2.6-nvfp4": "nvidia--Kimi-K2.6-NVFP4_config.json",
 }
 
 _ARCH = ("layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size", "attention",
@@ -147,6 +153,17 @@ def test_quantization_config_groups():
     assert config_to_entry(mixed, "m", source="t", dtype="nvfp4", kv_dtype="fp8")["kv_dtype"] == "fp8"
     with pytest.raises(DataError, match="dtype"):
         config_to_entry(INLINE, "m", source="t", dtype="fp7x")
+
+
+def test_experts_only_quantization():
+    """An 'ignore' list leaving attention out (Kimi-K2.5's int4, NVIDIA's NVFP4 Kimi checkpoints) means
+    only the routed experts carry the format: dtype stays the checkpoint's, expert_dtype is the format."""
+    moe = dict(INLINE, model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64)
+    q = dict(_groups((4, "int", 32)), ignore=["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"])
+    e = config_to_entry(dict(moe, quantization_config=q), "k", source="t")
+    assert (e["dtype"], e["expert_dtype"]) == ("bf16", "int4")
+    whole = config_to_entry(dict(moe, quantization_config=_groups((4, "int", 32))), "w", source="t")
+    assert whole["dtype"] == "int4" and "expert_dtype" not in whole
 
 
 def test_cli_import_dtype_override(tmp_path, capsys):

@@ -10,19 +10,24 @@ from qmodel.registry import clear_cache, get_gpu, get_link, get_model, get_workl
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "llama-2-7b",
           "llama-2-13b", "llama-2-70b", "mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-32b",
           "qwen2.5-72b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b",
-          "opt-13b", "opt-66b", "opt-175b", "bloom-176b"]
+          "opt-13b", "opt-66b", "opt-175b", "bloom-176b", "deepseek-r1-0528", "deepseek-v3.1", "glm-4.5", "glm-4.6",
+          "glm-4.5-air", "kimi-k2", "kimi-k2.5", "llama-4-scout", "llama-4-maverick", "gpt-oss-20b", "mistral-large-2411",
+          "mistral-small-3.1-24b", "gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "qwen3-4b", "qwen3-14b",
+          "phi-4", "qwen3-vl-8b", "mimo-7b"]
 GPUS = ["a100-40gb-sxm", "a100-80gb-sxm", "a100-80gb-pcie", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s",
-        "l4", "rtx-4090", "mi300x", "mi325x", "a10g", "gh200"]
+        "l4", "rtx-4090", "mi300x", "mi325x", "a10g", "gh200", "a30", "b300", "h800-sxm", "h20", "l20", "gb200", "gb300",
+        "mi355x", "rtx-pro-6000-server", "arc-pro-b60"]
 LINKS = ["pcie-gen4-x16", "pcie-gen5-x16", "nvlink-3", "nvlink-4", "nvlink-5", "ib-hdr-200", "ib-ndr-400",
-         "roce-4x200", "roce-8x400", "eth-10g-tcp", "eth-25g-tcp", "eth-100g-tcp", "wan-100g"]
+         "roce-4x200", "roce-8x400", "roce-8x400-nixl", "eth-10g-tcp", "eth-25g-tcp", "eth-100g-tcp", "wan-100g",
+         "nvlink-4-h800", "pcie-gen5-x8", "xgmi-mi300", "xgmi-mi355"]
 WORKLOADS = ["azure-conv-2023", "azure-code-2023", "mooncake-conv", "sharegpt", "fixed-512-64"]
 
 
 def test_counts():
     names = load_catalog().names()
-    assert len(names["models"]) >= 25
-    assert len(names["gpus"]) >= 12
-    assert len(names["links"]) >= 10
+    assert len(names["models"]) >= 60
+    assert len(names["gpus"]) >= 24
+    assert len(names["links"]) >= 18
     assert len(names["workloads"]) >= 5
 
 

@@ -64,7 +64,7 @@ def test_solve_json_shape(capsys):
     assert rc == 0
     d = json.loads(out)
     for k in ("ttft", "tpot"):
-        assert set(d[k]) == {"mean", "p50", "p90", "p99"}
+        assert set(d[k]) == {"mean_s", "p50_s", "p90_s", "p99_s"}
     assert {"attainment", "stations", "binding", "inputs_sha256"} <= set(d)
     assert all({"name", "utilization"} <= set(s) for s in d["stations"])
 

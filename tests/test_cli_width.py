@@ -75,3 +75,22 @@ def test_a_table_wraps_its_text_column_and_keeps_numbers_whole(capsys):
     assert all(len(x) <= 50 for x in out)
     assert "1.235e+04" in out[2] and out[2].startswith("a")
     assert " ".join(x[x.index("long") if "long" in x else len(x):] for x in out[2:-1]).split() == ("long words " * 8).split()
+
+
+def test_markdown_tables(capsys):
+    assert main(["solve", EX, "--markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines.index("| metric | mean | p50 | p90 | p99 |")
+    assert lines[head + 1] == "|---|---|---|---|---|" and lines[head + 2].startswith("| TTFT | ")
+    station = next(i for i, x in enumerate(lines) if x.startswith("| station |"))
+    assert lines[station + 1].split("|")[2] == "---:"  # utilization is numeric: right-aligned
+
+
+def test_compare_csv_has_one_row_per_topology(capsys):
+    import csv
+    import io
+
+    assert main(["compare", EX, "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["topology"] for r in rows] == ["colocated", "chunked", "disaggregated"]
+    assert all(float(r["goodput_rps"]) >= 0 for r in rows)

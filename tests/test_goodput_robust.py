@@ -114,16 +114,36 @@ def test_attainment_is_finite_everywhere_below_the_limit(path, frac):
     assert 0.0 <= a <= 1.0
 
 
-def test_sweep_row_for_a_rate_the_chain_cannot_solve():
-    """At 0.9999 of the llama3-70b example's limit (set by prefill) the chain needs 400721 states,
-    past its cap: a row with zero attainment and the reason, not a NumericalError. (At 0.999, the
-    rate this test used before the capped window, the row is now solved: docs/methods.md, "Heavy
-    traffic".)"""
+def test_sweep_row_for_a_rate_the_chain_cannot_solve(monkeypatch):
+    """At 0.999 and 0.9999 of the llama3-70b example's limit (set by prefill) both rows are solved (the
+    chain's far tail in closed form, docs/methods.md "Heavy traffic"; 0.9999 needed 400721 states and
+    was refused on 62e9c4d). A chain that does raise NumericalError (forced here) is a row with zero
+    attainment and the reason, not a traceback."""
     from qmodel.cli.cmd_sweep import sweep_rows
+    from qmodel.stations.prefill import PrefillStation
 
     sc = load_scenario(LLAMA70)
     lam, station = Solver(sc).max_stable_rate()
     assert station == "prefill"
-    solved, refused = sweep_rows(sc, [0.999 * lam, 0.9999 * lam])
-    assert refused["attainment"] == 0.0 and refused["stable"] and "not solved" in refused["note"]
-    assert solved["stable"] and 0.0 <= solved["attainment"] <= 1.0 and "not solved" not in (solved.get("note") or "")
+    rows = sweep_rows(sc, [0.999 * lam, 0.9999 * lam])
+    for row in rows:
+        assert row.stable and 0.0 <= row.attainment <= 1.0 and "not solved" not in row.note
+        assert row.ttft_p99_s is not None and math.isfinite(row.ttft_p99_s)
+    assert rows[0].ttft_p99_s < rows[1].ttft_p99_s
+
+    def refuse(self, rate_per_s):
+        raise NumericalError("prefill chain: forced")
+
+    monkeypatch.setattr(PrefillStation, "solve", refuse)
+    (refused,) = sweep_rows(sc, [0.9999 * lam])
+    assert refused.attainment == 0.0 and refused.stable and "not solved" in refused.note
+
+
+def test_attainment_never_exceeds_one_from_round_off():
+    """Found by the property above: a nearly idle colocated pool summed its grid pmf to 1 + 2.2e-16
+    and reported attainment 1.0000000000000002; a CDF is now capped at 1 where it is accumulated."""
+    sc = load_scenario(str(Path(__file__).resolve().parents[1] / "examples" / "opt13b-colocated-a100.yaml"))
+    solver = Solver(sc)
+    lam, _ = solver.max_stable_rate()
+    r = solver.solve(lam * 2.447871546559904e-07)
+    assert r.attainment <= 1.0 and r.ttft_attainment <= 1.0 and max(r.attainment_bounds) <= 1.0

@@ -220,13 +220,15 @@ def test_sweep_row_near_the_limit_goes_on(capsys):
 
     sc = load_scenario(DISAGG)
     limit = min(s.max_stable_rate_per_s for s in Solver(sc).solve().stations)
-    near = limit * 0.9994  # the prefill chain needs ~67k states here: a NumericalError, exit 4 before
+    # the prefill chain needed ~67k states here (a NumericalError, exit 4, before the sweep went on; then
+    # a "near the limit, not solved" row): its far tail is now in closed form, so the row is solved
+    near = limit * 0.9994
     rc, out, err = run(capsys, "sweep", str(DISAGG), "--rate", f"1,{near!r},{limit * 2!r}", "--json")
     assert rc == 0, err
     rows = json.loads(out)["rows"]
     assert [r["stable"] for r in rows] == [True, True, False]
-    assert rows[0]["attainment"] > 0 and rows[1]["attainment"] == 0.0  # counted as goodput counts it
-    assert rows[1]["note"].startswith("near the limit")
+    assert rows[0]["attainment"] > 0 and 0.0 <= rows[1]["attainment"] < rows[0]["attainment"]
+    assert rows[1]["ttft_p99_s"] is not None and not (rows[1].get("note") or "").startswith("near the limit")
 
 
 

@@ -59,6 +59,26 @@ def test_wheel_imports_and_reads_catalog(wheel, tmp_path):
     assert models >= 25 and gpus >= 12 and links >= 10
 
 
+def test_wheel_runs_the_readme_command(wheel, tmp_path):
+    """A pip user has no examples/ folder: the README's first command must still run from the wheel
+    alone (the examples ship as qmodel.examples), and `qmodel examples copy` gives them the file."""
+    import zipfile as zf
+
+    names = zf.ZipFile(wheel).namelist()
+    assert "qmodel/examples/llama3-70b-disagg-h100.yaml" in names
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(wheel)
+    env["QMODEL_CATALOG_DIR"] = str(tmp_path / "none")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "qmodel.cli.main", *a], cwd=tmp_path,  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=300)
+    proc = run("solve", "examples/llama3-70b-disagg-h100.yaml")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("llama3-70b-disagg-h100: disaggregated on 16 GPUs")
+    proc = run("examples", "copy", "llama3-70b-disagg-h100")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "llama3-70b-disagg-h100.yaml").is_file()
+
+
 def test_import_qmodel_is_light():
     code = ("import sys, qmodel\n"
             "heavy = [m for m in ('textual', 'sympy', 'scipy.stats', 'scipy') if m in sys.modules]\n"

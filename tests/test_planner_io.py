@@ -130,8 +130,10 @@ def test_serving_config_disaggregated(scenario):
     kc = json.loads(dec["command"].split("--kv-transfer-config ")[1].strip("'"))
     assert kp == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     assert kc == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
-    assert cfg["dynamo"]["PrefillWorker"]["replicas"] == row.prefill.instances
-    assert cfg["dynamo"]["DecodeWorker"]["replicas"] == row.decode.instances
+    services = cfg["dynamo"]["spec"]["services"]
+    assert services["VllmPrefillWorker"]["replicas"] == row.prefill.instances
+    assert services["VllmDecodeWorker"]["replicas"] == row.decode.instances
+    assert cfg["kserve"]["spec"]["prefill"]["replicas"] == row.prefill.instances
     assert pre["command"].startswith("vllm serve meta-llama/")
 
 

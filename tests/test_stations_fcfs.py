@@ -1,4 +1,5 @@
-"""Golden values of design/queueing-methods.md §6.1–6.4 and the §6.6 approximation bands."""
+"""Golden values of the FCFS station (Erlang C, Pollaczek–Khinchine, Crommelin's M/D/c, each computed
+independently in the tests) and the bands of its M/G/c approximation (docs/methods.md, "Stations")."""
 
 from __future__ import annotations
 

@@ -400,13 +400,13 @@ def test_token_budget_extreme_loads_are_finite(load: float) -> None:
 
 # ---- speed paths must not change numbers -------------------------------------------------------
 def _poisson_direct(mu: np.ndarray, n: int) -> np.ndarray:
-    """The plain log-space Poisson table over every column (the reference for the truncated one)."""
-    from scipy.special import gammaln
-
+    """The plain log-space Poisson table over every column (the reference for the truncated one;
+    ln m! as math.lgamma rounds it, the table's own definition: tests/test_stations_prefill_cold.py
+    checks it against scipy's gammaln)."""
     mu = np.asarray(mu, dtype=float)[:, None]
     m = np.arange(n, dtype=float)
     safe = np.where(mu > 0, mu, 1.0)
-    out = np.exp(m[None, :] * np.log(safe) - safe - gammaln(m + 1.0)[None, :])
+    out = np.exp(m[None, :] * np.log(safe) - safe - np.array([math.lgamma(k + 1.0) for k in range(n)])[None, :])
     return np.where(mu > 0, out, (m[None, :] == 0).astype(float))
 
 

@@ -25,3 +25,17 @@ def test_validate_bad_suite(capsys):
     assert main(["validate", "--suite", "nope"]) == 2
     err = capsys.readouterr().err
     assert "--suite" in err and "quick" in err and "\n" == err[-1] and err.count("\n") == 1
+
+
+def test_validate_without_flags_runs_the_quick_suite():
+    """Issue 21: a bare `qmodel validate` must not start the many-minute full suite."""
+    from qmodel.cli.main import build_parser
+
+    args = build_parser().parse_args(["validate"])
+    assert args.suite == "quick" and args.progress is None
+
+
+def test_validate_progress_goes_to_stderr(capsys):
+    assert main(["validate", "--suite", "snapshot", "--no-goodput", "--progress"]) == 0
+    out = capsys.readouterr()
+    assert "validate: cases 3/3" in out.err and "summary:" in out.out

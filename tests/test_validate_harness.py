@@ -106,7 +106,7 @@ def test_full_suite_spans_what_the_brief_asks():
     assert len({g for c in full.cases for g in c.config.gpus}) >= 3
     assert {c.config.mix for c in full.cases} == {"azure-conv-2023", "azure-code-2023"}
     assert sorted({c.utilization for c in full.cases}) == [0.3, 0.5, 0.7, 0.8, 0.9, 0.95]
-    # run length ∝ 1/(1-u)^2 (queueing-methods §5.6) between the clips
+    # run length ∝ 1/(1-u)^2 (the relaxation time of a queue, docs/validation.md) between the clips
     assert full.n_requests(0.8) == pytest.approx(full.base_requests / 0.04, rel=1e-9)
     assert full.n_requests(0.8) < full.max_requests
     assert full.n_requests(0.95) == full.max_requests and full.n_requests(0.0) == full.min_requests

@@ -133,10 +133,10 @@ class ReplayCheck:
 
 
 def usd_per_million_tokens(cost_per_hour_usd: float | None, goodput_rps: float, mean_output_tokens: float) -> float | None:
-    """$ per million output tokens served within the SLO: cost/h / (goodput x mean output x 3600) x 1e6."""
-    if not cost_per_hour_usd or goodput_rps <= 0 or mean_output_tokens <= 0:
-        return None
-    return cost_per_hour_usd / (goodput_rps * mean_output_tokens * 3600.0) * 1e6
+    """$ per million output tokens served within the SLO: :func:`qmodel.cost.usd_per_million`."""
+    from qmodel.cost import usd_per_million
+
+    return usd_per_million(cost_per_hour_usd, goodput_rps, mean_output_tokens)
 
 
 def _dist_curve(dist, target_s: float, points: int = 400) -> DistCurve:

@@ -37,6 +37,7 @@ import numpy as np
 from qmodel.build import PoolRuntime, Resolved
 from qmodel.errors import InputError, NumericalError
 from qmodel.perf.base import ServiceTimeModel
+from qmodel.progress import ProgressFn
 from qmodel.result import DistSummary
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment,
                              Scenario, TraceArrivals, scenario_sha256)
@@ -183,18 +184,20 @@ def load_replay_trace(scn: Scenario, n_requests: int = 20000, seed: int = 0) -> 
 # ---- running ----------------------------------------------------------------------------------
 
 def replay(scenario: Scenario, trace: Trace | None = None, *, n_requests: int = 20000, seed: int = 0,
-           warmup_fraction: float = 0.1, service_models: dict[str, ServiceTimeModel] | None = None) -> ReplayResult:
+           warmup_fraction: float = 0.1, service_models: dict[str, ServiceTimeModel] | None = None,
+           progress: ProgressFn | None = None) -> ReplayResult:
     """Replay ``scenario`` over ``trace`` (default: the scenario's own trace or a synthetic one).
 
     This is the function the validation harness, ``qmodel solve --check`` and the planner call.
+    ``progress(done, 100, what)`` is called as simulated time passes each percent of the trace.
     """
     return replay_requests(scenario, trace, n_requests=n_requests, seed=seed, warmup_fraction=warmup_fraction,
-                           service_models=service_models)[0]
+                           service_models=service_models, progress=progress)[0]
 
 
 def replay_requests(scenario: Scenario, trace: Trace | None = None, *, n_requests: int = 20000, seed: int = 0,
                     warmup_fraction: float = 0.1, service_models: dict[str, ServiceTimeModel] | None = None,
-                    ) -> tuple[ReplayResult, Requests]:
+                    progress: ProgressFn | None = None) -> tuple[ReplayResult, Requests]:
     """:func:`replay` plus the per-request columns (see :func:`request_table`)."""
     if n_requests < 1:
         raise InputError("n_requests", n_requests, "a positive number of requests")
@@ -204,7 +207,7 @@ def replay_requests(scenario: Scenario, trace: Trace | None = None, *, n_request
     if trace is None:
         trace = load_replay_trace(scenario, n_requests, seed)
     trace, cut = _fit_context(scenario, trace)
-    result, req = simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction)
+    result, req = simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction, progress=progress)
     if cut:
         note = (f"warning: {cut} of {len(trace)} requests exceed {scenario.model}'s context and were truncated "
                 "to it (as the analytical engine does)")
@@ -252,7 +255,7 @@ def replay_plan(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fractio
 
 
 def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: float = 0.1,
-             cache: bool = True) -> tuple[ReplayResult, Requests]:
+             cache: bool = True, progress: ProgressFn | None = None) -> tuple[ReplayResult, Requests]:
     """:func:`replay_plan` plus the per-request columns (first/last token times, station marks).
 
     ``cache`` memoises the service-time model at the integer arguments the replay uses
@@ -274,13 +277,26 @@ def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: 
     req = Requests(arrival, prompt, output)
     sim = Sim()
     rng = np.random.default_rng(seed)
+    marks = _progress_marks(sim, t_end_arr, progress)
     if plan.topology == "disaggregated":
         stations = _run_disaggregated(run_plan, trace, req, sim, rng, window)
     elif plan.topology == "colocated":
         stations = _run_single(run_plan, trace, req, sim, rng, window, ColocatedStation)
     else:
         stations = _run_single(run_plan, trace, req, sim, rng, window, ChunkedStation)
+    sim.events -= marks  # the progress marks are not events of the system
     return _summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req
+
+
+def _progress_marks(sim: Sim, t_end: float, progress: ProgressFn | None, steps: int = 100) -> int:
+    """Schedule ``progress(i, steps, ...)`` at each i/steps of the arrival span; returns how many.
+    Scheduled before any arrival, they shift every real event's sequence number alike, so the order
+    of real events (and every output) is the same with or without them."""
+    if progress is None:
+        return 0
+    for i in range(1, steps + 1):
+        sim.at(t_end * i / steps, lambda k: progress(k, steps, "of the arrivals"), i)
+    return steps
 
 
 def _feed(sim: Sim, req: Requests, admit) -> None:

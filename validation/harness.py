@@ -4,7 +4,7 @@ Per case (config x arrivals x utilization, see :mod:`qmodel.validation.suites`):
 
 * analytic: ``Solver(scenario).solve(u * max_stable_rate)``;
 * replay: :func:`qmodel.validation.engine.replay` at the same rate with one run per seed, each
-  ``suite.n_requests(u)`` long (∝ 1/(1-u)², queueing-methods §5.6) with the first 10% cut as
+  ``suite.n_requests(u)`` long (∝ 1/(1-u)²: waiting times stay correlated over ~1/(1-u)² arrivals, Whitt, "Planning queueing simulations", Management Science 35 (1989)) with the first 10% cut as
   warm-up. The replay value is the mean over seeds; its noise is the standard error of that mean
   relative to it, |r0 - r1| / (r0 + r1) for two seeds (sample std / sqrt(k) / mean in general).
 
@@ -33,8 +33,8 @@ from qmodel.errors import QmodelError
 from qmodel.validity import BANDS, band_of
 from qmodel.validation.suites import Case, Config, Suite
 
-__all__ = ["LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "run_case", "run_goodput",
-           "replay_goodput", "summarize", "run_suite", "round_sig"]
+__all__ = ["LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "compare_scenario", "run_case", "run_goodput",
+           "replay_goodput", "abs_error_stats", "summarize", "run_suite", "round_sig"]
 
 LATENCY_METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"]
 SUMMARY_METRICS = LATENCY_METRICS + ["attainment", "goodput"]
@@ -80,19 +80,18 @@ def _mean_and_noise(values: list[float]) -> tuple[float, float]:
     return m, se / abs(m)
 
 
-def run_case(case: Case, suite: Suite) -> dict[str, Any]:
-    """One scenario through both engines; errors become a record with ``error`` set, never a crash."""
+def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int, ...] | list[int]) -> dict[str, Any]:
+    """Analytic solve and replays (one per seed, ``n_requests`` each) of ``sc0`` at ``utilization``
+    x its analytic stability limit: rate, limit, analytic/replay metrics, replay noise and
+    ``error_rel``; an analytic failure becomes ``error`` (never a crash). Shared by the suites and
+    the generated corpus (:mod:`qmodel.validation.corpus_run`)."""
     from qmodel.engine import Solver
     from qmodel.validation.engine import replay
 
-    sc0 = case.config.scenario(case.arrivals, 1.0, suite.empirical)
-    rec: dict[str, Any] = {"name": case.name, "config": case.config.name, "topology": case.config.topology,
-                           "model": case.config.model, "gpus": case.config.gpus, "arrivals": case.arrivals,
-                           "lengths": sc0.workload.lengths.model_dump(mode="json"),
-                           "utilization": case.utilization, "band": band_of(case.utilization)}
+    rec: dict[str, Any] = {}
     solver = Solver(sc0)
     lam, station = solver.max_stable_rate()
-    rate = case.utilization * lam
+    rate = utilization * lam
     rec.update(rate_per_s=rate, max_stable_rate_per_s=lam, limiting_station=station)
     try:
         rec["analytic"] = latency_metrics(solver.solve(rate))
@@ -100,8 +99,7 @@ def run_case(case: Case, suite: Suite) -> dict[str, Any]:
         # says why, summary["failures"] lists it (and the CI test fails on it)
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
-    n = suite.n_requests(case.utilization)
-    runs = [replay(sc0.with_rate(rate), n_requests=n, seed=s) for s in suite.seeds]
+    runs = [replay(sc0.with_rate(rate), n_requests=n_requests, seed=s) for s in seeds]
     per_seed = [latency_metrics(r) for r in runs]
     rep: dict[str, float] = {}
     noise: dict[str, float] = {}
@@ -109,8 +107,8 @@ def run_case(case: Case, suite: Suite) -> dict[str, Any]:
         rep[k], noise[k] = _mean_and_noise([p[k] for p in per_seed])
     rec["replay"] = rep
     rec["replay_noise"] = noise
-    rec["replay_requests"] = n
-    rec["replay_seeds"] = list(suite.seeds)
+    rec["replay_requests"] = n_requests
+    rec["replay_seeds"] = list(seeds)
     rec["replay_station_utilization"] = {s.name: float(np.mean([[t.utilization for t in r.stations if t.name == s.name][0]
                                                                 for r in runs])) for s in runs[0].stations}
     rec["replay_warnings"] = sorted({w for r in runs for w in r.warnings})
@@ -120,6 +118,17 @@ def run_case(case: Case, suite: Suite) -> dict[str, Any]:
         for k in ("attainment", "ttft_attainment", "tpot_attainment"):
             err[k] = a[k] - rep[k]
         rec["error_rel"] = err
+    return rec
+
+
+def run_case(case: Case, suite: Suite) -> dict[str, Any]:
+    """One scenario through both engines; errors become a record with ``error`` set, never a crash."""
+    sc0 = case.config.scenario(case.arrivals, 1.0, suite.empirical)
+    rec: dict[str, Any] = {"name": case.name, "config": case.config.name, "topology": case.config.topology,
+                           "model": case.config.model, "gpus": case.config.gpus, "arrivals": case.arrivals,
+                           "lengths": sc0.workload.lengths.model_dump(mode="json"),
+                           "utilization": case.utilization, "band": band_of(case.utilization)}
+    rec.update(compare_scenario(sc0, case.utilization, suite.n_requests(case.utilization), suite.seeds))
     return rec
 
 
@@ -217,7 +226,7 @@ def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
 
 # ---- summary ------------------------------------------------------------------------------------
 
-def _stats(errors: list[float]) -> dict[str, float | int]:
+def abs_error_stats(errors: list[float]) -> dict[str, float | int]:
     a = np.abs(np.asarray(errors, dtype=float))
     if a.size == 0:
         return {"median_abs_rel_error": 0.0, "p90_abs_rel_error": 0.0, "n": 0}
@@ -230,7 +239,7 @@ def _table(cases: list[dict], goodputs: list[dict]) -> dict[str, dict]:
     for m in SUMMARY_METRICS:
         src = goodputs if m == "goodput" else cases
         vals = [c["error_rel"][m] for c in src if c.get("error_rel") and m in c["error_rel"]]
-        out[m] = _stats(vals)
+        out[m] = abs_error_stats(vals)
         if m == "goodput":
             out[m]["within_5pct_fraction"] = (float(np.mean(np.abs(vals) <= GOODPUT_WITHIN)) if vals else 0.0)
         if m in LATENCY_METRICS:

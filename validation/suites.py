@@ -99,7 +99,7 @@ class Case:
 class Suite:
     """Cases, which (config, arrivals) pairs get a goodput comparison, and replay run lengths.
 
-    Replay length per case follows queueing-methods §5.6: n = base_requests / (1 - u)^2, clipped
+    Replay length per case follows the relaxation time of a queue (Whitt, "Planning queueing simulations", Management Science 35 (1989)): n = base_requests / (1 - u)^2, clipped
     to [min_requests, max_requests] (waiting times are autocorrelated over ~1/(1-u)^2 arrivals),
     with the first 10% of the trace cut as warm-up; two seeds give the replay's own noise.
     """

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from pathlib import Path
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table, say, say_command
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say, say_command
 from qmodel.errors import InputError
 from qmodel.units import format_bandwidth, format_duration
 
@@ -19,7 +20,8 @@ __all__ = ["register", "run", "parse_budget", "CSV_FIELDS"]
 
 CSV_FIELDS = ["rank", "topology", "label", "prefill_gpu", "prefill_tp", "prefill_instances", "decode_gpu", "decode_tp",
               "decode_instances", "link", "transfer_mode", "chunk_tokens", "gpus", "power_w", "cost_per_hour_usd",
-              "goodput_rps", "goodput_per_gpu", "usd_per_million_output_tokens", "rate_per_s", "attainment",
+              "goodput_rps", "goodput_per_gpu", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+              "usd_per_million_tokens", "rate_per_s", "attainment",
               "ttft_p90_s", "tpot_p90_s", "max_stable_rate_per_s", "knee_rps", "headroom_to_knee", "pareto",
               "binding", "validity"]
 
@@ -94,11 +96,14 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, help="processes for the search (default: all cores)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run the search on a Dask cluster (needs qmodel[dask])")
     p.add_argument("--serial", action="store_true", help="search in this process only")
-    p.add_argument("--progress", action="store_true", help="progress bar on stderr (default: when stderr is a TTY)")
+    add_progress_option(p)
     p.add_argument("--no-knee", action="store_true", help="skip the knee of each ranked plan (a few solves each)")
+    p.add_argument("--manifests", metavar="DIR",
+                   help="write the best plan's vllm-serve.sh, dynamo.yaml (DynamoGraphDeployment) and kserve.yaml "
+                        "(LLMInferenceService) into DIR")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--json", action="store_true")
-    g.add_argument("--csv", action="store_true")
+    g.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    g.add_argument("--csv", action="store_true", help="print CSV, one row per ranked plan")
     p.set_defaults(func=run)
 
 
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
               links=_csv_list(args.links), tps=_int_list(args.tps, "--tps"), topologies=_csv_list(args.topologies),
               transfer_modes=_csv_list(args.transfer_modes), chunk_tokens=_int_list(args.chunk_tokens, "--chunk-tokens"),
               max_instances=args.max_instances, max_gpus=args.max_gpus, workers=args.workers,
-              progress=args.progress or sys.stderr.isatty())
+              progress=progress_on(args))
     if args.top < 1:
         raise InputError("--top", args.top, "a positive number of plans")
     if args.check < 0:
@@ -143,13 +148,59 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
+    written = _write_manifests(res, args.manifests) if args.manifests else []
     if args.json:
         print_json(res)
     elif args.csv:
         _print_csv(res)
     else:
         _print_text(res)
+    if args.manifests:
+        stream = sys.stdout if not (args.json or args.csv) else sys.stderr
+        say(f"\nwrote {', '.join(str(w) for w in written)}" if written else
+            f"\nno plan meets the SLO: nothing written to {args.manifests}", stream)
     return 0  # "no plan meets the SLO" is an answer, printed as such; exit codes are 0, 2, 3 and 4 only
+
+
+def _write_manifests(res, folder: str) -> list[Path]:
+    """The best plan's launch files in ``folder`` (created): a bash script of its vllm serve lines and
+    the Dynamo and KServe manifests as YAML."""
+    import yaml
+
+    if not res.serving_config:
+        return []
+    out = Path(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError("--manifests", folder, f"a folder qmodel can create ({err.strerror})") from None
+    cfg = res.serving_config
+    head = f"# qmodel plan for {res.scenario}: {res.plans[0].label}\n"
+    lines = ["#!/usr/bin/env bash", head.rstrip(),
+             "# every instance in the background on its own GPUs and port; Ctrl-C stops them all",
+             "set -euo pipefail", "trap 'kill 0' EXIT"]
+    gpu = 0
+    total = sum(item["instances"] * item["gpus_per_instance"] for item in cfg["vllm"])
+    if total > 8:
+        lines.append(f"# this plan uses {total} GPUs: run each line on the node that holds its GPUs "
+                     "(CUDA_VISIBLE_DEVICES numbers GPUs within a node)")
+    for item in cfg["vllm"]:
+        lines.append(f"# {item['role']}: {item['instances']} instance(s) x {item['gpus_per_instance']} {item['gpu']}")
+        port = int(item["command"].split(" --port ")[1].split()[0])
+        for i in range(item["instances"]):
+            devices = ",".join(str((gpu + j) % 8 if total > 8 else gpu + j) for j in range(item["gpus_per_instance"]))
+            gpu += item["gpus_per_instance"]
+            cmd = item["command"].replace(f" --port {port} ", f" --port {port + i} ", 1)
+            lines.append(f"CUDA_VISIBLE_DEVICES={devices} {cmd} &")
+    lines += [f"# {n}" for n in cfg.get("notes", [])] + ["wait"]
+    files = {"vllm-serve.sh": "\n".join(lines) + "\n",
+             "dynamo.yaml": head + yaml.safe_dump(cfg["dynamo"], sort_keys=False),
+             "kserve.yaml": head + yaml.safe_dump(cfg["kserve"], sort_keys=False)}
+    written = []
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    return written
 
 
 def _print_csv(res) -> None:
@@ -174,7 +225,7 @@ def _print_text(res) -> None:
     if not res.plans:
         say("no plan meets the SLO in this search space")
     else:
-        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M tok", "TTFT p90", "TPOT p90", "knee +", "P"],
+        print_table(["#", "plan", "GPUs", "$/h", "goodput", "/GPU", "$/M out", "TTFT p90", "TPOT p90", "knee +", "P"],
                     [[p.rank, p.label, p.gpus, "-" if p.cost_per_hour is None else f"{p.cost_per_hour:.2f}",
                       f"{p.goodput_rps:.3g}", f"{p.goodput_per_gpu:.3g}",
                       "-" if p.usd_per_million_output_tokens is None else f"{p.usd_per_million_output_tokens:.3g}",
@@ -183,6 +234,10 @@ def _print_text(res) -> None:
                      for p in res.plans])
         b = res.plans[0]
         say(f"\nbest: {b.label}\n  binding at {b.rate_per_s:.4g} req/s: {b.binding}\n  validity: {b.validity}")
+        if b.cost_per_hour is not None and b.usd_per_million_tokens is not None:
+            say(f"  cost ${b.cost_per_hour:.4g}/h at goodput {b.goodput_rps:.3g} req/s: "
+                f"${b.usd_per_million_input_tokens:.3g}/M input, ${b.usd_per_million_output_tokens:.3g}/M output, "
+                f"${b.usd_per_million_tokens:.3g}/M tokens")
         if b.link_path_bandwidth_bytes_per_s is not None and b.prefill is not None:
             per = b.link_path_bandwidth_bytes_per_s
             say(f"  KV link {b.link}: {b.prefill.instances} path(s) (one per prefill instance) x "

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from qmodel.cli.common import add_scenario_args, scenario_from_args
-from qmodel.cli.output import print_json, print_table, say
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on, say
 from qmodel.errors import InputError
 from qmodel.units import format_duration
 
@@ -24,7 +24,8 @@ def register(sub) -> None:
     p.add_argument("--requests", type=int, default=20000, help="requests to generate or take from the trace (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace and random dispatch (default 0)")
     p.add_argument("--warmup", type=float, default=0.1, help="fraction of the trace's time span left out of statistics (default 0.1)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    add_progress_option(p)
     p.add_argument("--requests-csv", metavar="FILE", help="also write one CSV row per request (times, tokens, "
                                                           "per-station entry/start/exit)")
     p.set_defaults(func=run)
@@ -50,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
             trace = Trace(trace.arrival_s[:n], trace.prompt_tokens[:n], trace.output_tokens[:n], trace.source,
                           trace.format, trace.sha256, None if trace.hash_ids is None else trace.hash_ids[:n],
                           trace.block_tokens, {**trace.meta, "head": n})
-    res, req = replay_requests(sc, trace, n_requests=args.requests, seed=args.seed, warmup_fraction=args.warmup)
+    from qmodel.progress import Progress
+
+    with Progress(progress_on(args), "replay") as bar:
+        res, req = replay_requests(sc, trace, n_requests=args.requests, seed=args.seed, warmup_fraction=args.warmup,
+                                   progress=bar)
     if args.requests_csv:
         _write_csv(args.requests_csv, req)
     if args.json:

@@ -17,7 +17,7 @@ def register(sub) -> None:
                        description="Solve a scenario: TTFT/TPOT mean/p50/p90/p99, SLO attainment, per-station load, binding constraint.")
     add_scenario_args(p)
     p.add_argument("--rate", help="arrival rate to solve at (req/s), overriding the scenario's")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
     p.add_argument("--explain", action="store_true", help="print the closed forms with this scenario's numbers")
     p.add_argument("--check", action="store_true", help="also run the replay and print analytic-vs-replay differences")
     p.add_argument("--requests", type=int, default=20000, help="requests to replay with --check (default 20000)")

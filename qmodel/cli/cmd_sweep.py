@@ -7,7 +7,7 @@ import csv
 import sys
 
 from qmodel.cli.common import add_scenario_args, parse_rate_range, scenario_from_args
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on
 from qmodel.result import Sweep, SweepRow
 from qmodel.units import format_duration
 
@@ -26,13 +26,14 @@ def register(sub) -> None:
     p.add_argument("--requests", type=int, default=20000, help="requests per replay point")
     p.add_argument("--seed", type=int, default=0)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--json", action="store_true")
-    g.add_argument("--csv", action="store_true")
+    g.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
+    g.add_argument("--csv", action="store_true", help="print CSV, one row per rate")
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
 def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests: int = 20000,
-               seed: int = 0) -> list[SweepRow]:
+               seed: int = 0, progress=None) -> list[SweepRow]:
     """One row per rate; unstable rates are rows with stable=False and zero attainment, never NaN.
     A rate so near saturation that a chain cannot be truncated (NumericalError) is a row with zero
     attainment (as a goodput search counts it) and the reason in its note."""
@@ -43,7 +44,9 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
         from qmodel.engine import Solver
 
         solver = Solver(scenario)
-        for r in rates:
+        for i, r in enumerate(rates):
+            if progress is not None:
+                progress(i, len(rates), "rates")
             try:
                 res = solver.solve(r)
             except UnstableError as err:
@@ -56,7 +59,9 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
     else:
         from qmodel.validation.engine import replay
 
-        for r in rates:
+        for i, r in enumerate(rates):
+            if progress is not None:
+                progress(i, len(rates), "rates")
             res = replay(scenario.with_rate(r), n_requests=n_requests, seed=seed)
             rows.append(_row(r, res, ""))
     return rows
@@ -96,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if base is None:
             raise InputError("--scale", args.rate, "needs the scenario to have an arrival rate")
         rates = [round(m * base, 10) for m in rates]
-    rows = sweep_rows(sc, rates, args.mode, args.requests, args.seed)
+    from qmodel.progress import Progress
+
+    with Progress(progress_on(args), "sweep") as bar:
+        rows = sweep_rows(sc, rates, args.mode, args.requests, args.seed, progress=bar)
+        bar(len(rates), len(rates), "rates")
     if args.json:
         print_json(Sweep(scenario=sc.name, mode=args.mode, rows=rows))
     elif args.csv:

@@ -1,28 +1,47 @@
-"""``qmodel validate [--suite NAME] [--json]``: analytic vs replay over a suite of scenarios.
+"""``qmodel validate [--suite NAME] [--json [PATH]]``: analytic vs replay over a suite of scenarios.
 
 Prints one row per scenario (relative errors of TTFT/TPOT p50/p90/p99, attainment difference,
 the replay's own noise) and a summary (median and 90th-percentile |error| per metric, overall,
 per topology and per utilization band; goodput within 5%). See docs/validation.md.
+
+``--suite corpus [--n N] [--seed S]`` runs the generated corpus (:mod:`qmodel.validation.corpus`:
+N stratified scenarios from seed S, data-folder strata when it is present) and prints the error
+tables by topology, load band and feature value, and the issue-18 target check;
+``--suite corpus-ci`` is the CI subset (:data:`CI_N` data-free scenarios, short replays).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from qmodel.cli.output import print_json, print_table
+from qmodel.cli.output import add_progress_option, add_width_option, print_json, print_table, progress_on
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "CORPUS_SUITES", "CI_N", "CI_SEED"]
+
+#: the CI subset: 36 data-free scenarios from seed 18 (tests/test_corpus_ci.py holds its bands)
+CI_N = 36
+CI_SEED = 18
+#: the corpus suites: name -> (run lengths in qmodel.validation.corpus_run.RUN_LENGTHS, default N)
+CORPUS_SUITES = {"corpus": ("full", 300), "corpus-ci": ("ci", CI_N)}
 
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="analytic engine vs replay over a suite of scenarios (error table)",
                        description="Run a suite of scenarios through the analytical engine and the replay and "
                                    "report relative errors. Utilization = rate / the solver's max_stable_rate().")
-    p.add_argument("--suite", default="full", help="quick (CI, ~15 s), snapshot, or full (default; many minutes)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--suite", default="quick", help="quick (default, ~15 s), snapshot, full (many minutes), "
+                                                    "corpus (generated scenarios) or corpus-ci (its CI subset)")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="print JSON, or write it to PATH")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--n", type=int, default=None, help="corpus: number of scenarios (default 300)")
+    p.add_argument("--seed", type=int, default=None, help="corpus: generator seed (default 0)")
+    p.add_argument("--no-data", action="store_true", help="corpus: leave out the strata that need the data folder")
     p.add_argument("--no-goodput", action="store_true", help="skip the replay goodput bisections")
+    add_progress_option(p)
+    add_width_option(p)
     p.set_defaults(func=run)
 
 
@@ -31,19 +50,95 @@ def run(args: argparse.Namespace) -> int:
     from qmodel.validation.harness import run_suite
     from qmodel.validation.suites import get_suite
 
-    suite = get_suite(args.suite)
     if args.jobs < 1:
         raise InputError("--jobs", args.jobs, "a positive number of worker processes")
-    progress = None
-    if not args.json and sys.stderr.isatty():
-        def progress(rec: dict) -> None:
-            sys.stderr.write(f"  done {rec['name']}\n")
-    out = run_suite(suite, jobs=args.jobs, goodput=not args.no_goodput, progress=progress)
-    if args.json:
+    if args.json not in (None, "-"):
+        parent = Path(args.json).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise InputError("--json", args.json, f"a file in an existing folder ({parent} does not exist)")
+    if args.suite in CORPUS_SUITES:
+        out = _run_corpus(args)
+    else:
+        for flag, val in (("--n", args.n), ("--seed", args.seed), ("--no-data", args.no_data or None)):
+            if val is not None:
+                raise InputError(flag, val, "only with --suite corpus or corpus-ci")
+        from qmodel.progress import Progress
+
+        suite = get_suite(args.suite)
+        total = len(suite.cases) + (0 if args.no_goodput else len(suite.goodput))
+        done = [0]
+        with Progress(progress_on(args), "validate") as bar:
+            def progress(rec: dict) -> None:
+                done[0] += 1
+                bar(done[0], total, "cases")
+            out = run_suite(suite, jobs=args.jobs, goodput=not args.no_goodput, progress=progress)
+    if args.json == "-":
         print_json(out)
+        return 0
+    if args.json is not None:
+        with open(Path(args.json).expanduser(), "w", encoding="utf-8") as fh:
+            print_json(out, fh)
+    if args.suite in CORPUS_SUITES:
+        print_corpus_text(out)
     else:
         print_text(out)
     return 0
+
+
+def _run_corpus(args: argparse.Namespace) -> dict:
+    from qmodel.errors import InputError
+    from qmodel.validation.corpus import generate
+    from qmodel.validation.corpus_run import RUN_LENGTHS, run_corpus
+
+    lengths, default_n = CORPUS_SUITES[args.suite]
+    ci = args.suite == "corpus-ci"
+    if ci and (args.n is not None or args.seed is not None):
+        raise InputError("--n" if args.n is not None else "--seed", args.n if args.n is not None else args.seed,
+                         "not with --suite corpus-ci (a fixed subset: use --suite corpus)")
+    n = default_n if args.n is None else args.n
+    if n < 1:
+        raise InputError("--n", n, "a positive number of scenarios")
+    seed = (CI_SEED if ci else 0) if args.seed is None else args.seed
+    if seed < 0:
+        raise InputError("--seed", seed, "a non-negative integer")
+    corpus = generate(n, seed, data=False if (ci or args.no_data) else None)
+    from qmodel.progress import Progress
+
+    done = [0]
+    with Progress(progress_on(args), "validate") as bar:
+        def progress(rec: dict) -> None:
+            done[0] += 1
+            bar(done[0], len(corpus.cases), "scenarios")
+        out = run_corpus(corpus, RUN_LENGTHS[lengths], jobs=args.jobs, progress=progress)
+    out["suite"] = args.suite
+    return out
+
+
+def print_corpus_text(out: dict) -> None:
+    """The corpus tables (median / 90th percentile of |error| per group) and the target check."""
+    from qmodel.validation.corpus_run import TABLE_HEADERS, sections, table_rows
+
+    w = sys.stdout.write
+    s = out["summary"]
+    w(f"suite {out['suite']}: {out['n']} generated scenarios (seed {out['seed']}); error = (analytic - replay) / replay; "
+      f"cells: median/90th percentile of |error| in %, attainment: of |analytic - replay|\n")
+    for line in out["skipped_strata"]:
+        w(f"skipped stratum {line}\n")
+    for title, groups in sections(out):
+        w(f"\n{title}\n")
+        print_table(TABLE_HEADERS, table_rows(groups))
+    t = s["targets"]
+    noise = s["replay_noise"]
+    w(f"\nreplay noise (relative std. error over seeds): median per metric "
+      + ", ".join(f"{m} {v * 100:.1f}%" for m, v in noise["median_by_metric"].items())
+      + f"; {noise['fraction_below_2pct'] * 100:.0f}% of scenarios below 2% on every metric\n")
+    w(f"targets (median <= 5%, p90 <= 15%, attainment p90 |diff| <= 0.03, per topology and band up to u 0.95): "
+      f"met in {t['met']} of {t['of']} cells\n")
+    for name, c in t["cells"].items():
+        if not c["met"]:
+            w(f"  missed {name}: " + "; ".join(c["misses"] + ([f"{c['failures']} failed"] if c["failures"] else [])) + "\n")
+    for f in s["failures"]:
+        w(f"failed: {f}\n")
 
 
 def _pct(x: float | None) -> str:

@@ -33,7 +33,19 @@ def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:
 
     from qmodel.build import resolve
 
-    sc = load_scenario(args.scenario, args.overrides)
+    path = args.scenario
+    from qmodel.example_files import bundled_fallback
+
+    bundled = bundled_fallback(path)
+    if bundled is not None:
+        import importlib.resources as ir
+
+        print(f"qmodel: note: {path} is not here; using the bundled example "
+              f"(qmodel examples copy {bundled.name.rsplit('.', 1)[0]} to edit it)", file=sys.stderr)
+        with ir.as_file(bundled) as real:
+            sc = load_scenario(real, args.overrides)
+    else:
+        sc = load_scenario(path, args.overrides)
     warnings = resolve(sc).warnings
     for line in warnings if warn else ():
         print(f"qmodel: warning: {line.removeprefix('warning: ')}", file=sys.stderr)

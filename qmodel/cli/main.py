@@ -18,7 +18,7 @@ __all__ = ["main", "build_parser", "VERBS"]
 
 #: Sub-commands in help order; each lives in qmodel/cli/cmd_<verb>.py
 VERBS = ["solve", "goodput", "sweep", "compare", "plan", "replay", "validate", "trace", "catalog",
-         "calibrate", "perf", "tui"]
+         "calibrate", "perf", "examples", "tui"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,9 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from qmodel.cli.output import DEFAULT_WIDTH, set_width
+    from qmodel.cli.output import DEFAULT_WIDTH, set_markdown, set_width
 
-    set_width(None if getattr(args, "wide", False) else DEFAULT_WIDTH)
+    markdown = bool(getattr(args, "markdown", False))
+    set_markdown(markdown)
+    set_width(None if getattr(args, "wide", False) or markdown else DEFAULT_WIDTH)
     try:
         rc = args.func(args)
     except QmodelError as err:

@@ -16,11 +16,11 @@ import textwrap
 from typing import Any, Sequence
 
 __all__ = ["DEFAULT_WIDTH", "set_width", "text_width", "say", "say_command", "to_plain", "print_json",
-           "print_table", "add_width_option", "add_set_option"]
+           "print_table", "set_markdown", "add_progress_option", "progress_on", "add_width_option", "add_set_option"]
 
 #: columns of text output by default (``--wide``: no limit)
 DEFAULT_WIDTH = 100
-_state: dict[str, int | None] = {"width": DEFAULT_WIDTH}
+_state: dict[str, int | None] = {"width": DEFAULT_WIDTH, "markdown": 0}
 
 
 def set_width(width: int | None) -> None:
@@ -30,6 +30,11 @@ def set_width(width: int | None) -> None:
 
 def text_width() -> int | None:
     return _state["width"]
+
+
+def set_markdown(on: bool) -> None:
+    """Tables as GitHub-flavoured Markdown (``--markdown``): pipes, a header rule, nothing wrapped."""
+    _state["markdown"] = int(on)
 
 
 def _wrap_line(line: str, width: int | None) -> list[str]:
@@ -104,6 +109,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], stream=No
     with no prose column is printed whole."""
     stream = stream or sys.stdout
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in r] for r in rows]
+    if _state["markdown"]:
+        _print_markdown(cells, stream)
+        return
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     wrap_col, limit = _column_to_wrap(cells, widths)
     for j, r in enumerate(cells):
@@ -115,6 +123,15 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], stream=No
                                    for i, (c, w) in enumerate(zip(line, widths))).rstrip() + "\n")
         if j == 0:
             stream.write("  ".join("-" * w for w in widths) + "\n")
+
+
+def _print_markdown(cells: list[list[str]], stream) -> None:
+    esc = [[c.replace("|", "\\|") for c in r] for r in cells]
+    numeric = [bool(cells[1:]) and all(_numeric(r[i]) or not r[i] for r in cells[1:]) for i in range(len(cells[0]))]
+    stream.write("| " + " | ".join(esc[0]) + " |\n")
+    stream.write("|" + "|".join("---:" if n else "---" for n in numeric) + "|\n")
+    for r in esc[1:]:
+        stream.write("| " + " | ".join(r) + " |\n")
 
 
 def _column_to_wrap(cells: list[list[str]], widths: list[int]) -> tuple[int | None, int]:
@@ -150,9 +167,25 @@ def _numeric(s: str) -> bool:
         return False
 
 
+def add_progress_option(p) -> None:
+    """``--progress`` / ``--no-progress`` (default: a bar when stderr is a terminal)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def progress_on(args) -> bool:
+    """Whether the verb draws its progress bar: the flag if given, else stderr is a terminal."""
+    flag = getattr(args, "progress", None)
+    return sys.stderr.isatty() if flag is None else bool(flag)
+
+
 def add_width_option(p) -> None:
     p.add_argument("--wide", action="store_true",
                    help=f"do not wrap text output to {DEFAULT_WIDTH} columns")
+    p.add_argument("--markdown", action="store_true",
+                   help="print tables as Markdown (for reports and issues); implies --wide")
 
 
 def add_set_option(p) -> None:

@@ -3,7 +3,8 @@
 Objectives (one per search):
 
 * ``min-gpus``: meet ``target_rate_per_s`` at the SLO with the fewest GPUs (ties: more goodput);
-* ``min-cost``: the same with the lowest list price per hour (GPUs without a price are left out);
+* ``min-cost``: the same with the lowest price per hour (:mod:`qmodel.cost`: the scenario's ``prices``,
+  else the catalog's list price; a GPU with neither is an InputError naming it, not left out);
 * ``max-goodput``: the most goodput within a budget of GPUs, board power or $/hour (Splitwise's
   iso-count, iso-power and iso-cost provisioning); ties go to fewer GPUs.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from collections import Counter
 from concurrent.futures import Executor
@@ -31,35 +31,13 @@ from qmodel.planner.search import (Budget, FamilyOutcome, Found, SerialExecutor,
                                    maximal_points, min_cost_family, pareto_flags, power_of, prune_threshold, run_tasks,
                                    warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
+from qmodel.progress import Progress
 from qmodel.scenario import DisaggregatedDeployment, Scenario
 
 __all__ = ["plan", "make_executor", "Progress", "DEFAULT_LINK"]
 
 DEFAULT_LINK = "ib-ndr-400"
 OBJECTIVES = ("min-gpus", "min-cost", "max-goodput")
-
-
-class Progress:
-    """A one-line progress bar on stderr (only when enabled: a TTY or ``--progress``)."""
-
-    def __init__(self, enabled: bool, label: str = "plan") -> None:
-        self.enabled = enabled
-        self.label = label
-        self.t0 = time.perf_counter()
-
-    def update(self, done: int, total: int, what: str) -> None:
-        if not self.enabled or total <= 0:
-            return
-        width = 24
-        filled = int(width * done / total)
-        sys.stderr.write(f"\r{self.label}: {what} {done}/{total} [{'#' * filled}{' ' * (width - filled)}] "
-                         f"{time.perf_counter() - self.t0:5.1f}s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 def make_executor(kind: str | Executor | None, workers: int | None, n_tasks: int) -> tuple[Executor, str, bool]:
@@ -99,16 +77,16 @@ class _Ctx:
     top_k: int
 
 
-def _catalog_tables(gpus: Iterable[str]) -> tuple[dict[str, float | None], dict[str, float]]:
+def _catalog_tables(gpus: Iterable[str], prices: dict[str, float] | None = None
+                    ) -> tuple[dict[str, float | None], dict[str, float]]:
+    """(price per GPU-hour: the scenario's ``prices`` over the catalog's, :func:`qmodel.cost.price_table`; TDP)."""
+    from qmodel.cost import price_table
     from qmodel.registry import load_catalog
 
     cat = load_catalog()
-    price: dict[str, float | None] = {}
-    tdp: dict[str, float] = {}
-    for g in gpus:
-        spec = cat.gpu(g)  # CatalogError (exit 2) names the closest matches
-        price[spec.name] = spec.price_usd_per_hour
-        tdp[spec.name] = float(spec.tdp_watts)
+    gpus = list(gpus)
+    price = price_table(gpus, prices)  # CatalogError (exit 2) names the closest matches
+    tdp = {cat.gpu(g).name: float(cat.gpu(g).tdp_watts) for g in gpus}
     return price, tdp
 
 
@@ -317,19 +295,21 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
                         tps=tps, topologies=topologies, transfer_modes=transfer_modes, chunk_tokens=chunk_tokens,
                         max_instances=max_instances, max_gpus=max_gpus)
     all_gpus = set(sp.gpus or (default_gpu,)) | set(sp.prefill_gpus) | set(sp.decode_gpus)
-    price, tdp = _catalog_tables(sorted(all_gpus))
+    price, tdp = _catalog_tables(sorted(all_gpus), scenario.prices)
     from qmodel.registry import load_catalog
 
     for ln in sp.links or (default_link,):
         load_catalog().link(ln)
     notes: list[str] = []
+    unpriced = sorted(g for g, p in price.items() if p is None)
+    if unpriced and (objective == "min-cost" or budget.cost_per_hour is not None):
+        # Leaving them out would answer another question than the one asked; say which GPUs need a price.
+        what = "min-cost" if objective == "min-cost" else "a $/h budget"
+        raise InputError("prices", ",".join(unpriced),
+                         f"an hourly price for every GPU {what} searches: the catalog has none for these; add "
+                         f"'prices: {{{unpriced[0]}: USD per GPU-hour}}' to the scenario or leave them out of --gpus")
     if objective == "min-cost":
-        unpriced = sorted(g for g, p in price.items() if p is None)
-        if unpriced:
-            notes.append(f"left out (no list price in the catalog): {', '.join(unpriced)}")
-        if len(unpriced) == len(price):
-            raise InputError("--gpus", ",".join(sorted(price)), "min-cost needs GPUs with a catalog price")
-        weight = {g: (p if p is not None else math.inf) for g, p in price.items()}
+        weight = {g: float(p) for g, p in price.items() if p is not None}
     else:
         weight = {g: 1.0 for g in price}
     ev = warm(evaluator or EngineEvaluator(scenario))
@@ -344,9 +324,6 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     for fam in families:
         bad = None
         for role, g, tp in _roles(fam):
-            if weight.get(g, 1.0) == math.inf:
-                bad = "no list price"
-                break
             why = ev.pool_issue(role, g, tp)
             if why:
                 bad = why
@@ -362,7 +339,7 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     ex, ex_name, owned = make_executor(executor, workers, len(keep))
     nworkers = getattr(ex, "_max_workers", None) or workers or (os.cpu_count() or 1)
     wave = 1 if isinstance(ex, SerialExecutor) else max(4, 2 * int(nworkers))
-    prog = Progress(progress)
+    prog = Progress(progress, label="plan")
     try:
         t1 = time.perf_counter()
         found, solves = _search(ctx, keep, ex, wave, prog, pruned)
@@ -397,11 +374,19 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     return result
 
 
+def _token_prices(cost: float | None, goodput_rps: float, mean_in: float, mean_out: float) -> dict[str, float]:
+    from qmodel.cost import token_prices
+
+    tok = token_prices(cost, goodput_rps, mean_in, mean_out)
+    return tok.model_dump() if tok else {}
+
+
 def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
           notes: list[str]) -> tuple[list[PlanRow], int]:
     """The top K plans as rows (the order: :mod:`qmodel.planner.rank`)."""
     rows, solves = rank_found(ctx.ev, ctx.objective, found, ctx.top_k, ctx.rate, ex, with_knee, notes)
     mean_out = ctx.ev.mean_output_tokens()
+    mean_in = ctx.ev.mean_prompt_tokens()
     flags = pareto_flags((g / f.plan.gpus, m.ttft_p90_s, m.tpot_p90_s) for f, g, m, _ in rows)
     out: list[PlanRow] = []
     for i, ((f, g, m, knee), par) in enumerate(zip(rows, flags), start=1):
@@ -424,7 +409,7 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
             chunk_tokens=fam.chunk_tokens, gpus=p.gpus, power_w=power_of(p, ctx.tdp), cost_per_hour=cost,
             goodput_rps=g, goodput_per_gpu=g / p.gpus,
             goodput_per_usd_hour=None if not cost else g / cost,
-            usd_per_million_output_tokens=None if not cost or g <= 0 else cost / (g * mean_out * 3600.0) * 1e6,
+            **_token_prices(cost, g, mean_in, mean_out),
             rate_per_s=m.rate_per_s, attainment=m.attainment, ttft_p90_s=m.ttft_p90_s, tpot_p90_s=m.tpot_p90_s,
             max_stable_rate_per_s=f.capacity, knee_rps=knee_v,
             headroom_to_knee=None if knee_v is None else knee_v / m.rate_per_s - 1.0,

@@ -96,8 +96,17 @@ class Evaluator(ABC):
     @abstractmethod
     def mean_output_tokens(self) -> float: ...
 
+    @abstractmethod
+    def mean_prompt_tokens(self) -> float:
+        """Mean prompt tokens per request, counted whole (the $/M input-token price)."""
+
 
 # ---- scenario re-targeting ---------------------------------------------------------------------
+
+def _dtypes(cfg: PoolConfig) -> dict[str, Any]:
+    """A pool's KV dtype and compute precision, where the user set them (candidates keep them)."""
+    return {k: getattr(cfg, k) for k in ("kv_dtype", "compute_dtype") if getattr(cfg, k) is not None}
+
 
 def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(prefill pool extras, decode pool extras, deployment extras) kept from the user's scenario."""
@@ -106,17 +115,19 @@ def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], 
     dec: dict[str, Any] = {}
     top: dict[str, Any] = {}
     if isinstance(dep, DisaggregatedDeployment):
-        pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch}
+        pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
+               **_dtypes(dep.prefill)}
         dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
-               "dispatch": dep.decode.dispatch}
+               "dispatch": dep.decode.dispatch, **_dtypes(dep.decode)}
         top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
                "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
                "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
     else:
         dec = {"kv_memory_fraction": dep.pool.kv_memory_fraction, "max_batch": dep.pool.max_batch,
-               "dispatch": dep.pool.dispatch}
+               "dispatch": dep.pool.dispatch, **_dtypes(dep.pool)}
+        pre = _dtypes(dep.pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
         if isinstance(dep, ColocatedDeployment):
-            pre = {"max_batch_tokens": dep.max_batch_tokens}
+            pre = {"max_batch_tokens": dep.max_batch_tokens, **pre}
             top = {"max_batch_tokens": dep.max_batch_tokens}
     return pre, dec, top
 
@@ -222,21 +233,28 @@ class EngineEvaluator(Evaluator):
             self._workload = (model, resolve_workload(self.scenario, model))
         return self._workload
 
-    def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float, pp: int = 1):
-        """:func:`qmodel.build.resolve_pool` for (role, gpu, tp, pp, KV fraction), cached."""
+    def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float, pp: int = 1,
+              kv_dtype: str | None = None, compute_dtype: str | None = None):
+        """:func:`qmodel.build.resolve_pool` for (role, gpu, tp, pp, KV fraction, dtypes), cached.
+        Without dtypes given, the scenario's own for that role (what :func:`deployment_for` keeps)."""
         from qmodel.build import resolve_pool
         from qmodel.scenario import PoolConfig
 
-        k = (role, gpu, tp, pp, mem_fraction)
+        if kv_dtype is None and compute_dtype is None:
+            pre, dec, _ = _pool_defaults(self.scenario)
+            own = pre if role == "prefill" else dec
+            kv_dtype, compute_dtype = own.get("kv_dtype"), own.get("compute_dtype")
+        k = (role, gpu, tp, pp, mem_fraction, kv_dtype, compute_dtype)
         if k not in self._pools:
             field = {"prefill": "deployment.prefill", "decode": "deployment.decode", "pool": "deployment.pool"}[role]
-            self._pools[k] = resolve_pool(role, field, PoolConfig(gpu=gpu, tp=tp, pp=pp), self.scenario, self._model(),
-                                          mem_fraction)
+            cfg = PoolConfig(gpu=gpu, tp=tp, pp=pp, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
+            self._pools[k] = resolve_pool(role, field, cfg, self.scenario, self._model(), mem_fraction)
         return self._pools[k]
 
     def _pool_for(self, role: str, field: str, cfg: PoolConfig, mem_fraction: float):
         """The :data:`qmodel.build.PoolFactory` the planner hands to resolve: a cached pool carrying ``cfg``."""
-        return dataclasses.replace(self._pool(role, cfg.gpu, cfg.tp, mem_fraction, cfg.pp), config=cfg)
+        return dataclasses.replace(self._pool(role, cfg.gpu, cfg.tp, mem_fraction, cfg.pp, cfg.kv_dtype,
+                                              cfg.compute_dtype), config=cfg)
 
     def _resolved(self, sc: Scenario, plan: PlanSpec):
         """``qmodel.build.resolve(sc)`` assembled from the cached model, workload and pools."""
@@ -419,3 +437,6 @@ class EngineEvaluator(Evaluator):
 
     def mean_output_tokens(self) -> float:
         return float(self._workload_parts()[1].lengths.mean_output)
+
+    def mean_prompt_tokens(self) -> float:
+        return float(self._workload_parts()[1].lengths.mean_prompt)

@@ -1,4 +1,4 @@
-"""The serving configuration a user would type for a plan: vLLM commands and a Dynamo-style layout.
+"""The serving configuration for a plan: ``vllm serve`` commands and Kubernetes manifests (Dynamo, KServe).
 
 Disaggregated plans get one ``vllm serve`` command per role with ``--tensor-parallel-size`` and a
 ``--kv-transfer-config`` JSON naming the KV connector and the instance's role (``kv_producer`` on
@@ -16,9 +16,9 @@ import shlex
 from typing import Any
 
 from qmodel.planner.result import PlanRow
-from qmodel.scenario import DisaggregatedDeployment, Scenario
+from qmodel.scenario import DisaggregatedDeployment, PoolConfig, Scenario
 
-__all__ = ["serving_config", "connector_for", "gpu_memory_utilization"]
+__all__ = ["serving_config", "role_flags", "connector_for", "gpu_memory_utilization"]
 
 _RDMA_KINDS = {"infiniband", "roce", "nvlink"}
 
@@ -58,20 +58,40 @@ def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: f
     (:mod:`qmodel.perf.memory`); vLLM budgets weights, activations and KV inside util x M and
     leaves the CUDA context outside, so util = (W + R - context + KV) / M.
     """
+    from qmodel.build import pool_compute_dtype, pool_model
     from qmodel.perf.memory import memory_budget, weight_dtype_for
     from qmodel.registry import load_catalog
 
     from qmodel.errors import QmodelError
 
     cat = load_catalog()
-    model, spec = cat.model(scenario.model), cat.gpu(gpu)
+    cfg = _decode_cfg(scenario)
+    model, spec = pool_model(cat.model(scenario.model), cfg), cat.gpu(gpu)
     try:
         b = memory_budget(model, spec, tp, 1, kv_fraction,
-                          dtype=weight_dtype_for(model, getattr(scenario.perf, "compute_dtype", None)))
+                          dtype=weight_dtype_for(model, pool_compute_dtype(scenario.perf, cfg)))
     except QmodelError:  # the model does not fit: leave the flag to vLLM's default
         return None
     util = (b.weights_per_gpu_bytes + b.reserve_bytes - CUDA_CONTEXT_BYTES + b.kv_bytes_per_gpu) / b.gpu_memory_bytes
     return round(min(0.98, max(0.05, util)), 2)
+
+
+def _decode_cfg(scenario: Scenario) -> PoolConfig:
+    dep = scenario.deployment
+    return dep.decode if isinstance(dep, DisaggregatedDeployment) else dep.pool
+
+
+def _kv_flag(cfg: PoolConfig, scenario: Scenario | None = None) -> list[str]:
+    """vLLM's --kv-cache-dtype for a pool that sets ``kv_dtype`` (vLLM's names: fp8, fp8_e4m3, fp8_e5m2), and
+    --quantization fp8 for a pool whose ``compute_dtype`` is fp8 on a wider checkpoint (vLLM's dynamic FP8)."""
+    flags = [] if cfg.kv_dtype is None else ["--kv-cache-dtype", cfg.kv_dtype]
+    if scenario is not None and cfg.compute_dtype in ("fp8", "fp8_e4m3"):
+        from qmodel.registry import load_catalog
+        from qmodel.units import dtype_bits
+
+        if dtype_bits(load_catalog().model(scenario.model).dtype) > 8:
+            flags += ["--quantization", "fp8"]
+    return flags
 
 
 def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list[str]:
@@ -79,15 +99,42 @@ def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list
     return [] if util is None else ["--gpu-memory-utilization", f"{util:.2f}"]
 
 
-def _cmd(model: str, tp: int, port: int, extra: list[str]) -> str:
-    return " ".join(["vllm", "serve", shlex.quote(model), "--tensor-parallel-size", str(tp), "--port", str(port)] + extra)
+def role_flags(scenario: Scenario, row: PlanRow) -> dict[str, list[str]]:
+    """The engine flags of each role of ``row`` ('prefill'/'decode', or 'aggregated'), shared by the
+    ``vllm serve`` lines and the Kubernetes manifests: TP, the prefill token budget, the decode batch
+    cap and the memory fraction that gives qmodel's KV capacity. No port, no KV connector."""
+    k = _kept(scenario)
+    if row.topology == "disaggregated":
+        assert row.prefill is not None
+        dep = scenario.deployment
+        pre_cfg = dep.prefill if isinstance(dep, DisaggregatedDeployment) else dep.pool
+        return {"prefill": ["--tensor-parallel-size", str(row.prefill.tp),
+                            "--max-num-batched-tokens", str(k["prefill_tokens"])] + _kv_flag(pre_cfg, scenario),
+                "decode": ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
+                          + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
+                          + _kv_flag(_decode_cfg(scenario), scenario)}
+    flags = ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
+    flags += _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario), scenario)
+    if row.topology == "chunked":
+        flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
+    else:
+        flags += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(k["prefill_tokens"])]
+    return {"aggregated": flags}
+
+
+def _cmd(model: str, flags: list[str], port: int, extra: list[str]) -> str:
+    tp = flags[:2]  # --tensor-parallel-size N leads, then the port, then the rest (the order users read)
+    return " ".join(["vllm", "serve", shlex.quote(model), *tp, "--port", str(port), *flags[2:], *extra])
 
 
 def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
-    """{'vllm': [{role, instances, gpus_per_instance, command}], 'dynamo': {...}, 'notes': [...]} for ``row``."""
+    """{'vllm': [{role, instances, gpus_per_instance, gpu, command}], 'dynamo': a DynamoGraphDeployment,
+    'kserve': an LLMInferenceService, 'notes': [...]} for ``row``."""
+    from qmodel.planner.manifests import dynamo_graph_deployment, llm_inference_service
+
     model = _model_id(scenario)
-    k = _kept(scenario)
-    out: dict[str, Any] = {"model": model, "vllm": [], "dynamo": {}, "notes": []}
+    flags = role_flags(scenario, row)
+    out: dict[str, Any] = {"model": model, "vllm": [], "dynamo": {}, "kserve": {}, "notes": []}
     if row.topology == "disaggregated":
         assert row.prefill is not None
         conn = connector_for(row.link)
@@ -101,35 +148,19 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
 
         out["vllm"] = [
             {"role": "prefill", "instances": row.prefill.instances, "gpus_per_instance": row.prefill.tp, "gpu": row.prefill.gpu,
-             "command": _cmd(model, row.prefill.tp, 8100, ["--max-num-batched-tokens", str(k["prefill_tokens"]),
-                                                           "--kv-transfer-config", ktc("kv_producer")])},
+             "command": _cmd(model, flags["prefill"], 8100, ["--kv-transfer-config", ktc("kv_producer")])},
             {"role": "decode", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp, "gpu": row.decode.gpu,
-             "command": _cmd(model, row.decode.tp, 8200, ["--max-num-seqs", str(k["max_num_seqs"])]
-                             + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
-                             + ["--kv-transfer-config", ktc("kv_consumer")])},
+             "command": _cmd(model, flags["decode"], 8200, ["--kv-transfer-config", ktc("kv_consumer")])},
         ]
-        out["dynamo"] = {
-            "Frontend": {"replicas": 1},
-            "PrefillWorker": {"replicas": row.prefill.instances, "tensor-parallel-size": row.prefill.tp,
-                              "gpu": row.prefill.gpu, "max-num-batched-tokens": k["prefill_tokens"]},
-            "DecodeWorker": {"replicas": row.decode.instances, "tensor-parallel-size": row.decode.tp,
-                             "gpu": row.decode.gpu, "max-num-seqs": k["max_num_seqs"],
-                             "kv-transfer": {"connector": conn, "link": row.link, "mode": row.transfer_mode}},
-        }
         out["notes"].append(f"KV moves over {row.link} ({row.transfer_mode}); run a P/D proxy or router in front "
                             "(e.g. vLLM's disaggregated proxy example, or Dynamo's frontend)")
     else:
-        flags = ["--max-num-seqs", str(k["max_num_seqs"])] + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
-        if row.topology == "chunked":
-            flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
-        else:
-            flags += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(k["prefill_tokens"])]
         out["vllm"] = [{"role": "aggregated", "instances": row.decode.instances, "gpus_per_instance": row.decode.tp,
-                        "gpu": row.decode.gpu, "command": _cmd(model, row.decode.tp, 8000, flags)}]
-        out["dynamo"] = {"Frontend": {"replicas": 1},
-                         "VllmWorker": {"replicas": row.decode.instances, "tensor-parallel-size": row.decode.tp,
-                                        "gpu": row.decode.gpu}}
+                        "gpu": row.decode.gpu, "command": _cmd(model, flags["aggregated"], 8000, [])}]
         out["notes"].append("run one copy per instance on its own GPUs behind a load balancer")
+    out["dynamo"], notes_d = dynamo_graph_deployment(scenario, row, model, flags)
+    out["kserve"], notes_k = llm_inference_service(scenario, row, model, flags)
+    out["notes"] += sorted(set(notes_d + notes_k))
     if model.startswith("<"):
         out["notes"].append(f"the catalog entry {scenario.model!r} has no hf_id: replace {model} by the model's "
                             "Hugging Face repo id (or re-import it with `qmodel catalog import-hf --hf-id ID`)")

@@ -48,8 +48,12 @@ class PlanRow(_Out):
     goodput_rps: float = Field(description="largest rate meeting the SLO attainment goal")
     goodput_per_gpu: float
     goodput_per_usd_hour: float | None = None
+    usd_per_million_input_tokens: float | None = Field(
+        default=None, description="cost_per_hour / (goodput x mean prompt tokens x 3600) x 1e6 (qmodel.cost)")
     usd_per_million_output_tokens: float | None = Field(
         default=None, description="cost_per_hour / (goodput x mean output tokens x 3600) x 1e6: the price of tokens served at the SLO")
+    usd_per_million_tokens: float | None = Field(
+        default=None, description="cost_per_hour / (goodput x mean (prompt + output) tokens x 3600) x 1e6")
     rate_per_s: float = Field(description="the rate at which attainment, latencies and binding are reported (target, else goodput)")
     attainment: float
     ttft_p90_s: float

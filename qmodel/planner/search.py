@@ -65,13 +65,10 @@ class Budget:
 
 
 def cost_of(plan: PlanSpec, price: dict[str, float | None]) -> float | None:
-    total = 0.0
-    for _, pool in plan.pools():
-        p = price.get(pool.gpu)
-        if p is None:
-            return None
-        total += p * pool.gpus
-    return total
+    """The plan's $/h: :func:`qmodel.cost.cost_per_hour_usd` of its pools (None if a GPU has no price)."""
+    from qmodel.cost import cost_per_hour_usd
+
+    return cost_per_hour_usd(((pool.gpu, pool.gpus) for _, pool in plan.pools()), price)
 
 
 def power_of(plan: PlanSpec, tdp: dict[str, float]) -> float:

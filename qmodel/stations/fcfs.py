@@ -23,7 +23,7 @@ Scalar formulas: :func:`kingman`, :func:`klb_factor` (Krämer & Langenbach-Belz)
 :func:`allen_cunneen`, :func:`qna_departure_scv` (Whitt 1983), :func:`mx_g1_mean_wait` (batch arrivals).
 
 References: Erlang (1909); Crommelin (1932); Franx (2001); Takács (1962); Cosmetatos (1976);
-Whitt (1983, 1993); Krämer & Langenbach-Belz (1976); design/queueing-methods.md §2.1–2.6.
+Whitt (1983, 1993); Krämer & Langenbach-Belz (1976); docs/methods.md, "Stations" (fcfs).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The prefill pool: per-instance bulk-service queues M/G^[a,b]/1 with batch-size-dependent service.
 
-Model (design/queueing-methods.md §2.4). Each of the ``instances`` engines keeps its own FCFS queue.
+Model (docs/methods.md, "Stations": prefill). Each of the ``instances`` engines keeps its own FCFS queue.
 When an engine frees up and at least ``a`` (= 1 for prefill) requests wait, it takes min(Q, b) of
 them; a batch of k takes S_k seconds (random: the prompts in it are a random draw from the mix).
 
@@ -97,7 +97,13 @@ _NODES = 44  # strata kept per batch size for the Poisson mixtures (see BatchSer
 _DRAWS = 4096  # k-tuples drawn per batch size (each column is an exact permutation of the mix)
 _TAIL = 1e-13  # truncation target for the chain
 #: the longest window the chain is solved on (states j = 0..n; past it the tail is geometric)
-_WINDOW_MAX = 6000
+#: explicit chain states at most: past them π is the exact geometric tail of the settled regime,
+#: summed in closed form (see BulkQueue._size); the wait grids' count axis stops at _COUNT_MAX
+#: and carries the rest of the wait law as its exact exponential tail (see BulkQueue.grids)
+_STATES_MAX = 16384
+_COUNT_MAX = 4096
+#: the default wait grid's step is set by at most this many mean batch times of horizon (see grids)
+_DX_HORIZON_BATCHES = 1024.0
 _HEAD_ROUNDS = 8  # next-fit rounds of the size-biased head law of a long queue
 _SETTLED_ROUNDS = 5  # the last rounds, pooled for the settled head regime
 #: above this mean batch (settled E[N]) the head regimes collapse to one (see from_prompts_budget)
@@ -134,13 +140,14 @@ _fast_len = functools.lru_cache(maxsize=4096)(fast_len)
 def _log_factorials(n: int) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """(m, ln m!) for m = 0..n−1, read-only, and ln m! as a list (the bisection of _poisson_matrix
     reads single entries: a list item is a Python float, no NumPy scalar): every Poisson table of
-    a solve asks for a few n."""
-    from scipy.special import gammaln
-
+    a solve asks for a few n. ln m! = lgamma(m + 1) from :func:`math.lgamma` (correctly rounded to
+    an ulp or so, like scipy's gammaln, without importing scipy.special: 0.1-0.2 s of a cold CLI
+    solve; a cumulative sum of logs would drift by ~n ulps)."""
+    lg_list = [math.lgamma(k + 1.0) for k in range(n)]
     m = np.arange(n, dtype=float)
-    lg = gammaln(m + 1.0)
+    lg = np.array(lg_list, dtype=float)
     m.flags.writeable = lg.flags.writeable = False
-    return m, lg, lg.tolist()
+    return m, lg, lg_list
 
 
 def _poisson_matrix(mu: np.ndarray, n: int) -> np.ndarray:
@@ -872,9 +879,11 @@ class BulkQueue:
         logz = math.log(hi)
         object.__setattr__(self, "_z0", hi)
         n = int(math.ceil(2 * self.b + 40 + math.log(1.0 / _TAIL) / max(logz, 1e-12)))
-        if n > 60000:
-            raise NumericalError(f"prefill chain needs {n} states at load {self.rho_full:.4f}; too close to 1")
-        return n
+        # Past _STATES_MAX the states are not kept: π_{N+m} = π_N z0^{-m} in the settled regime,
+        # whose batch-formation rows are affine in j there (the cut leaves j − k), so the tail's
+        # share of every cycle sum is a geometric series in closed form (_pi_moments)
+        object.__setattr__(self, "_far", n > _STATES_MAX)
+        return min(n, _STATES_MAX)
 
     @cached_property
     def _kr(self) -> tuple[np.ndarray, np.ndarray]:
@@ -985,22 +994,22 @@ class BulkQueue:
         """
         n_out = self._size
         n = int(math.ceil(2 * self.b + 40 + 8.0 / max(math.log(self._z0), 1e-12)))
-        if n >= n_out:
+        if n >= n_out and not self._far:
             return self._pi_dense_flags(n_out)
-        if n > _WINDOW_MAX:
-            # heavy traffic: the subdominant roots have decayed within a few b, so with the exact
-            # geometric boundary a window of 4b + 200 states gives the same π (to ~5e-13 at load
-            # 0.998, docs/methods.md "Heavy traffic"); below _WINDOW_MAX the window is kept as it was
-            n = min(_WINDOW_MAX, 4 * self.b + 200)
-        return self.pi_window(n)
+        # the subdominant roots have decayed within a few b whatever the load, so with the exact
+        # geometric boundary a window of 4b + 200 states gives the same π as a longer one (5e-13 at
+        # load 0.998; every solve of the examples at 0.5/0.9/0.99 of their limits within 6.2e-12 of
+        # the 8-decay-length window; docs/methods.md "Heavy traffic"): the window is the shorter
+        return self.pi_window(min(n, 4 * self.b + 200))
 
     def pi_window(self, n: int) -> np.ndarray:
         """π (regimes, _size + 1) solved on j = 0..n with the geometric tail of the last regime as the
         boundary (see :attr:`_pi_flags`), extended geometrically past n; the dense chain where n
         reaches _size."""
         n_out = self._size
-        if n >= n_out:
+        if n >= n_out and not self._far:
             return self._pi_dense_flags(n_out)
+        n = min(n, n_out - 1)
         z0 = self._z0
         nr = len(self._regimes)
         b = self.b
@@ -1054,7 +1063,11 @@ class BulkQueue:
         else:
             pi[:, :n1] = head.reshape(nr, n1)
         pi[-1, n1:] = pi[-1, n] * zpow[: n_out - n]
-        pi /= pi.sum()
+        # the states past n_out (kept implicit): Σ_{m ≥ 1} π_{n_out} z0^{−m}
+        far = float(pi[-1, n_out]) * zinv / (1.0 - zinv) if self._far else 0.0
+        total = float(pi.sum()) + far
+        pi /= total
+        object.__setattr__(self, "_far_mass", far / total)
         return pi
 
     @property
@@ -1086,9 +1099,14 @@ class BulkQueue:
         """Σ_regimes π @ moments (see :class:`_MixTables`): [Σ_j π_j P(next batch takes k | j), k = 1..b |
         the cycle sums named by _MixTables.MOMENTS], one product per regime."""
         pis, mix = self._pi_flags, self._mix_pi
-        if len(mix) == 1:
-            return pis[0] @ mix[0].moments
-        return sum(pi @ mx.moments for pi, mx in zip(pis, mix))
+        out = pis[0] @ mix[0].moments if len(mix) == 1 else sum(pi @ mx.moments for pi, mx in zip(pis, mix))
+        if self.__dict__.get("_far_mass", 0.0) > 0.0:
+            # the implicit states N + m, m ≥ 1 (settled regime, rows affine in j past b):
+            # Σ π_N z^{−m} (row_N + m Δ) = π_N (S0 row_N + S1 Δ), S0 = Σ z^{−m}, S1 = Σ m z^{−m}
+            rows, n_out, zinv = mix[-1].moments, pis.shape[1] - 1, 1.0 / self._z0
+            s0, s1 = zinv / (1.0 - zinv), zinv / (1.0 - zinv) ** 2
+            out = out + float(pis[-1, n_out]) * (s0 * rows[n_out] + s1 * (rows[n_out] - rows[n_out - 1]))
+        return out
 
     @cached_property
     def _cycle(self) -> dict[str, float]:
@@ -1368,14 +1386,21 @@ class BulkQueue:
         # mass in the states j and above, from the top j down (non-decreasing: a search finds the cut)
         # (method forms: np.cumsum and np.searchsorted add a Python dispatch layer each)
         above = (pis[0] if nr == 1 else pis.sum(axis=0))[::-1].cumsum()
+        above += self.__dict__.get("_far_mass", 0.0)  # the implicit states past the explicit ones
         n_st = max(above.size - int(above.searchsorted(_STATE_MASS)), 1)
+        # Heavy traffic: past _COUNT_MAX states (and so counts ahead) the wait grid is cut, and the
+        # wait law continues as its exact exponential tail (below, after the drain)
+        heavy = n_st > _COUNT_MAX
+        if heavy:
+            n_st = _COUNT_MAX
         pis = pis[:, :n_st]
         mix = self._mix_pi
         cyc = self._cycle["cycle_s"]
         p_idle = self.p_idle
         ks = [reg.live_k for reg in regs]
         max_s, min_mean = self.law.grid_extent
-        n_q = pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
+        # (heavy: an arrival with n_st or more ahead is left to the tail)
+        n_q = n_st if heavy else pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
         # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), ln z0 E[N]/E[S_N])
         # (z0 the chain's decay root); the time grid reaches where it is below _WAIT_TAIL (the mass
         # past it, at most that, is folded into the last bin; the KV link's grids stop at the same
@@ -1393,7 +1418,14 @@ class BulkQueue:
         if dx is None:
             # ≥ 16 bins for the shortest batch, and the 1e-12 horizon within _GRID_POINTS points
             # (time and memory grow with it; quantiles are conservative by at most dx per term)
-            dx = max(min_mean / _STEPS_PER_SHORTEST, reach(math.log(1e12)) / _GRID_POINTS)
+            # Near saturation the horizon grows like 1/(1 − ρ) and with it the step: each drained
+            # batch time, rounded up to the grid, then adds up to a step (at 0.999 of
+            # llama3-70b-disagg-h100's limit the step reached 0.44 s, 0.7 of a batch time, and the
+            # grid's mean wait ran 46% above the chain's). Past _DX_HORIZON_BATCHES mean batch
+            # times the step stops growing: the grid then ends short of the 1e-9 horizon and the
+            # rest of the law is its exponential tail (below).
+            horizon_dx = min(reach(math.log(1e12)), reach(0.0) + _DX_HORIZON_BATCHES * esn)
+            dx = max(min_mean / _STEPS_PER_SHORTEST, horizon_dx / _GRID_POINTS)
         tables = self._grid_tables(dx)
         ff, fc, n_s = tables.ff, tables.fc, tables.n_s
 
@@ -1478,6 +1510,18 @@ class BulkQueue:
         # most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < _WAIT_TAIL
         kmin, nsb = self.law.min_cut, tables.cut_support
         length = min(n_s + 1 + int(math.ceil(n_q / kmin)) * nsb + 1, int(math.ceil(horizon / dx)) + n_s + 2)
+        valid = length
+        if heavy:
+            # Draining n_st ahead takes m = n_st/E[N] batches, mean m·E[S_N]; the waits of those with
+            # n_st or more ahead (left out) lie below (1 − 5/√m) of that only with a relative
+            # deviation of 5/√m, ≥ 10 standard deviations of a mean over m batch times per request
+            # (their coefficient of variation is below 0.5): the grid is exact below `valid` bins.
+            # The drain of up to n_st ahead takes at most twice its mean (the same bound, the other
+            # way), which bounds the transform length instead of the 1e-9 horizon.
+            m_batches = n_st / en
+            valid = max(n_s + 2, int(m_batches * esn * max(0.25, 1.0 - 5.0 / math.sqrt(m_batches)) / dx))
+            drain = 2.0 * n_st / en * esn + max_s + own_mean
+            length = max(min(length, int(math.ceil(drain / dx)) + n_s + 2), valid + 1)
         size = _fast_len(max(length, 2 * n_s + 2))
         if size > 4 * MAX_POINTS:
             raise NumericalError("prefill waiting-time grid too large; the load is too close to 1")
@@ -1505,7 +1549,18 @@ class BulkQueue:
             u = self._drain_transforms(ys, ext, tables, size, m_own)
         np.maximum(u, 0.0, out=u)
         s_own = self.law.own_weights[:, 0, :m_own].ravel()  # P_g(N ≥ m + 1): ours is the next batch
+        ratio = 0.0  # heavy: the tail's ratio of successive bins, e^{−η dx}
+        if heavy:
+            # past `valid` bins each row (m ahead, regime) decays at the chain's exact rate η: it is
+            # continued geometrically from its last exact bin for n_s + 2 bins (so that W + S_own is
+            # exact up to the grid's end), and the rest is the law's exponential tail
+            ratio = math.exp(-eta * dx)
+            ext = n_s + 2
+            last_col = u[:, valid - 1 : valid]
+            u = np.concatenate([u[:, :valid], last_col * ratio ** np.arange(1, ext + 1)], axis=1)
         g_mass = float((s_own @ u).sum())
+        if heavy:
+            g_mass += float(s_own @ u[:, -1]) * ratio / (1.0 - ratio)
         factor = busy_mass / g_mass if g_mass > 0 else 1.0
         p_zero = p_idle
         if wait_prob is not None and busy_mass > 0:
@@ -1513,6 +1568,7 @@ class BulkQueue:
             factor *= wait_prob / busy_mass
             p_zero = 1.0 - wait_prob
         u *= factor
+        w_tail = float(s_own @ u[:, -1]) * ratio / (1.0 - ratio) if heavy else 0.0
         if wait_scale != 1.0:  # (u.T is column-major: rescaled without a transposing copy)
             u = _scale_time(u.T, wait_scale).T
         size = u.shape[1]
@@ -1554,11 +1610,18 @@ class BulkQueue:
         # W + S_own: W's support is within `length` (past it the mass is < _WAIT_TAIL), so a transform of
         # length + n_s does not wrap. Through a pipeline the own batch runs own_stages · S_k.
         mass = h.sum(axis=1)
+        if heavy:
+            # the rows' mass past the grid's end (their geometric continuation at e^{−η dx/scale}
+            # per bin, from the last n_s + 2 bins: robust to the gaps a stretched grid leaves)
+            r_s = math.exp(-eta * dx / wait_scale)
+            k_end = min(n_s + 2, size)
+            span_w = float(np.sum(r_s ** -np.arange(k_end, dtype=float)))
+            mass = mass + h[:, size - k_end :].sum(axis=1) / span_w * r_s / (1.0 - r_s)
         own = mass @ tables.own_rows  # (the rows without mass add exact zeros)
         if own_stages != 1:
             tables = self._grid_tables(dx, own_stages)
             n_s = tables.n_s
-        out_size = _fast_len((size if wait_scale != 1.0 else length) + n_s)
+        out_size = _fast_len((size if wait_scale != 1.0 or heavy else length) + n_s)
         most, o_rows, o_bins, o_mass = tables.own_bins
         if most <= _SPARSE_LAW_BINS:
             # every own law is a few bins (deterministic batch times): Σ_k h_k ⊛ S_k is the rows of h
@@ -1581,10 +1644,17 @@ class BulkQueue:
             acc = np.multiply(hh, laws_hat, out=hh).sum(axis=0)  # Σ_k ĥ_k Ŝ_k (faster than einsum)
             joint = np.fft.irfft(acc, out_size)[: min(size + n_s, out_size)]
             np.maximum(joint, 0.0, out=joint)
-        total = joint.sum()
-        joint /= total
+        if heavy:
+            # W + S_own is exact up to W's grid end (what lies past it comes from W's tail); the rest
+            # of the mass is its tail, at W's rate (S_own is bounded)
+            total = float(joint.sum()) / max(1.0 - w_tail, 1e-300)  # all of W's grid mass, convolved
+            joint = joint[:size] / total
+            d_tail = max(0.0, 1.0 - float(joint.sum()))
+        else:
+            total = joint.sum()
+            joint /= total
         wpmf[0] += p_zero
-        wpmf /= wpmf.sum()
+        wpmf /= wpmf.sum() / (1.0 - w_tail) if heavy else wpmf.sum()
         exact = wait_scale == 1.0 and wait_prob is None
         w_atoms = d_atoms = None
         if exact:
@@ -1602,8 +1672,15 @@ class BulkQueue:
         # The reported mean stays the heavy-traffic-scaled chain mean (validated on its own: within
         # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
         wq = self.mean_wait_s * wait_scale
-        wait = GridDist.trimmed_from(wpmf, dx, wq, exact, atoms=w_atoms)
-        delay = GridDist.trimmed_from(joint, dx, wq + own_stages * own_mean, exact, atoms=d_atoms)
+        own_exit_mean = own_mean if own_stages == 1 else own_stages * own_mean
+        if heavy:  # the exponential tails past the grids' ends (GridDist reads them analytically)
+            rate = eta / wait_scale
+            wait = GridDist(dx, wpmf, wq, tail=w_tail, tail_rate=rate, exact=exact, atoms=w_atoms, tail_exact=True)
+            delay = GridDist(dx, joint, wq + own_exit_mean, tail=d_tail, tail_rate=rate, exact=exact, atoms=d_atoms,
+                             tail_exact=True)
+        else:
+            wait = GridDist.trimmed_from(wpmf, dx, wq, exact, atoms=w_atoms)
+            delay = GridDist.trimmed_from(joint, dx, wq + own_exit_mean, exact, atoms=d_atoms)
         own /= own.sum()
         own_d = GridDist.trimmed_from(own, dx, own_mean, exact)
         return wait, delay, own_d
@@ -1698,24 +1775,13 @@ def _balance_view(P: np.ndarray) -> np.ndarray:
     return P.T
 
 
-@functools.cache
-def _dgesv():
-    from scipy.linalg.lapack import dgesv
-
-    return dgesv
-
-
 def _solve_balance(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """Solve the balance equations (A may be overwritten). Large systems (several head regimes near
     saturation) are sparse: a state reaches only ~b below and the arrival range above, and Poisson
     tails below 1e-300 are exactly zero in double precision, so a sparse LU on the nonzeros is exact
     to round-off and ~100x faster than a dense solve of thousands of states."""
     if A.shape[0] <= _DENSE_MAX:
-        if A.flags.f_contiguous:  # LAPACK's own layout: factored in place, no copy
-            x, info = _dgesv()(A, rhs, overwrite_a=True)[2:]
-            if info > 0:
-                raise np.linalg.LinAlgError("Singular matrix")
-            return x
+        # numpy's LAPACK gesv (scipy.linalg's would cost a cold CLI solve a ~0.1 s import)
         return np.linalg.solve(A, rhs)
     from scipy.sparse import csc_matrix
     from scipy.sparse.linalg import spsolve

@@ -1,0 +1,39 @@
+"""The KV that transfers in flight hold at rate λ (Little) comes out of the decode pool, so the pool's
+stability limit is the λ* where λ meets the limit of the pool less that reservation. Found by the
+generated corpus: 3 of 300 scenarios reported a largest stable rate at which solve() then refused
+("no room for one sequence" / "decode unstable ... KV reserved for in-flight transfers")."""
+
+from __future__ import annotations
+
+import pytest
+
+from qmodel.engine import Solver
+from qmodel.errors import UnstableError
+from qmodel.scenario import parse_scenario
+
+#: corpus scenario c0020 (seed 0): a slow fair-shared link in front of a decode pool with little KV
+C0020 = {"name": "corpus-0020", "model": "opt-66b",
+         "workload": {"arrivals": {"kind": "gamma", "rate_per_s": 1.0, "cv": 0.996},
+                      "lengths": {"kind": "lognormal", "prompt_median_tokens": 709.4, "prompt_sigma": 1.102,
+                                  "prompt_max_tokens": 16384, "output_median_tokens": 25.9, "output_sigma": 0.825,
+                                  "output_max_tokens": 2048}},
+         "slo": {"ttft_s": 0.2902, "tpot_s": 0.045, "attainment_goal": 0.9},
+         "deployment": {"topology": "disaggregated",
+                        "prefill": {"gpu": "h100-sxm", "tp": 4, "instances": 4, "max_batch_tokens": 2048,
+                                    "dispatch": "random"},
+                        "decode": {"gpu": "h100-sxm", "tp": 4, "instances": 2, "kv_memory_fraction": 0.0599,
+                                   "max_batch": 256, "dispatch": "random"},
+                        "link": "eth-10g-tcp", "link_sharing": "fair", "transfer_mode": "layerwise"},
+         "perf": {"kind": "roofline", "mfu": 0.55, "mbu": 0.75, "prefill_overhead_s": 0.01,
+                  "decode_overhead_s": 0.004}}
+
+
+def test_the_limit_includes_the_in_flight_reservation():
+    s = Solver(parse_scenario(C0020))
+    lam, station = s.max_stable_rate()
+    assert station == "decode" and lam == pytest.approx(1.1997, rel=1e-3)  # was 2.098 (the link alone)
+    for frac in (0.5, 0.9, 0.99, 0.999, 1 - 1e-6):
+        r = s.solve(lam * frac)
+        assert 0.0 <= r.attainment <= 1.0
+    with pytest.raises(UnstableError, match="decode"):
+        s.solve(lam * 1.001)

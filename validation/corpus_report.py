@@ -1,0 +1,89 @@
+"""The "Generated corpus" section of docs/validation.md from a corpus run's JSON.
+
+    qmodel validate --suite corpus --n 300 --seed 0 --json corpus.json
+    python -m qmodel.validation.corpus_report corpus.json > section.md
+
+Prints the grouped tables (:func:`qmodel.validation.corpus_run.markdown_tables`), the target
+check per topology x load band, the worst feature groups (n >= 10, by the larger median |error|
+of TTFT p90 and TPOT p90) and the error-band model's held-out coverage
+(:func:`qmodel.validation.corpus_band.coverage`, seeds 0-2).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from qmodel.validation.corpus_band import coverage
+from qmodel.validation.corpus_run import markdown_tables, summarize_corpus
+
+__all__ = ["MIN_ROWS_FOR_BANDS", "worst_groups", "report", "main"]
+
+#: fewer rows than this leave the fit/calibration/held-out parts too small to say anything
+MIN_ROWS_FOR_BANDS = 30
+
+
+def worst_groups(out: dict, k: int = 12, min_n: int = 10) -> list[tuple[str, str, dict]]:
+    """(axis, value, stats) of the ``k`` feature groups with the largest max(median |err| TTFT p90, TPOT p90)."""
+    cand = []
+    for axis, groups in out["summary"]["by_feature"].items():
+        for v, g in groups.items():
+            if g["n"] >= min_n and g["ttft_p90"]["n"]:
+                cand.append((max(g["ttft_p90"]["median_abs_rel_error"], g["tpot_p90"]["median_abs_rel_error"]), axis, v, g))
+    cand.sort(key=lambda c: -c[0])
+    return [(a, v, g) for _, a, v, g in cand[:k]]
+
+
+def report(out: dict) -> str:
+    """The Markdown section; the summary is recomputed from the rows (a JSON written before a
+    summary field was added still renders)."""
+    out = dict(out, summary=summarize_corpus(out["scenarios"]))
+    s = out["summary"]
+    lines = [f"{out['n']} scenarios, seed {out['seed']}, data folder {'used' if out['data'] else 'absent'}; "
+             f"replay {out['definition']['replay_requests']}.", ""]
+    lines += [f"- skipped stratum {x}" for x in out["skipped_strata"]]
+    noise = s["replay_noise"]
+    lines += ["", "Replay noise (relative standard error over the two seeds), median per metric: "
+              + ", ".join(f"{m} {v * 100:.1f}%" for m, v in noise["median_by_metric"].items())
+              + f"; {noise['fraction_below_2pct'] * 100:.0f}% of scenarios below 2% on all six.", ""]
+    lines.append(markdown_tables(out))
+    t = s["targets"]
+    lines += [f"**Targets** (median |err| <= 5%, p90 <= 15%, attainment p90 |diff| <= 0.03, per topology x band up to "
+              f"u 0.95): met in {t['met']} of {t['of']} cells.", ""]
+    lines += [f"- {name}: " + "; ".join(c["misses"][:6]) + (" ..." if len(c["misses"]) > 6 else "")
+              + (f"; {c['failures']} failed" if c["failures"] else "") for name, c in t["cells"].items() if not c["met"]]
+    lines += ["", "**Worst feature groups** (n >= 10; median / p90 |err| %)", "",
+              "| axis = value | n | TTFT p90 | TPOT p90 | attain. |", "|---|---|---|---|---|"]
+    for axis, v, g in worst_groups(out):
+        cell = lambda m: f"{g[m]['median_abs_rel_error'] * 100:.1f}/{g[m]['p90_abs_rel_error'] * 100:.1f}"  # noqa: E731
+        lines.append(f"| {axis} = {v} | {g['n']} | {cell('ttft_p90')} | {cell('tpot_p90')} | "
+                     f"{g['attainment']['median_abs_rel_error']:.3f} |")
+    lines += ["", f"**Failures** ({len(s['failures'])}):", ""] + [f"- {f}" for f in s["failures"]]
+    lines += ["", "**Error-band model** (90% band of |err|; held-out coverage, median band width; baseline: "
+              "p90 per topology x band)", "", "| seed | metric | coverage | median band | baseline coverage | "
+              "baseline median band | outside envelope |", "|---|---|---|---|---|---|---|"]
+    n_ok = sum(1 for r in out["scenarios"] if r.get("error_rel"))
+    if n_ok < MIN_ROWS_FOR_BANDS:
+        return "\n".join(lines + ["", f"(band model not fitted: {n_ok} rows with an analytic answer, fewer than "
+                                   f"{MIN_ROWS_FOR_BANDS})"]) + "\n"
+    for seed in (0, 1, 2):
+        c = coverage(out["scenarios"], seed)
+        for m, v in c["metrics"].items():
+            lines.append(f"| {seed} ({c['fit']}/{c['calibration']}/{c['held_out']}) | {m} | {v['coverage']:.2f} | "
+                         f"{v['median_band'] * 100:.0f}% | {v['baseline_coverage']:.2f} | "
+                         f"{v['baseline_median_band'] * 100:.0f}% | {v['outside_envelope']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m qmodel.validation.corpus_report CORPUS.json\n")
+        return 2
+    sys.stdout.write(report(json.loads(Path(args[0]).read_text(encoding="utf-8"))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
