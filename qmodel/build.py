@@ -20,13 +20,13 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PerfModel, PoolConfig,
-                             RooflinePerf, Scenario, TraceArrivals)
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, Deployment, DisaggregatedDeployment, PerfModel,
+                             PoolConfig, RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "pool_compute_dtype", "pool_model", "pool_perf", "resolve", "resolve_link",
+           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "resolve", "resolve_link",
            "resolve_pool", "resolve_workload"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
@@ -210,7 +210,23 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     # as they are; a decode pool with another dtype converts on arrival, outside the link).
     sender = pools["prefill"] if "prefill" in pools else pools["pool"]
     return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    sender.model.kv_bytes_per_token(), w.warnings)
+                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools))
+
+
+def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
+    """One warning for a colocated or chunked pool with pp > 1. Its decode steps are the pipeline
+    instance's (pp stage times of a micro-batch, :mod:`qmodel.perf.pipeline`) in the solver and the
+    replay alike, but both take a prefill iteration (the prefill part of a mixed chunked iteration)
+    as one stage time for the engine *and* for the first token, so TTFT leaves out the pp - 1
+    further stage times of the request's last prefill iteration (docs/methods.md, "Pipeline
+    parallelism"). Disaggregated pools carry the whole pipeline latency and add none."""
+    if isinstance(dep, DisaggregatedDeployment):
+        return ()
+    return tuple(f"warning: {p.field}.pp = {p.config.pp} ({dep.topology}): decode steps are pipelined "
+                 f"({p.config.pp} stage times of a micro-batch), but a prefill iteration counts one stage time "
+                 f"for the engine and the first token, so TTFT leaves out {p.config.pp - 1} further stage time(s) "
+                 f"of the request's last prefill iteration (optimistic; approximate pipeline model)"
+                 for p in pools.values() if p.config.pp > 1)
 
 
 def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:

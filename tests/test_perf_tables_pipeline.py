@@ -218,9 +218,10 @@ def _solver_and_replay(sc, rate):
 
 
 def test_replay_and_solver_agree_on_a_pp2_table_scenario(repo_root):
-    """OPT-13B disaggregated, both pools at pp 2 (DistServe's table), 25 req/s: measured TPOT
-    mean/p90 +0.9%/+1.6%, TTFT mean +8.8% (p90 -17%; the same sizes as at pp 1 and 12 req/s:
-    +0.9%/+1.6%, +8.2%, p90 -19%, the prefill station's known error on fixed 512-token prompts)."""
+    """OPT-13B disaggregated, both pools at pp 2 (DistServe's table, the pipeline instance of
+    qmodel/perf/pipeline.py), 25 req/s: measured TPOT mean/p90 +1.0%/+1.7%, TTFT mean +11.2% (p90
+    -10.3%; the same sizes as at pp 1 and 12 req/s: +0.9%/+1.6%, +8.2%, p90 -18.8%, the prefill
+    station's known error on fixed 512-token prompts under round-robin dispatch)."""
     sc = load_scenario(repo_root / "examples" / "opt13b-disagg-a100.yaml",
                        ["deployment.prefill.pp=2", "deployment.decode.pp=2"])
     a, r = _solver_and_replay(sc, 25.0)

@@ -2034,6 +2034,10 @@ class PrefillStation:
         method = (f"M/G^[1,{self.b}]/1 embedded chain per instance, token-budget FCFS-prefix batches ({self.dispatch} dispatch)"
                   if self.token_aware else f"M/G^[1,{self.b}]/1 embedded chain per instance ({self.dispatch} dispatch)")
         batch_rate = self.instances / q._cycle["cycle_s"]
+        in_system = self.instances * (q.lq * scale + q._cycle["in_service"])
+        stages = self.service.prefill_exit_stages
+        if stages != 1:  # Little: each request also spends (stages − 1) own batch times in the later stages
+            in_system += rate_per_s * (stages - 1) * q.mean_own_batch_s
         return StationSolution(
             name="prefill",
             utilization=q.utilization,
@@ -2042,7 +2046,7 @@ class PrefillStation:
             wait=wait,
             method=method,
             exact=exact,
-            mean_in_system=self.instances * (q.lq * scale + q._cycle["in_service"]),
+            mean_in_system=in_system,
             notes=tuple(notes),
             extra={
                 "batch_rate_per_s": batch_rate,
@@ -2105,7 +2109,7 @@ class PrefillStation:
             wait=wait,
             method=model.method,
             exact=model.exact and scale == 1.0,
-            mean_in_system=rate_per_s * (model.mean_s * scale + es),
+            mean_in_system=rate_per_s * (model.mean_s * scale + es * stages),
             notes=tuple(notes),
             extra={
                 "batch_rate_per_s": rate_per_s,
