@@ -24,9 +24,9 @@ sequence advances one token when its micro-batch has passed all pp stages, i.e. 
 times of a micro-batch of n/m. The decode "step" a sequence sees is therefore
 ``pp * stage(n/m, S/m)`` and the instance makes n tokens per such step. With fewer sequences
 than stages (n < pp) the pipeline has a bubble: each sequence is a micro-batch of one and the
-stages it is not in idle (m = n). Micro-batches are taken as equal (n/m may be fractional: the
-replay's integer micro-batches differ by at most one sequence); uneven stages are the stage
-model's ``ceil(layers/pp)`` busiest stage.
+stages it is not in idle (m = n). Micro-batches are taken as equal (n/m may be fractional; an engine's
+integer micro-batches differ by at most one sequence, and the replay reads this same formula);
+uneven stages are the stage model's ``ceil(layers/pp)`` busiest stage.
 
 At pp = 1 :func:`pipeline_instance` returns the stage model itself, so every pp = 1 result is
 bit-identical to the unwrapped model's.
