@@ -119,6 +119,7 @@ def _assert_pp2_no_worse(recs: dict[tuple[int, float], dict]) -> None:
             assert abs(e2[k]) <= abs(e1[k]) + 0.03, (u, k, e1[k], e2[k])
 
 
+@pytest.mark.slow
 def test_solver_and_replay_agree_at_pp2_random_dispatch(repo_root, monkeypatch):
     """OPT-13B on the roofline (examples/opt13b-disagg-a100.yaml, perf roofline), prefill dispatch
     random (the prefill chain exact per engine), 0.3/0.6/0.85 of the limit, 3 seeds x 20000: every
@@ -135,6 +136,7 @@ def test_solver_and_replay_agree_at_pp2_random_dispatch(repo_root, monkeypatch):
     assert low["replay"]["ttft_p50"] == pytest.approx(2 * stage, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_solver_and_replay_agree_at_pp2_on_distserve_table(repo_root, monkeypatch):
     """The example as shipped (DistServe's OPT-13B A100 table, bundled), prefill dispatch random: the
     same criterion (measured, 3 seeds x 20000, TTFT p50/p90 at 0.3/0.6/0.85: pp 1 -0.0/+0.0,
@@ -151,6 +153,7 @@ def test_solver_and_replay_agree_at_pp2_on_distserve_table(repo_root, monkeypatc
         assert recs[(2, 0.3)][side]["ttft_p50"] == pytest.approx(2 * stage, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_solver_and_replay_agree_at_pp2_llama3_70b(repo_root, monkeypatch):
     """examples/llama3-70b-disagg-h100.yaml (roofline, round-robin prefill over 2 TP4 instances,
     8192-token budget, Azure conversation lengths): the same criterion holds under round-robin
@@ -160,6 +163,7 @@ def test_solver_and_replay_agree_at_pp2_llama3_70b(repo_root, monkeypatch):
     _assert_pp2_no_worse(_errors(None, "llama3-70b-disagg-h100.yaml"))
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="round-robin prefill: the own batch law is the Poisson chain's, too large "
                                       "for the smoother per-engine arrivals; pp doubles the own batch's share of "
                                       "TTFT, so TTFT p90 at 0.6 of the limit is +23.4% against the replay (pp 1: "
