@@ -138,7 +138,7 @@ def _bundled_files() -> Iterable[tuple[str, str]]:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
             if child.is_dir():
                 stack.append((child, f"{label}/{child.name}"))
-            elif child.name.endswith(".toml"):
+            elif child.name.endswith(".toml") and child.name != "efficiency.toml":  # roofline curves: qmodel.perf.efficiency
                 yield f"{label}/{child.name}", child.read_text(encoding="utf-8")
 
 

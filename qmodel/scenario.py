@@ -275,17 +275,32 @@ Deployment = Annotated[Union[ColocatedDeployment, ChunkedDeployment, Disaggregat
 # ---- service-time model ------------------------------------------------------------------------
 
 class RooflinePerf(Strict):
-    """Roofline step times from catalog specs with documented efficiency factors."""
+    """Roofline step times from catalog specs and the shared efficiency curves (catalog/efficiency.toml).
+
+    ``efficiency: curves`` (default) runs each kernel at its architecture's measured efficiency
+    (qmodel.perf.efficiency); a factor given here replaces that curve's number (``mfu`` the
+    saturated GEMM efficiency, ``mbu`` the HBM efficiencies, ``attention_efficiency`` scales the
+    attention peak, ``comm_efficiency`` the all-reduce, the overheads the per-step constants).
+    ``efficiency: constants`` is the roofline before the curves: factors not given take mfu 0.55,
+    mbu 0.75, overheads 10 / 4 ms, comm_efficiency 0.7, attention_efficiency 1.
+    """
 
     kind: Literal["roofline"] = "roofline"
-    mfu: Real = Field(default=0.55, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of dense tensor FLOP/s in prefill")
-    mbu: Real = Field(default=0.75, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of memory bandwidth in decode")
-    prefill_overhead_s: Seconds = Field(default=0.010, ge=0, le=MAX_OVERHEAD_S)
-    decode_overhead_s: Seconds = Field(default=0.004, ge=0, le=MAX_OVERHEAD_S)
-    comm_efficiency: Real = Field(default=0.7, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of intra-node link bandwidth for TP all-reduce")
+    efficiency: Literal["curves", "constants"] = Field(
+        default="curves", description="curves: measured per-architecture kernel efficiencies; constants: fixed factors")
+    mfu: Real | None = Field(default=None, ge=MIN_EFFICIENCY, le=1,
+                             description="achieved fraction of dense tensor FLOP/s in large GEMMs (default: the curve's)")
+    mbu: Real | None = Field(default=None, ge=MIN_EFFICIENCY, le=1,
+                             description="achieved fraction of memory bandwidth streaming weights/KV (default: the curve's)")
+    prefill_overhead_s: Seconds | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S,
+                                               description="per prefill step beyond the kernels (default: the curve's)")
+    decode_overhead_s: Seconds | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S,
+                                              description="per decode step beyond the kernels (default: the curve's)")
+    comm_efficiency: Real | None = Field(default=None, ge=MIN_EFFICIENCY, le=1,
+                                         description="achieved fraction of intra-node link bandwidth for TP all-reduce")
     compute_dtype: str | None = Field(default=None, description="default: the model's weight dtype")
-    attention_efficiency: Real = Field(default=1.0, ge=MIN_EFFICIENCY, le=1,
-                                       description="attention FLOPs run at mfu * this (calibration fits it)")
+    attention_efficiency: Real | None = Field(default=None, ge=MIN_EFFICIENCY, le=1,
+                                              description="multiplies the attention efficiency (calibration fits it)")
     prefill_per_request_s: Seconds = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S, description="time per request in a prefill batch beyond its tokens (calibration fits it)")
 
     @field_validator("compute_dtype")

@@ -34,20 +34,14 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99
 #: the stated limit) became an answer: its limit now counts the in-flight KV reservation, and its
 #: TPOT p90 is +248% against the replay (Gamma cv 0.59, fixed 1024/16, KV for 5 sequences: the
 #: chain's slot wait at 0.91 of the limit; docs/validation.md, "Generated corpus"). No other
-#: scenario moved. All four re-measured on h/pipeline (the pp > 1 pipeline instance,
-#: qmodel/perf/pipeline.py): the four pp = 2 scenarios (c0001, c0022, c0025, c0030; big MLA models
-#: at tp 8 x pp 2) now decode at pp stage times of a micro-batch in both engines, so their limits
-#: and rates moved (before, solver and replay agreed on the same too-fast steps). c0022
-#: (disaggregated, decode max_batch 2, least_loaded, first token from decode) became decode-bound:
-#: the decode limit's pre-existing overestimate for it (+12% over the replay's sustained rate
-#: at 1 decode instance on main, +6.8% now) puts the replay at its own limit at 0.93 of the
-#: solver's: TTFT p50 -9% -> -75%. c0025 (colocated, KV soft wall): P(wait) crossed 0.5, TTFT p50
-#: +5% -> +83% (p90 -35% -> -39%). c0001 and c0030 improved (TPOT p90 +7.6% -> +5.6%, -24% -> -9%).
+#: scenario moved. All groups re-measured again when the measured-efficiency roofline became the
+#: default step times (stations unchanged; the corpus draws perf: roofline): overall TTFT p90/p99 p90
+#: 1.66/2.24 -> 1.31/1.34, TPOT p90/p99 median 0.020/0.065 -> 0.044/0.129 (docs/validation.md).
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.1799, 3.5861), "ttft_p90": (0.3034, 1.6607), "ttft_p99": (0.4120, 2.2437), "tpot_p50": (0.0155, 0.1769), "tpot_p90": (0.0203, 0.5461), "tpot_p99": (0.0667, 1.0604), "attainment": (0.0724, 0.3213)},
-    "chunked": {"ttft_p50": (0.2233, 3.7018), "ttft_p90": (0.3227, 1.3288), "ttft_p99": (0.2478, 1.2771), "tpot_p50": (0.0155, 0.1431), "tpot_p90": (0.0435, 0.2270), "tpot_p99": (0.0838, 0.2745), "attainment": (0.0764, 0.1347)},
-    "colocated": {"ttft_p50": (0.4938, 3.0490), "ttft_p90": (0.3535, 1.8283), "ttft_p99": (0.4364, 2.9519), "tpot_p50": (0.0229, 0.0699), "tpot_p90": (0.0189, 0.4428), "tpot_p99": (0.0918, 0.9961), "attainment": (0.0647, 0.2825)},
-    "disaggregated": {"ttft_p50": (0.0501, 0.6983), "ttft_p90": (0.1204, 0.8192), "ttft_p99": (0.3333, 0.8473), "tpot_p50": (0.0122, 0.5269), "tpot_p90": (0.0196, 2.3979), "tpot_p99": (0.0446, 5.9444), "attainment": (0.0830, 0.3616)},
+    "all": {"ttft_p50": (0.1506, 2.3607), "ttft_p90": (0.2868, 1.3093), "ttft_p99": (0.3111, 1.3391), "tpot_p50": (0.0192, 0.2402), "tpot_p90": (0.0443, 0.5934), "tpot_p99": (0.1286, 0.9235), "attainment": (0.0717, 0.2837)},
+    "chunked": {"ttft_p50": (0.1757, 3.7398), "ttft_p90": (0.3462, 1.3288), "ttft_p99": (0.2465, 1.2771), "tpot_p50": (0.0186, 0.2062), "tpot_p90": (0.0441, 0.5683), "tpot_p99": (0.1173, 0.2783), "attainment": (0.0674, 0.1513)},
+    "colocated": {"ttft_p50": (0.2651, 1.8683), "ttft_p90": (0.2802, 1.1504), "ttft_p99": (0.2875, 1.2524), "tpot_p50": (0.0236, 0.0812), "tpot_p90": (0.0311, 0.3127), "tpot_p99": (0.1286, 0.7497), "attainment": (0.0487, 0.2825)},
+    "disaggregated": {"ttft_p50": (0.0792, 0.5486), "ttft_p90": (0.1354, 0.8121), "ttft_p99": (0.3475, 1.0223), "tpot_p50": (0.0133, 0.5217), "tpot_p90": (0.0684, 2.1693), "tpot_p99": (0.1089, 6.1448), "attainment": (0.1102, 0.2761)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit
 #: that raises: docs/validation.md, "Generated corpus")

@@ -50,18 +50,23 @@ def test_chunked_limit_tracks_replay_sweep(budget):
     assert abs(lim / sus - 1) <= 0.05, (budget, lim, sus)
 
 
-def test_chunked_not_below_colocated_when_compute_bound():
+@pytest.mark.parametrize("efficiency", ["curves", "constants"])
+def test_chunked_not_below_colocated_when_compute_bound(efficiency):
     # the chunks' attention sums to P^2 as one pass does; what chunking adds is the per-iteration
     # fixed cost, small once an iteration is compute-bound (>= 2048 tokens for llama-3.1-8b/H100):
-    # chunked may fall below colocated on the same GPUs by at most 3% there (was 7.88 vs 12.04 at 2048)
-    data = load_scenario(CHUNKED).model_dump(mode="json")
+    # chunked may fall below colocated on the same GPUs by at most 3% there (was 7.88 vs 12.04 at 2048).
+    # With fixed efficiency factors a bigger budget never costs capacity; the measured curves'
+    # GEMMs slow by a few % past ~10^4 tokens (catalog/efficiency.toml m_decline: +5.8% at 16384 on
+    # hopper bf16), so there the limit may fall that much past its peak (16.23 at 2048 -> 15.88 at 16384)
+    sets = [f"perf.efficiency={efficiency}"]
+    data = load_scenario(CHUNKED, sets).model_dump(mode="json")
     data["deployment"] = {"topology": "colocated", "pool": data["deployment"]["pool"], "max_batch_tokens": 8192}
     colo = Solver(parse_scenario(data)).max_stable_rate()[0]
     prev = 0.0
     for budget in (2048, 4096, 8192, 16384):
-        lim = Solver(_chunked(budget)).max_stable_rate()[0]
+        lim = Solver(load_scenario(CHUNKED, [f"deployment.chunk_tokens={budget}", *sets])).max_stable_rate()[0]
         assert lim >= 0.97 * colo, (budget, lim, colo)
-        assert lim >= prev  # a bigger budget never costs capacity here
+        assert lim >= (prev if efficiency == "constants" else 0.97 * prev), (budget, lim, prev)
         prev = lim
 
 

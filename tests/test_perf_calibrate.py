@@ -74,4 +74,4 @@ def test_cli_text_output(data_dir, capsys):
                "--gpu", "a100-80gb-sxm", "--tp", "1"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "MAPE default" in out and "perf:\n  kind: roofline\n  mfu:" in out
+    assert "MAPE default" in out and "perf:\n  kind: roofline\n  efficiency: curves\n  mfu:" in out

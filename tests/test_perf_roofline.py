@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 
 from qmodel.errors import InputError
 from qmodel.perf.parallel import check_parallelism
-from qmodel.perf.roofline import RooflineModel, expected_distinct_experts
+from qmodel.perf.roofline import RooflineModel as _Roofline
+from qmodel.perf.roofline import expected_distinct_experts
 from qmodel.registry import get_gpu, get_model
+
+
+def RooflineModel(*args, **kwargs):  # noqa: N802  (these tests pin the constants-mode formulas)
+    """The constants roofline (curves=None): the exact formulas of RooflineModel's docstring."""
+    return _Roofline(*args, curves=None, **kwargs)
 
 # Hand-computed from the catalog numbers (config.json / datasheet), not from qmodel code:
 # llama-3.1-8b: 8,030,261,248 params, bf16 -> 16,060,522,496 weight bytes; 32 layers, 32 heads x 128,

@@ -5,7 +5,9 @@ Scenario: Llama-3.1-70B on one H200 pair (TP2), colocated, fixed 5800-token prom
 outputs, prefix_hit_ratio 0.6. KV holds 408,699 tokens per instance: 64 sequences of 5800 + 512
 (the replay reserves the whole prompt), not the 144 of 2320 + 512 the solver counted before. On
 main the solver's limit was 2.04 req/s while the replay (4000 requests) saturates at ~1.42 req/s;
-now it is 1.446, so the two agree on stability at 1.75 req/s (unstable) and at 1.3 (stable).
+then 1.446, so the two agreed on stability at 1.75 req/s (unstable) and at 1.3 (stable). With the
+roofline's measured efficiency curves (faster steps: docs/step_times.md) the solver's limit is 1.878
+and the replay saturates at 1.826 (at 2.25 req/s); they agree at 2.25 (unstable) and 1.6 (stable).
 """
 
 from __future__ import annotations
@@ -46,17 +48,17 @@ def test_slot_cap_counts_the_whole_prompt(scenario):
 
 
 def test_analytic_limit_and_replay_agree_on_stability(scenario):
-    """Between the two old answers (replay ~1.42, solver 2.04 req/s) both now call 1.75 unstable
-    and 1.3 stable; the limit is within 5% of the replay's saturated throughput (a 4000-request
-    run's throughput estimates the sustained rate to ~1-2%; item 11 asks 3% of every topology)."""
+    """Both call 2.25 req/s unstable and 1.6 stable (limit 1.878 with the default curves roofline);
+    the limit is within 5% of the replay's saturated throughput (a 4000-request run's throughput
+    estimates the sustained rate to ~1-2%; item 11 asks 3% of every topology)."""
     lim = Solver(scenario).max_stable_rate()[0]
-    assert 1.3 < lim < 1.75
-    hot = replay(scenario.with_rate(1.75), n_requests=4000, seed=0)
+    assert 1.6 < lim < 2.25
+    hot = replay(scenario.with_rate(2.25), n_requests=4000, seed=0)
     assert any("did not keep up" in w for w in hot.warnings)
     assert lim == pytest.approx(hot.throughput_rps, rel=0.05)
-    cool = replay(scenario.with_rate(1.3), n_requests=4000, seed=0)
+    cool = replay(scenario.with_rate(1.6), n_requests=4000, seed=0)
     assert not any("did not keep up" in w for w in cool.warnings)
-    assert cool.throughput_rps == pytest.approx(1.3, rel=0.03)
+    assert cool.throughput_rps == pytest.approx(1.6, rel=0.03)
 
 
 def test_chunked_slot_cap_counts_the_whole_prompt(scenario):

@@ -122,7 +122,10 @@ def test_attainment_rises_on_the_prefill_grid_near_saturation():
     "0.775·λmax (+5.5e-5); at cv 2, +1.7e-5 between 0.5225 and 0.525·λmax; none seen at cv 1 or on 1 instance. "
     "Before a384e2b (burst_increment moves each cell's own mass) the rises were 1.5e-4..5e-4 and made goodput raise"))
 def test_attainment_rises_on_the_bursty_colocated_example():
-    _check("llama3-8b-colocated-h100.yaml", ("workload.arrivals.cv=1.5",), 0.7725, 0.775, known=False)
+    # pinned on the fixed-factor roofline where it was found: the defect is the station's (under the
+    # measured curves the step times, hence lambda_max and where the rise sits, move)
+    _check("llama3-8b-colocated-h100.yaml", ("workload.arrivals.cv=1.5", "perf.efficiency=constants"), 0.7725, 0.775,
+           known=False)
 
 
 _SLOW_LINK = ("deployment.prefill.instances=3", "deployment.decode.instances=3",

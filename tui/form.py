@@ -121,8 +121,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("slo.attainment_goal", "Goal", "SLO", help="attainment needed for goodput"),
     # service-time model
     FieldSpec(_PERF, "Perf model", "Service times", "select", ("roofline", "table", "fixed")),
-    FieldSpec("perf.mfu", "MFU", "Service times", when=_is(_PERF, "roofline")),
-    FieldSpec("perf.mbu", "MBU", "Service times", when=_is(_PERF, "roofline")),
+    FieldSpec("perf.mfu", "MFU", "Service times", optional=True, when=_is(_PERF, "roofline"),
+              help="blank: the GPU architecture's measured GEMM efficiency curve"),
+    FieldSpec("perf.mbu", "MBU", "Service times", optional=True, when=_is(_PERF, "roofline"),
+              help="blank: the architecture's measured HBM efficiency"),
     FieldSpec("perf.path", "Table file", "Service times", when=_is(_PERF, "table")),
     FieldSpec("perf.format", "Table fmt", "Service times", "select", ("auto", "splitwise", "distserve", "qmodel"),
               when=_is(_PERF, "table")),
@@ -162,7 +164,7 @@ _FALLBACK: Values = {
     "workload.lengths.prompt_sigma": "1", "workload.lengths.output_median_tokens": "200",
     "workload.lengths.output_sigma": "0.8", "workload.lengths.format": "auto", "workload.prefix_hit_ratio": "0",
     "slo.percentile": "90", "slo.attainment_goal": "0.9",
-    "perf.mfu": "0.55", "perf.mbu": "0.75", "perf.format": "auto", "perf.prefill_s": "100 ms",
+    "perf.format": "auto", "perf.prefill_s": "100 ms",
     "perf.decode_step_s": "20 ms",
 }
 

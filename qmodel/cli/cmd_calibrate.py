@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     rows = [[ph, f"{100 * report['mape_before'].get(ph, 0.0):.1f}%", f"{100 * report['mape_after'].get(ph, 0.0):.1f}%"]
             for ph in ("prefill", "decode")]
     print_table(["phase", "MAPE default", "MAPE calibrated"], rows, out)
-    out.write("\nperf:\n  kind: roofline\n")
+    out.write(f"\nperf:\n  kind: roofline\n  efficiency: {report.get('efficiency', 'curves')}\n")
     for k, v in report["params"].items():
         out.write(f"  {k}: {v:.4g}\n")
     return 0

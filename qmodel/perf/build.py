@@ -10,7 +10,7 @@ from qmodel.perf.fixed import FixedModel
 from qmodel.perf.parallel import check_parallelism
 from qmodel.perf.roofline import RooflineModel
 from qmodel.perf.table_pipeline import PipelinedTableModel, check_measured_overhead, check_overhead, stage_link
-from qmodel.perf.tables import (
+from qmodel.perf.table_loaders import (
     DISTSERVE_HARDWARE,
     DISTSERVE_MODELS,
     SPLITWISE_HARDWARE,
@@ -41,7 +41,8 @@ def service_model(perf: PerfModel, model: ModelSpec, gpu: GPUSpec, tp: int, pp: 
                              prefill_overhead_s=perf.prefill_overhead_s, decode_overhead_s=perf.decode_overhead_s,
                              comm_efficiency=perf.comm_efficiency, compute_dtype=perf.compute_dtype,
                              attention_efficiency=perf.attention_efficiency,
-                             prefill_per_request_s=perf.prefill_per_request_s, field_prefix=field_prefix)
+                             prefill_per_request_s=perf.prefill_per_request_s,
+                             curves="catalog" if perf.efficiency == "curves" else None, field_prefix=field_prefix)
     if isinstance(perf, FixedPerf):
         return FixedModel(perf.prefill_s, perf.decode_step_s)
     if isinstance(perf, TablePerf):

@@ -11,8 +11,15 @@ many points each has. Relative error because the times span two orders of magnit
 smooth (a max of two terms), so the fit runs scipy's trust-region least squares from several
 starting points and keeps the best.
 
+The fit runs on top of the default roofline, the shared efficiency curves of the GPU's
+architecture (qmodel.perf.efficiency): each fitted factor is an explicit override of the curve's
+number (``mfu`` replaces the saturated GEMM efficiency, ``mbu`` the HBM efficiencies, an overhead
+the per-step constant; ``attention_efficiency`` scales the curve's attention peak), so the printed
+``perf:`` block with ``efficiency: curves`` reproduces the fitted times. The fit starts from the
+curve's own numbers (``start`` reports them).
+
 Reported: MAPE (mean absolute percentage error, as a fraction) per phase before (the defaults
-passed in) and after the fit, the fitted parameters, and the table's SHA-256.
+passed in) and after the fit, the starting and fitted parameters, and the table's SHA-256.
 """
 
 from __future__ import annotations
@@ -100,6 +107,7 @@ def calibrate_roofline(points: list[TablePoint], model: ModelSpec, gpu: GPUSpec,
 
     defaults = before.params()
     x_default = np.clip([float(defaults[f]) for f in fit], lo, hi)
+    start_params = {f: float(defaults[f]) for f in fit}
     starts = [x_default]
     # A spread of starts: the max() in the roofline gives each start its own active branch.
     for mfu, mbu, ovh, att in ((0.3, 0.3, 0.02, 0.5), (0.6, 0.8, 0.005, 1.0), (0.15, 0.15, 0.04, 0.2)):
@@ -123,6 +131,8 @@ def calibrate_roofline(points: list[TablePoint], model: ModelSpec, gpu: GPUSpec,
         "points": {ph: int((phases == ph).sum()) for ph in ("prefill", "decode")},
         "mape_before": mape_by_phase(before, points),
         "mape_after": mape_by_phase(after, points),
+        "efficiency": "curves" if before.curves is not None else "constants",
+        "start": start_params,
         "params": params,
         "table_sha256": table_sha256,
     }

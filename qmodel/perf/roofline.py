@@ -1,4 +1,4 @@
-"""Roofline step times from catalog specs and a few documented efficiency factors."""
+"""Roofline step times from catalog specs: measured per-architecture efficiency curves, or fixed factors."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import json
 import numpy as np
 from numpy.typing import ArrayLike
 
+from typing import Literal
+
 from qmodel.errors import InputError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.efficiency import EfficiencyCurves, Overrides, load_curves
+from qmodel.perf.efficiency_terms import CurveTerms
 from qmodel.perf.parallel import Parallelism, check_parallelism
 from qmodel.specs import GPUSpec, ModelSpec
 from qmodel.units import dtype_bits
@@ -40,7 +44,15 @@ def expected_distinct_experts(num_experts: int, top_k: int, n_tokens: ArrayLike)
 class RooflineModel(ServiceTimeModel):
     r"""Roofline step times for one instance of ``tp x pp`` GPUs.
 
-    Per pipeline stage (the busiest one, holding ``f = ceil(layers/pp)/layers`` of the layers)::
+    Two modes. **Curves** (``curves="catalog"``, the default; or an :class:`EfficiencyCurves`):
+    every kernel at its GPU architecture's measured efficiency, formulas in
+    :mod:`qmodel.perf.efficiency_terms`, curves and the override rule in
+    :mod:`qmodel.perf.efficiency` (a factor passed here replaces the curve's number: ``mfu`` the
+    saturated GEMM efficiency, ``mbu`` the HBM efficiencies, ``attention_efficiency`` scales the
+    attention peak, ``comm_efficiency`` the all-reduce, an overhead the per-step constant).
+    Accuracy against measured step times: docs/step_times.md.
+
+    **Constants** (``curves=None``), the roofline before the curves, below. Per pipeline stage (the busiest one, holding ``f = ceil(layers/pp)/layers`` of the layers)::
 
         prefill(T, Q, k) = max(compute, memory) + allreduce(T) + send(T) + prefill_overhead_s
                            + k * prefill_per_request_s
@@ -71,7 +83,7 @@ class RooflineModel(ServiceTimeModel):
     activations ``tokens * hidden * act_bytes`` over the intra-node link. A single batch's latency
     through the whole pipeline is ``pp`` stage times; stations that need it must add it.
 
-    Factors, defaults and their sources:
+    Factors, defaults (constants mode; a factor not given) and their sources:
 
     * ``mfu`` = 0.55: achieved fraction of dense tensor FLOP/s in large GEMMs, the middle of the
       0.4-0.6 usually quoted for vLLM/TensorRT-LLM prefill on A100/H100 (a rule of thumb, not
@@ -106,12 +118,25 @@ class RooflineModel(ServiceTimeModel):
 
     kind = "roofline"
 
-    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, pp: int = 1, *, mfu: float = 0.55,
-                 mbu: float = 0.75, prefill_overhead_s: float = 0.010, decode_overhead_s: float = 0.004,
-                 comm_efficiency: float = 0.7, attention_efficiency: float = 1.0,
-                 prefill_per_request_s: float = 0.0,
-                 allreduce_latency_s: float = DEFAULT_ALLREDUCE_LATENCY_S, compute_dtype: str | None = None,
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, pp: int = 1, *, mfu: float | None = None,
+                 mbu: float | None = None, prefill_overhead_s: float | None = None,
+                 decode_overhead_s: float | None = None, comm_efficiency: float | None = None,
+                 attention_efficiency: float | None = None, prefill_per_request_s: float = 0.0,
+                 allreduce_latency_s: float | None = None, compute_dtype: str | None = None,
+                 curves: EfficiencyCurves | Literal["catalog"] | None = "catalog",
                  field_prefix: str = "deployment") -> None:
+        given = {"mfu": mfu, "mbu": mbu, "prefill_overhead_s": prefill_overhead_s,
+                 "decode_overhead_s": decode_overhead_s, "comm_efficiency": comm_efficiency,
+                 "attention_efficiency": attention_efficiency}
+        self.curves = load_curves() if curves == "catalog" else curves
+        # Constants mode: every factor not given takes its documented constant (see the class docstring).
+        mfu = 0.55 if mfu is None else mfu
+        mbu = 0.75 if mbu is None else mbu
+        prefill_overhead_s = 0.010 if prefill_overhead_s is None else prefill_overhead_s
+        decode_overhead_s = 0.004 if decode_overhead_s is None else decode_overhead_s
+        comm_efficiency = 0.7 if comm_efficiency is None else comm_efficiency
+        attention_efficiency = 1.0 if attention_efficiency is None else attention_efficiency
+        allreduce_latency_s = DEFAULT_ALLREDUCE_LATENCY_S if allreduce_latency_s is None else allreduce_latency_s
         for name, v, hi in (("mfu", mfu, 1.0), ("mbu", mbu, 1.0), ("comm_efficiency", comm_efficiency, 1.0),
                             ("attention_efficiency", attention_efficiency, 1.0)):
             if not (0.0 < v <= hi):
@@ -140,6 +165,19 @@ class RooflineModel(ServiceTimeModel):
         self._kv_byte = dtype_bits(model.kv_dtype, "kv_dtype") / 8.0
         self._init_weights()
         self._init_coefficients()
+        self._terms: CurveTerms | None = None
+        if self.curves is not None:
+            res = self.curves.resolve(gpu, self.compute_dtype, Overrides(**given))
+            self._terms = CurveTerms(model, gpu, self.layout, res, flops_per_s=self.flops_per_s,
+                                     weight_byte=self._weight_byte, expert_byte=self._expert_byte,
+                                     kv_byte=self._kv_byte, act_bytes=self.act_bytes, base_params=self._base_params,
+                                     expert_params_per_layer_expert=self._expert_params_per_layer_expert,
+                                     moe_layers=self._moe_layers, prefill_per_request_s=self.prefill_per_request_s)
+            # The factors this model now runs at (reported by params(); calibration starts from them).
+            self.mfu, self.mbu = res.gemm.peak_efficiency, res.gemm.weight_hbm_efficiency
+            # per-step constants including the per-layer part for this stage (an override replaces both)
+            self.prefill_overhead_s, self.decode_overhead_s = self._terms.ovh_pre, self._terms.ovh_dec
+            self.comm_efficiency, self.allreduce_latency_s = res.allreduce.efficiency, res.allreduce.latency_s
 
     # ---- weights read per step -----------------------------------------------------------
     def _init_weights(self) -> None:
@@ -222,6 +260,8 @@ class RooflineModel(ServiceTimeModel):
     def prefill_breakdown(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike) -> dict[str, np.ndarray]:
         """The terms of one prefill batch time: compute, memory, comm, overhead (seconds)."""
         t, q = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float))
+        if self._terms is not None:
+            return self._terms.prefill_breakdown(t, q, np.ones_like(t))
         return {"compute_s": self._k_lin * t + self._k_att * (q / 2.0),
                 "memory_s": self._k_wbase + self._experts_s(t),
                 "comm_s": self._k_comm_tok * t + self._k_comm_0,
@@ -231,6 +271,8 @@ class RooflineModel(ServiceTimeModel):
         """The terms of one decode step time: compute, memory, comm, overhead (seconds)."""
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         sw = self._windowed_context(n, s)
+        if self._terms is not None:
+            return self._terms.decode_breakdown(n, sw)
         return {"compute_s": self._k_lin * n + self._k_att * sw,
                 "memory_s": self._k_wbase + self._experts_s(n) + self._k_kv * sw,
                 "comm_s": self._k_comm_tok * n + self._k_comm_0,
@@ -242,6 +284,11 @@ class RooflineModel(ServiceTimeModel):
             return self._prefill_scalar(float(sum_tokens), float(sum_sq_tokens), float(n_requests))
         t, q, k = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
+        if self._terms is not None:
+            p = self._terms.prefill_breakdown(t, q, k)
+            out = p["gemm_s"] + p["attention_s"] + p["launch_s"] + p["comm_s"] + p["overhead_s"]
+            out = np.where(t > 0, out, 0.0)
+            return float(out) if out.ndim == 0 else out
         p = self.prefill_breakdown(t, q)
         out = (np.maximum(p["compute_s"], p["memory_s"]) + p["comm_s"]
                + (self.prefill_overhead_s + self.prefill_per_request_s * k))
@@ -253,6 +300,10 @@ class RooflineModel(ServiceTimeModel):
             return self._decode_scalar(float(n_seqs), float(sum_context_tokens))
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         p = self.decode_breakdown(n, s)
+        if self._terms is not None:
+            out = p["gemm_s"] + p["attention_s"] + p["launch_s"] + p["comm_s"] + p["overhead_s"]
+            out = np.where(n > 0, out, 0.0)
+            return float(out) if out.ndim == 0 else out
         out = np.maximum(p["compute_s"], p["memory_s"]) + p["comm_s"] + self.decode_overhead_s
         out = np.where(n > 0, out, 0.0)  # an empty batch takes no time
         return float(out) if out.ndim == 0 else out
@@ -261,6 +312,8 @@ class RooflineModel(ServiceTimeModel):
     def _prefill_scalar(self, t: float, q: float, k: float) -> float:
         if not t > 0:
             return 0.0
+        if self._terms is not None:
+            return self._terms.prefill_scalar(t, q, k)
         experts = self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** max(t, 0.0))) if self._moe_e else 0.0
         compute = self._k_lin * t + self._k_att * (q / 2.0)
         memory = self._k_wbase + experts
@@ -273,6 +326,8 @@ class RooflineModel(ServiceTimeModel):
         sw = s
         if self._win_part:
             sw = self._win_full * s + self._win_part * (n * min(s / n, self._win))
+        if self._terms is not None:
+            return self._terms.decode_scalar(n, sw)
         experts = self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** max(n, 0.0))) if self._moe_e else 0.0
         compute = self._k_lin * n + self._k_att * sw
         memory = self._k_wbase + experts + self._k_kv * sw
@@ -285,12 +340,17 @@ class RooflineModel(ServiceTimeModel):
                 "decode_overhead_s": self.decode_overhead_s, "comm_efficiency": self.comm_efficiency,
                 "attention_efficiency": self.attention_efficiency, "allreduce_latency_s": self.allreduce_latency_s,
                 "prefill_per_request_s": self.prefill_per_request_s,
-                "compute_dtype": self.compute_dtype, "tp": self.tp, "pp": self.pp}
+                "compute_dtype": self.compute_dtype, "tp": self.tp, "pp": self.pp,
+                **({"efficiency": f"curves {self._terms.curves.architecture}/{self._terms.curves.gemm_dtype}"}
+                   if self._terms is not None else {})}
 
     @property
     def fingerprint(self) -> str:
-        blob = json.dumps({"kind": self.kind, "model": self.model.model_dump(mode="json"),
-                           "gpu": self.gpu.model_dump(mode="json"), "params": self.params()},
+        ident: dict[str, object] = {"kind": self.kind, "model": self.model.model_dump(mode="json"),
+                                    "gpu": self.gpu.model_dump(mode="json"), "params": self.params()}
+        if self._terms is not None:
+            ident["curves"] = self._terms.curves.model_dump(mode="json")
+        blob = json.dumps(ident,
                           sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
