@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike
 
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
 
-__all__ = ["PipelineInstance", "pipeline_instance"]
+__all__ = ["PipelineInstance", "pipeline_instance", "stage_model"]
 
 _SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
 
@@ -92,3 +92,10 @@ def pipeline_instance(stage: ServiceTimeModel, pp: int) -> ServiceTimeModel:
     """The instance model of a pool with ``pp`` stages: ``stage`` itself at pp = 1, else
     :class:`PipelineInstance` around it."""
     return stage if pp == 1 else PipelineInstance(stage, pp)
+
+
+def stage_model(service: ServiceTimeModel) -> ServiceTimeModel:
+    """The stage-time model inside a pipeline instance (``service`` itself when it is none): what a
+    consumer that takes a prefill batch's first token after one stage time reads (the colocated
+    station's bulk-service bound, matching its gated form and the replay's colocated engine)."""
+    return service.stage if isinstance(service, PipelineInstance) else service
