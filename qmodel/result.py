@@ -32,6 +32,10 @@ class StationReport(_Out):
 
     name: str = Field(description="prefill, kv_transfer, decode, colocated, chunked, ...")
     utilization: float = Field(description="offered load rho in [0, 1)")
+    busy_fraction: float | None = Field(
+        default=None, description="fraction of time the station's instances are serving, where that differs from "
+                                  "utilization (decode: 1 - P(no sequence running), while its utilization is the rate "
+                                  "over its stability limit); what the replay meters as its utilization")
     max_stable_rate_per_s: float = Field(description="largest arrival rate this station alone can sustain")
     mean_wait_s: float = 0.0
     p90_wait_s: float = 0.0

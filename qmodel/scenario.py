@@ -24,6 +24,8 @@ from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_lo
 from qmodel.units import BytesPerSecond, Count, RatePerSecond, Real, Seconds
 
 __all__ = [
+    "read_scenario_data",
+    "resolve_scenario_paths",
     "Strict",
     "PoissonArrivals",
     "GammaArrivals",
@@ -410,7 +412,9 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario") -> Scenario:
         raise _first_error_line(err, source) from None
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_scenario_data(path: Path) -> dict[str, Any]:
+    """A scenario file's raw mapping (YAML/TOML/JSON by suffix), before overrides and validation;
+    a file that does not parse or is not a mapping is a DataError naming it."""
     text = read_text(path)
     suffix = path.suffix.lower()
     try:
@@ -439,7 +443,7 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _resolve_paths(data: dict[str, Any], base: Path) -> None:
+def resolve_scenario_paths(data: dict[str, Any], base: Path) -> None:
     """Make relative trace/table paths relative to the scenario file, not the working directory."""
     from qmodel.settings import resolve_data_path
 
@@ -500,10 +504,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Load a scenario file (YAML/TOML/JSON), apply ``--set`` overrides, validate."""
     p = Path(path)
-    data = _read(p)
+    data = read_scenario_data(p)
     if overrides:
         data = apply_overrides(data, overrides)
-    _resolve_paths(data, p.parent)
+    resolve_scenario_paths(data, p.parent)
     data.setdefault("name", p.stem)
     return parse_scenario(data, str(p))
 

@@ -96,3 +96,20 @@ def test_app_on_the_real_engine_updates_and_replays() -> None:
             assert "ttft_p90" in names and "attainment" in names
             assert all(r[2] >= 0 for r in chk.rows)
     asyncio.run(go())
+
+
+def test_results_point_to_the_replay_key_not_the_cli_flag() -> None:
+    from qmodel.tui.report import REPLAY_KEY
+    from tui_fakes import view_text
+
+    assert [b.key for b in QmodelApp.BINDINGS if b.action == "replay"] == [REPLAY_KEY.lower()]
+
+    async def go():
+        app = QmodelApp(str(EXAMPLES / "llama3-70b-disagg-h100.yaml"), show_timings=False, stages=())
+        async with app.run_test(size=(160, 50)) as pilot:
+            await settle(app, pilot)
+            assert "--check" in app.analysis.result.validity  # the library's sentence names the CLI flag
+            text = " ".join(view_text(app, app.query_one("#results")).split())
+            assert "--check" not in text
+            assert f"check this scenario in the replay ({REPLAY_KEY})" in text
+    asyncio.run(go())

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qmodel.tui.compute import usd_per_million_tokens
-from qmodel.tui.plots import BRAILLE_BASE, Series, VLine, density_bars, heatmap, line_chart
+from qmodel.tui.plots import (BRAILLE_BASE, Series, VLine, density_bars, duration_axis, fmt_num, heatmap, line_chart,
+                              tick_row)
 
 
 def _braille_cells(text: str) -> list[tuple[int, int, int]]:
@@ -74,3 +75,59 @@ def test_usd_per_million_tokens() -> None:
     assert usd_per_million_tokens(10.0, 1.0, 100.0) == pytest.approx(1e7 / 360000, rel=1e-15)
     assert usd_per_million_tokens(None, 1.0, 100.0) is None
     assert usd_per_million_tokens(10.0, 0.0, 100.0) is None
+
+
+def test_axis_titles_with_units_keep_the_box() -> None:
+    t = line_chart([Series("s", [0.0, 1.0], [0.0, 1.0], "red")], 40, 12, x_range=(0, 1), y_range=(0, 1),
+                   y_label="SLO attainment (%)", x_label="arrival rate (req/s)").plain.split("\n")
+    assert len(t) == 12 and all(len(ln) <= 40 for ln in t)
+    assert t[0].startswith("SLO attainment (%)")
+    assert t[-1].endswith("arrival rate (req/s)") and len(t[-1]) == 40
+    assert t[1].startswith("     1┤") and t[-4].startswith("     0┤")  # 8 plot rows: 12 - title - axis - ticks - title
+    d = density_bars([i * 0.05 for i in range(200)], [1 - math.exp(-i * 0.05) for i in range(200)], 41, 10,
+                     y_label="share of requests", x_label="TTFT (ms)").plain.split("\n")
+    assert len(d) == 10 and d[0].startswith("share of requests") and d[-1].endswith("TTFT (ms)")
+
+
+def test_duration_axis_units() -> None:
+    assert duration_axis(5e-4) == (1e6, "µs")
+    assert duration_axis(0.999) == (1e3, "ms")
+    assert duration_axis(1.0) == (1.0, "s")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 160), st.lists(st.text("0123456789.kmsµ", min_size=1, max_size=9), min_size=1, max_size=6))
+def test_tick_labels_never_collide(width: int, labels: list[str]) -> None:
+    n = len(labels)
+    ticks = [(round(i / max(n - 1, 1) * (width - 1)), lab) for i, lab in enumerate(labels)]
+    row = tick_row(width, ticks)
+    assert len(row) == width
+    # every label drawn is whole and apart from its neighbours by at least two spaces
+    tokens = row.split()
+    assert all(tok in labels for tok in tokens)
+    spans = [(m, m + len(t)) for t, m in zip(tokens, _starts(row, tokens))]
+    assert all(b0 - a1 >= 2 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+    # the two end labels are always shown when they fit side by side
+    if n > 1 and len(labels[0]) + len(labels[-1]) + 2 <= width:
+        assert tokens[0] == labels[0] and tokens[-1] == labels[-1]
+
+
+def _starts(row: str, tokens: list[str]) -> list[int]:
+    out, at = [], 0
+    for t in tokens:
+        at = row.index(t, at)
+        out.append(at)
+        at += len(t)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(8, 120), st.floats(1e-5, 1e3))
+def test_histogram_tick_labels_are_whole_numbers(width: int, hi: float) -> None:
+    xs = [hi * i / 99 for i in range(100)]
+    cdf = [i / 99 for i in range(100)]
+    factor, _ = duration_axis(hi)
+    fmt = lambda v: fmt_num(v * factor)  # noqa: E731
+    ticks_row = density_bars(xs, cdf, width, 8, x_fmt=fmt).plain.split("\n")[-1]
+    allowed = {fmt(hi * i / (k - 1)) for k in (2, 3, 4) for i in range(k)}
+    assert set(ticks_row.split()) <= allowed

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from qmodel.tui.app import QmodelApp
-from tui_fakes import FakeEngine, settle
+from tui_fakes import FakeEngine, fake_plans, settle
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llama3-70b-disagg-h100.yaml"
 
 
 def _app() -> QmodelApp:
-    return QmodelApp(str(EXAMPLE), engine=FakeEngine(), show_timings=False)
+    return QmodelApp(str(EXAMPLE), engine=FakeEngine(), show_timings=False)  # every stage: the plots fill in
 
 
 def _before(tab: str | None = None, actions=None):
@@ -35,22 +37,28 @@ def _before(tab: str | None = None, actions=None):
     return run_before
 
 
-def test_results_80x24(snap_compare) -> None:
-    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_before())
+TABS = ("tab-results", "tab-plots", "tab-compare", "tab-plan", "tab-replay")
 
 
-def test_plots_wide(snap_compare) -> None:
-    assert snap_compare(_app(), terminal_size=(150, 50), run_before=_before("tab-plots"))
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+@pytest.mark.parametrize("tab", TABS)
+def test_every_tab(snap_compare, monkeypatch, tab: str, size: tuple[int, int]) -> None:
+    """Each tab with everything in it: two pins, three (fake) plans and a (fake) replay."""
+    from qmodel.tui import planning
 
+    monkeypatch.setattr(planning, "run_planner", fake_plans)
 
-def test_compare_two_pins(snap_compare) -> None:
-    async def pin_two(pilot) -> None:
-        pilot.app.action_pin()
-        pilot.app.set_field("deployment.decode.instances", "4")
-        await settle(pilot.app, pilot)
-        pilot.app.action_pin()
+    async def fill(pilot) -> None:
+        app = pilot.app
+        app.action_pin()
+        app.set_field("deployment.decode.instances", "4")
+        await settle(app, pilot)
+        app.action_pin()
+        app.action_plan()
+        await settle(app, pilot)
+        app.action_replay()
 
-    assert snap_compare(_app(), terminal_size=(110, 36), run_before=_before("tab-compare", pin_two))
+    assert snap_compare(_app(), terminal_size=size, run_before=_before(tab, fill))
 
 
 def test_inline_error_80x24(snap_compare) -> None:

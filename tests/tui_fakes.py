@@ -69,7 +69,7 @@ class FakeEngine:
                                                                                               min(a_ttft, a_tpot)),
                      ttft_attainment=a_ttft, tpot_attainment=a_tpot, stations=stations,
                      binding=f"TTFT binds: fake binding at utilization {rho:.2f}", link=link, gpus=sc.deployment.gpus,
-                     inputs_sha256=sha, validity="good: fake engine")
+                     inputs_sha256=sha, validity="good: fake engine; check this scenario with --check")
         return dataclasses.replace(base, result=res, ttft=_exp_curve(ttft_mean, sc.slo.ttft_s),
                                    tpot=_exp_curve(tpot_mean, sc.slo.tpot_s))
 
@@ -104,9 +104,17 @@ class FakeEngine:
         self.replays += 1
         for f in (0.1, 0.5, 1.0):
             progress(f, "fake replay")
-        rows = (("ttft_p90", result.ttft.p90, result.ttft.p90 * 0.95, 0.0526), ("attainment", result.attainment,
-                                                                              result.attainment - 0.01, 0.01))
-        return ReplayCheck(result.rate_per_s, n, seed, rows, (), 0.0)
+        # The metric names and order of validation.compare.diff_metrics; the replay reads 5% low.
+        def latency(kind: str, stat: str) -> float:
+            return getattr(getattr(result, kind), stat)
+
+        rows = tuple((f"{kind}_{stat}", latency(kind, stat), latency(kind, stat) * 0.95, 1 / 0.95 - 1)
+                     for kind in ("ttft", "tpot") for stat in ("mean", "p50", "p90", "p99"))
+        rows += tuple((m, getattr(result, m), getattr(result, m) - 0.01, 0.01)
+                      for m in ("attainment", "ttft_attainment", "tpot_attainment"))
+        stations = tuple((f"{s.name}.utilization", s.utilization, s.utilization * 0.95, 1 / 0.95 - 1)
+                         for s in result.stations)
+        return ReplayCheck(result.rate_per_s, n, seed, rows, stations, 0.0)
 
 
 async def settle(app, pilot, rounds: int = 200) -> None:
@@ -135,3 +143,31 @@ def screen_text(app) -> str:
     """The screen as plain text (for assertions on what is shown)."""
     strips = app.screen._compositor.render_strips()
     return "\n".join("".join(seg.text for seg in strip) for strip in strips)
+
+
+def fake_plans(scenario, objective, target, top_k=10):
+    """Three ranked disaggregated plans with fixed numbers, in place of :func:`qmodel.tui.planning.run_planner`."""
+    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.tui import planning
+
+    out = []
+    for rank, (tp, inst) in enumerate([(2, 3), (4, 2), (8, 1)], start=1):
+        row = PlanRow(rank=rank, topology="disaggregated", label=f"{inst}P+{2 * inst}D h100-sxm TP{tp}",
+                      prefill=PoolOut(gpu="h100-sxm", tp=tp, instances=inst, gpus=tp * inst),
+                      decode=PoolOut(gpu="h100-sxm", tp=tp, instances=2 * inst, gpus=2 * tp * inst), link="roce-4x200",
+                      transfer_mode="layerwise", gpus=3 * tp * inst, power_w=700.0 * 3 * tp * inst,
+                      cost_per_hour=4.0 * 3 * tp * inst, goodput_rps=7.5 / rank,
+                      goodput_per_gpu=7.5 / rank / (3 * tp * inst),
+                      rate_per_s=7.5 / rank, attainment=0.9, ttft_p90_s=0.4123 * rank, tpot_p90_s=0.05123,
+                      max_stable_rate_per_s=9.0, knee_rps=6.0, headroom_to_knee=-0.1,
+                      binding="TPOT binds: p90 51.2 ms vs target 60 ms at utilization 0.85; prefill ok",
+                      validity="approximate")
+        out.append(planning.PlanChoice(row.label, row, planning.scenario_from_row(scenario, row)))
+    return out
+
+
+def view_text(app, view) -> str:
+    """A TableView's content as laid out at its width, all of it (also what is scrolled out of sight)."""
+    console = app.console
+    lines = console.render_lines(view.content, console.options.update_width(view.content_size.width), pad=False)
+    return "\n".join("".join(seg.text for seg in line) for line in lines)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -29,13 +30,21 @@ from qmodel.errors import QmodelError
 
 from . import plots
 from .compute import STAGES, Analysis, Cancelled, Engine, ReplayCheck
+from .layout import whole_lines
 from .form import DEFAULT_RAW, FormBuild, build, error_field, values_from_raw
 from .report import export_payload, metric_rows, render_compare, render_replay, render_results
-from .widgets import CatalogPicker, Chart, Choice, PathPrompt, ScenarioForm
+from .widgets import CatalogPicker, Chart, Choice, PathPrompt, ScenarioForm, TableView
 
-__all__ = ["QmodelApp", "TOPOLOGY_STYLES"]
+__all__ = ["QmodelApp", "TABS", "TOPOLOGY_STYLES"]
 
 TOPOLOGY_STYLES = {"colocated": "bright_cyan", "chunked": "bright_magenta", "disaggregated": "bright_green"}
+
+
+#: The tabs in order: (pane id, title); alt+right / alt+left step through them.
+TABS = (("tab-results", "Results"), ("tab-plots", "Plots"), ("tab-compare", "Compare"), ("tab-plan", "Plan"),
+        ("tab-replay", "Replay"))
+
+_TITLE = dict(TABS)
 
 
 class QmodelApp(App):
@@ -44,6 +53,7 @@ class QmodelApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "qmodel"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    FOOTER_FULL_WIDTH = HORIZONTAL_BREAKPOINTS[1][0]  # narrower: the footer leaves out F7/F8 (they still work)
     DEBOUNCE_S = 0.025  # merges keys typed faster than 40 per second; a solve per slower key is cancelled by the next
     BINDINGS = [
         Binding("f2", "pin", "Pin"),
@@ -53,8 +63,17 @@ class QmodelApp(App):
         Binding("f6", "replay", "Replay"),
         Binding("f7", "export('json')", "JSON"),
         Binding("f8", "export('csv')", "CSV"),
-        Binding("f9", "toggle_form", "Form", show=False),
+        # The same keys, not in the footer: below FOOTER_FULL_WIDTH columns check_action hides the two
+        # above so that the tab keys and F9 fit, and these answer F7/F8 (the palette lists them too).
+        Binding("f7", "export_file('json')", "JSON", show=False),
+        Binding("f8", "export_file('csv')", "CSV", show=False),
+        Binding("f9", "toggle_form", "Form", tooltip="hide or show the scenario form (widens the tabs)"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Next / previous tab. Alt+arrow, which terminals send as their own sequence (Textual reads ESC
+        # + digit as the macOS Option characters ¡ ™ £, so alt+1..5 would never arrive), and which no
+        # form field uses; the palette has one entry per tab as well.
+        Binding("alt+right", "next_tab", "Tab", key_display="alt+←→", tooltip="next tab (alt+left: previous)"),
+        Binding("alt+left", "previous_tab", "Previous tab", show=False),
     ]
 
     def __init__(self, scenario_path: str | None = None, overrides: list[str] | None = None, *,
@@ -99,11 +118,11 @@ class QmodelApp(App):
         with Horizontal(id="main"):
             yield ScenarioForm(self.names, self.values, id="form")
             with TabbedContent(id="tabs"):
-                with TabPane("Results", id="tab-results"):
-                    with VerticalScroll():
-                        yield Static(id="results")
-                with TabPane("Plots", id="tab-plots"):
-                    with VerticalScroll(id="plots"):
+                with TabPane(_TITLE["tab-results"], id="tab-results"):
+                    with VerticalScroll(classes="pane"):
+                        yield TableView(id="results")
+                with TabPane(_TITLE["tab-plots"], id="tab-plots"):
+                    with VerticalScroll(id="plots", classes="pane"):
                         yield Static("SLO attainment vs arrival rate, same GPUs", classes="plot-title")
                         yield Chart("computing…", id="chart-attainment")
                         yield Static(id="legend-attainment", classes="legend")
@@ -115,27 +134,27 @@ class QmodelApp(App):
                                 yield Static("TPOT distribution", classes="plot-title", id="title-tpot")
                                 yield Chart("solving…", id="chart-tpot", classes="dist")
                         yield Static("Goodput (req/s) over the P:D split", classes="plot-title")
-                        yield Static("computing…", id="heatmap")
-                with TabPane("Compare", id="tab-compare"):
-                    with VerticalScroll():
+                        yield TableView("computing…", id="heatmap")
+                with TabPane(_TITLE["tab-compare"], id="tab-compare"):
+                    with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Button("Pin (F2)", id="pin", compact=True)
                             yield Button("Clear", id="clear-pins", compact=True)
                             yield Button("Load pinned…", id="load-pin", compact=True)
-                        yield Static(id="compare")
-                with TabPane("Plan", id="tab-plan"):
-                    with VerticalScroll():
+                        yield TableView(id="compare")
+                with TabPane(_TITLE["tab-plan"], id="tab-plan"):
+                    with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Choice(["max-goodput", "min-gpus", "min-cost"], "max-goodput", title="Objective",
                                          id="plan-objective")
                             yield Input(placeholder="target req/s", id="plan-target", compact=True, tooltip="min-gpus / min-cost: the rate to meet (blank: the scenario rate)")
                             yield Button("Run", id="plan-run", compact=True)
                         yield Static(id="plan-status")
-                        yield Static(id="plan-table")
+                        yield TableView(id="plan-table")
                         with Horizontal(classes="toolbar"):
                             yield Button("Load plan…", id="plan-load", compact=True, disabled=True)
-                with TabPane("Replay", id="tab-replay"):
-                    with VerticalScroll():
+                with TabPane(_TITLE["tab-replay"], id="tab-replay"):
+                    with VerticalScroll(classes="pane"):
                         with Horizontal(classes="toolbar"):
                             yield Label("requests")
                             yield Input(str(self.replay_requests), id="replay-n", compact=True)
@@ -144,12 +163,12 @@ class QmodelApp(App):
                             yield Button("Run", id="replay-run", compact=True)
                         yield ProgressBar(total=100, show_eta=False, id="replay-progress")
                         yield Static(id="replay-status")
-                        yield Static(id="replay-table")
+                        yield TableView(id="replay-table")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = self.scenario_path.name if self.scenario_path else "new scenario"
-        self.query_one("#compare", Static).update(render_compare([]))
+        self.query_one("#compare", TableView).update(render_compare([]))
         self.query_one("#replay-status", Static).update(Text("Replays the scenario event by event at its rate "
                                                              "and compares with the analytic answer.", style="dim"))
         self._plan_intro()
@@ -173,7 +192,7 @@ class QmodelApp(App):
             self._gen += 1  # abandon any running solve: its inputs are gone
             self.workers.cancel_group(self, "solve")
             n = len(fb.errors)
-            self.query_one("#results", Static).update(Text.assemble(
+            self.query_one("#results", TableView).update(Text.assemble(
                 (f"{n} field{'s' if n != 1 else ''} need{'s' if n == 1 else ''} fixing", "bold red"),
                 ("\n" + "\n".join(f"{k}: {v}" for k, v in fb.errors.items()), "red")))
             return
@@ -274,7 +293,7 @@ class QmodelApp(App):
             stage = self._stage
             if self.show_timings and a is not None and "solve" in a.timings_s:
                 stage = (stage + "  " if stage else "") + f"solve {a.timings_s['solve'] * 1000:.0f} ms"
-            self.query_one("#results", Static).update(render_results(a, stage))
+            self.query_one("#results", TableView).update(render_results(a, stage))
         elif tab == "tab-plots":
             self._render_plots()
         elif tab == "tab-compare":
@@ -304,7 +323,8 @@ class QmodelApp(App):
             x_hi = max((c.rates[-1] for c in curves), default=1.0)
             knees = [(c.knee_rps, TOPOLOGY_STYLES.get(c.topology, "white")) for c in curves if c.knee_rps > 0]
             att.plot(lambda w, h: plots.line_chart(series, w, h, x_range=(0.0, x_hi), y_range=(0.0, 1.0), refs=refs,
-                                                   y_fmt=lambda v: f"{v * 100:.0f}%", x_label="req/s", x_marks=knees))
+                                                   y_fmt=lambda v: f"{v * 100:.0f}%", x_marks=knees,
+                                                   y_label="SLO attainment (%)", x_label="arrival rate (req/s)"))
             lines = Text()
             for c in a.curves:
                 lines.append("━━ ", style=TOPOLOGY_STYLES.get(c.topology, "white"))
@@ -335,10 +355,12 @@ class QmodelApp(App):
             title.update(Text.assemble((f"{which.upper()} ", "bold"), f"p50 {fd(d.p50_s)} ",
                                        (f"p90 {fd(d.p90_s)} ", "bright_red"), (f"p99 {fd(d.p99_s)} ", "red"),
                                        (f"target {fd(d.target_s)}", "yellow")))
-            chart.plot(lambda w, h, d=d, marks=marks: plots.density_bars(
+            factor, unit = plots.duration_axis(d.x_s[-1])
+            chart.plot(lambda w, h, d=d, marks=marks, factor=factor, unit=unit, which=which: plots.density_bars(
                 d.x_s, d.cdf, w, h, marks=marks, style="cyan" if which == "ttft" else "bright_blue",
-                x_fmt=lambda v: fd(v) if v > 0 else "0"))
-        hm = self.query_one("#heatmap", Static)
+                x_fmt=lambda v: plots.fmt_num(v * factor), y_label="share of requests",
+                x_label=f"{which.upper()} ({unit})"))
+        hm = self.query_one("#heatmap", TableView)
         if a is None or a.error:
             hm.update("")
         elif a.heatmap is None:
@@ -363,11 +385,26 @@ class QmodelApp(App):
                             f"{h.best_per_gpu[2]:.3g} req/s/GPU", style="bold")
             if cur is not None:
                 note.append("\nreverse video: this scenario's split", style="dim")
-            hm.update(Text.assemble(grid, note))
+            grid.rstrip()
+            hm.update(Group(whole_lines(grid), note))
 
     # ---- pin / compare -----------------------------------------------------------------------
     def action_pin(self) -> None:
+        fb = self.build_state
+        if fb is not None and fb.scenario is None:
+            # The results on screen are the last valid inputs', not the form's: pinning them would mislabel them.
+            from .form import FIELD_BY_KEY
+
+            bad = "; ".join(f"{FIELD_BY_KEY[k].label if k in FIELD_BY_KEY else k}: {v}" for k, v in fb.errors.items())
+            n = len(fb.errors)
+            self.notify(f"Not pinned: {n} field{'s' if n != 1 else ''} need{'s' if n == 1 else ''} fixing ({bad})",
+                        severity="error", timeout=8)
+            return
         a = self.analysis
+        if a is not None and fb is not None and a.scenario != fb.scenario:
+            self.notify("Not pinned: the results are still for the previous inputs; pin again when they update",
+                        severity="warning")
+            return
         if a is None or a.error:
             self.notify("Nothing to pin: the scenario has no results", severity="warning")
             return
@@ -381,7 +418,7 @@ class QmodelApp(App):
         if self.analysis is not None and not self.analysis.error and entries:
             if all(a.sha256 != self.analysis.sha256 for _, a in entries):
                 entries.append(("current", self.analysis))
-        self.query_one("#compare", Static).update(render_compare(entries))
+        self.query_one("#compare", TableView).update(render_compare(entries))
         self.query_one("#load-pin", Button).disabled = not self.pinned
 
     @on(Button.Pressed, "#pin")
@@ -389,13 +426,16 @@ class QmodelApp(App):
         self.action_pin()
 
     @on(Button.Pressed, "#clear-pins")
-    def _clear_pins(self) -> None:
+    def action_clear_pins(self) -> None:
         self.pinned.clear()
         self._render_compare()
 
     @on(Button.Pressed, "#load-pin")
-    def _load_pin_button(self) -> None:
+    def action_load_pin(self) -> None:
         labels = [label for label, _, _ in self.pinned]
+        if not labels:
+            self.notify("Nothing pinned yet: F2 pins the current scenario", severity="warning")
+            return
 
         def chosen(label: str | None) -> None:
             if label in labels:
@@ -464,6 +504,17 @@ class QmodelApp(App):
         self.notify(f"Saved {out}")
         return out
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "export":
+            return self.size.width >= self.FOOTER_FULL_WIDTH
+        return True
+
+    def on_resize(self) -> None:
+        self.refresh_bindings()  # check_action depends on the width
+
+    def action_export_file(self, kind: str) -> None:
+        self.action_export(kind)
+
     def action_export(self, kind: str) -> None:
         name = (self.values.get("name") or "scenario").replace(" ", "_")
 
@@ -490,6 +541,46 @@ class QmodelApp(App):
             return None
         self.notify(f"Exported {out}")
         return out
+
+    # ---- screenshots -------------------------------------------------------------------------
+    def get_system_commands(self, screen):
+        """Textual's palette commands, with its Screenshot (which saves to ~/Downloads) replaced by ours."""
+        from textual.app import SystemCommand
+
+        for cmd in super().get_system_commands(screen):
+            if cmd.title != "Screenshot":
+                yield cmd
+        yield SystemCommand("Screenshot", "Save an SVG screenshot beside the scenario file (else the working directory)",
+                            lambda: self.set_timer(0.1, self.take_screenshot))  # after the palette has closed
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        self.take_screenshot(filename, path)
+
+    def take_screenshot(self, filename: str | None = None, path: str | None = None) -> Path | None:
+        """Save an SVG of the screen in ``path``, else beside the scenario file, else in the working
+        directory (the first that can be written), and say where in a notification."""
+        tried: list[str] = []
+        for folder in ([Path(path)] if path else []) + [self.folder, Path.cwd()]:
+            try:
+                out = Path(self.save_screenshot(filename, str(folder.expanduser())))
+            except OSError as err:
+                tried.append(f"{folder}: {err.strerror}")
+                continue
+            self.notify(f"Screenshot saved to {out}", timeout=8)
+            return out
+        self.notify("Cannot save the screenshot (" + "; ".join(tried) + ")", severity="error", timeout=8)
+        return None
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_next_tab(self, step: int = 1) -> None:
+        ids = [tab for tab, _ in TABS]
+        tabs = self.query_one(TabbedContent)
+        tabs.active = ids[(ids.index(tabs.active) + step) % len(ids)]
+
+    def action_previous_tab(self) -> None:
+        self.action_next_tab(-1)
 
     def action_toggle_form(self) -> None:
         form = self.query_one(ScenarioForm)
@@ -520,7 +611,7 @@ class QmodelApp(App):
             return
         self.query_one("#replay-run", Button).disabled = True
         self.query_one("#replay-progress", ProgressBar).update(progress=0)
-        self.query_one("#replay-table", Static).update("")
+        self.query_one("#replay-table", TableView).update("")
         self._replay_t0, self._replay_what = time.perf_counter(), "starting"
         # The simulation itself reports no progress; an elapsed-time line shows it is alive.
         self._replay_ticker = self.set_interval(0.5, self._replay_tick)
@@ -575,7 +666,7 @@ class QmodelApp(App):
         self.query_one("#replay-progress", ProgressBar).update(progress=100)
         status.update(Text(f"replay done: {check.requests} requests"
                            + (f" in {check.elapsed_s:.1f} s" if self.show_timings else ""), style="green"))
-        self.query_one("#replay-table", Static).update(render_replay(check))
+        self.query_one("#replay-table", TableView).update(render_replay(check))
 
     # ---- planner ------------------------------------------------------------------------------
     def _plan_intro(self) -> None:
@@ -655,12 +746,15 @@ class QmodelApp(App):
         self.plan_rows = rows
         status.update(Text(f"{len(rows)} plans" + (f" in {elapsed:.1f} s" if self.show_timings else "")
                            + "; pick one below to load it into the form", style="green"))
-        self.query_one("#plan-table", Static).update(render_plans(rows))
+        self.query_one("#plan-table", TableView).update(render_plans(rows))
         self.query_one("#plan-load", Button).disabled = not rows
 
     @on(Button.Pressed, "#plan-load")
-    def _plan_load_button(self) -> None:
+    def action_load_plan(self) -> None:
         labels = [f"#{i + 1} {r.label}" for i, r in enumerate(self.plan_rows)]
+        if not labels:
+            self.notify("No plans yet: F5 runs the planner", severity="warning")
+            return
 
         def chosen(label: str | None) -> None:
             if label in labels:

@@ -6,11 +6,32 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from textual.actions import parse
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-__all__ = ["QmodelCommands", "palette_entries"]
+from .app import TABS
+
+__all__ = ["ACTIONS", "QmodelCommands", "palette_entries"]
 
 _GPU_FIELDS = ("deployment.pool.gpu", "deployment.prefill.gpu", "deployment.decode.gpu")
+
+#: (palette text, app action as in its key bindings, help): every action of the app, each tab included.
+ACTIONS: tuple[tuple[str, str, str], ...] = (
+    *((f"Tab: {title}", f"show_tab('{tab}')", f"show the {title} tab") for tab, title in TABS),
+    ("Tab: next", "next_tab", "the tab to the right (alt+right)"),
+    ("Tab: previous", "previous_tab", "the tab to the left (alt+left)"),
+    ("Pin scenario to compare", "pin", "keep it for side-by-side comparison on the Compare tab (F2)"),
+    ("Clear pinned scenarios", "clear_pins", "empty the Compare tab"),
+    ("Load a pinned scenario into the form", "load_pin", "from the Compare tab"),
+    ("Run planner", "plan", "search deployments for this workload (F5)"),
+    ("Load a plan into the form", "load_plan", "from the Plan tab's results"),
+    ("Check in replay", "replay", "event-driven replay vs the analytic answer (F6)"),
+    ("Export results as JSON", "export('json')", "current, pinned and replay check (F7)"),
+    ("Export results as CSV", "export('csv')", "one row per metric (F8)"),
+    ("Save scenario", "save", "YAML, TOML or JSON (F4)"),
+    ("Open scenario", "open", "YAML, TOML or JSON (F3)"),
+    ("Toggle form", "toggle_form", "hide the form to widen the results (F9)"),
+)
 
 
 def _examples_dir() -> Path | None:
@@ -33,16 +54,9 @@ def palette_entries(app) -> list[tuple[str, Callable[[], object], str]]:
         out.append((f"Workload preset: {w}", partial(_set_preset, app, w), "length mix from the catalog"))
     for topo in ("colocated", "chunked", "disaggregated"):
         out.append((f"Topology: {topo}", partial(app.set_field, "deployment.topology", topo), "switch the deployment"))
-    out += [
-        ("Export results as JSON", partial(app.action_export, "json"), "current, pinned and replay check (F7)"),
-        ("Export results as CSV", partial(app.action_export, "csv"), "one row per metric (F8)"),
-        ("Save scenario", app.action_save, "YAML, TOML or JSON (F4)"),
-        ("Open scenario", app.action_open, "YAML, TOML or JSON (F3)"),
-        ("Pin scenario", app.action_pin, "keep it for side-by-side comparison (F2)"),
-        ("Check in replay", app.action_replay, "event-driven replay vs the analytic answer (F6)"),
-        ("Run planner", app.action_plan, "search deployments for this workload (F5)"),
-        ("Toggle form", app.action_toggle_form, "hide the form to widen the results (F9)"),
-    ]
+    for text, action, help_ in ACTIONS:
+        _, name, args = parse(action)
+        out.append((text, partial(getattr(app, f"action_{name}"), *args), help_))
     ex = _examples_dir()
     if ex is not None:
         for f in sorted(ex.glob("*.y*ml")) + sorted(ex.glob("*.toml")) + sorted(ex.glob("*.json")):

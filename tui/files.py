@@ -24,10 +24,10 @@ SCENARIO_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
 def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """The scenario file as a dict (not validated: the form shows field errors inline)."""
-    from qmodel.scenario import _read, apply_overrides  # the CLI's reader: same formats, same messages
+    from qmodel.scenario import read_scenario_data, apply_overrides  # the CLI's reader: same formats, same messages
 
     p = Path(path).expanduser()
-    data = _read(p)
+    data = read_scenario_data(p)
     if overrides:
         data = apply_overrides(data, overrides)
     data.setdefault("name", p.stem)

@@ -335,12 +335,12 @@ def build(values: Values, base: dict[str, Any] | None = None, folder: Path | Non
     ``folder`` is where relative trace/table paths are looked up (the loaded file's folder);
     ``data:`` paths resolve under the data folder. The form keeps the paths as typed.
     """
-    from qmodel.scenario import _resolve_paths  # the loader's own path rules, so the TUI agrees with the CLI
+    from qmodel.scenario import resolve_scenario_paths  # the loader's own path rules, so the TUI agrees with the CLI
 
     raw = raw_from_values(values, base)
     errors: dict[str, str] = _catalog_errors(values)
     resolved = json.loads(json.dumps(raw))
-    _resolve_paths(resolved, folder or Path.cwd())
+    resolve_scenario_paths(resolved, folder or Path.cwd())
     try:
         sc = Scenario.model_validate(resolved)
     except ValidationError as err:

@@ -12,12 +12,15 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from qmodel.scenario import Scenario
 from qmodel.units import format_duration
+
+from .layout import ByWidth, keep_whole
+from .report import short_binding
 
 __all__ = ["PlanChoice", "planner_available", "run_planner", "scenario_from_row", "render_plans"]
 
@@ -62,19 +65,37 @@ def run_planner(scenario: Scenario, objective: str, target_rate_per_s: float | N
 
 
 def render_plans(choices: list[PlanChoice]) -> RenderableType:
+    """The ranked plans: one table with the label and binding where it fits, else (80 columns) a
+    narrower table of the numbers with one line per plan below it naming the layout and what binds."""
     if not choices:
         return Text("No plan in the search space meets the SLO.", style="yellow")
-    t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
-    for col, just in (("#", "right"), ("plan", "left"), ("GPUs", "right"), ("goodput", "right"), ("/GPU", "right"),
-                      ("$/h", "right"), ("p90 TTFT", "right"), ("p90 TPOT", "right"), ("binding", "left")):
-        t.add_column(col, justify=just, overflow="fold")
+
+    def table(wide: bool) -> Table:
+        t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+        cols = [("#", "right", True), ("plan", "left", False), ("GPUs", "right", True), ("req/s", "right", True),
+                ("/GPU", "right", True), ("$/h", "right", True), ("TTFT p90", "right", True),
+                ("TPOT p90", "right", True), ("binding", "left", False)]
+        if not wide:
+            cols = [c for c in cols if c[0] not in ("plan", "/GPU", "binding")]
+        for col, just, nowrap in cols:
+            t.add_column(col, justify=just, no_wrap=nowrap)  # type: ignore[arg-type]
+        for c in choices:
+            r = c.row
+            cells = {"#": str(r.rank), "plan": c.label, "GPUs": str(r.gpus), "req/s": f"{r.goodput_rps:.3g}",
+                     "/GPU": f"{r.goodput_per_gpu:.3g}",
+                     "$/h": "—" if r.cost_per_hour is None else f"{r.cost_per_hour:.1f}",
+                     "TTFT p90": _dur(getattr(r, "ttft_p90_s", None)), "TPOT p90": _dur(getattr(r, "tpot_p90_s", None)),
+                     "binding": short_binding(r.binding)}
+            t.add_row(*[cells[col] for col, _, _ in cols])
+        return keep_whole(t)
+
+    legend = Text()
     for c in choices:
-        r = c.row
-        t.add_row(str(r.rank), c.label, str(r.gpus), f"{r.goodput_rps:.3g}", f"{r.goodput_per_gpu:.3g}",
-                  "—" if r.cost_per_hour is None else f"{r.cost_per_hour:.1f}",
-                  _dur(getattr(r, "ttft_p90_s", None)), _dur(getattr(r, "tpot_p90_s", None)),
-                  r.binding.split(";", 1)[0])
-    return t
+        legend.append(f"#{c.row.rank} ", style="bold")
+        legend.append(c.label)
+        legend.append(f": {short_binding(c.row.binding)}\n", style="dim")
+    head = Text("goodput in req/s at the SLO; /GPU: per GPU; $/h: GPU list price", style="dim")
+    return ByWidth(Group(head, table(True)), Group(head, table(False), legend))
 
 
 def _dur(x: float | None) -> str:

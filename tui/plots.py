@@ -14,7 +14,8 @@ from typing import Sequence
 
 from rich.text import Text
 
-__all__ = ["Series", "VLine", "line_chart", "density_bars", "heatmap", "fmt_num", "BRAILLE_BASE"]
+__all__ = ["Series", "VLine", "line_chart", "density_bars", "heatmap", "fmt_num", "tick_row", "duration_axis",
+           "BRAILLE_BASE"]
 
 BRAILLE_BASE = 0x2800
 # Dot bit for (column 0..1, row 0..3) inside one braille cell (Unicode braille layout).
@@ -60,16 +61,52 @@ def _ticks(lo: float, hi: float, n: int) -> list[float]:
     return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
 
 
+def tick_row(width: int, ticks: Sequence[tuple[int, str]], gap: int = 2) -> str:
+    """One line of axis labels, each centred on its column (clamped inside the line), with at least
+    ``gap`` spaces between neighbours: the two end labels are placed first, then the inner ones
+    that fit; a label that would touch another is left out rather than overwrite it."""
+    row = [" "] * width
+    used = [False] * width
+    order = list(ticks[:1]) + list(ticks[-1:] if len(ticks) > 1 else []) + list(ticks[1:-1])
+    for pos, lab in order:
+        if len(lab) > width:
+            continue
+        start = min(max(pos - len(lab) // 2, 0), width - len(lab))
+        lo, hi = max(start - gap, 0), min(start + len(lab) + gap, width)
+        if any(used[lo:hi]):
+            continue
+        for k, ch in enumerate(lab):
+            row[start + k] = ch
+            used[start + k] = True
+    return "".join(row)
+
+
+def duration_axis(hi_s: float) -> tuple[float, str]:
+    """(factor, unit) for an axis of durations up to ``hi_s`` seconds: µs, ms or s, so the ticks are
+    plain numbers and the unit is said once, in the axis label."""
+    if hi_s < 1e-3:
+        return 1e6, "µs"
+    if hi_s < 1.0:
+        return 1e3, "ms"
+    return 1.0, "s"
+
+
+def _axis_titles(out: Text, text: str, width: int, right: bool) -> None:
+    out.append((text.rjust(width) if right else text)[:width], style="dim italic")
+
+
 def line_chart(series: Sequence[Series], width: int, height: int, *, x_range: tuple[float, float] | None = None,
                y_range: tuple[float, float] | None = None, refs: Sequence[VLine] = (), x_label: str = "",
-               y_fmt=fmt_num, x_fmt=fmt_num, x_marks: Sequence[tuple[float, str]] = ()) -> Text:
+               y_label: str = "", y_fmt=fmt_num, x_fmt=fmt_num, x_marks: Sequence[tuple[float, str]] = ()) -> Text:
     """Braille line chart with a y axis on the left and x ticks below (width x height characters).
 
-    ``x_marks``: (x, style) drawn as ▲ on the x axis (the knee of each curve, say).
+    ``y_label`` / ``x_label``: the axis titles with their units, on a line above the plot and one
+    below the ticks (right-aligned). ``x_marks``: (x, style) drawn as ▲ on the x axis (the knee of
+    each curve, say).
     """
     y_axis_w = 6
     plot_w = max(width - y_axis_w - 1, 4)
-    plot_h = max(height - 2, 2)
+    plot_h = max(height - 2 - bool(x_label) - bool(y_label), 2)
     xs_all = [x for s in series for x in s.xs]
     ys_all = [y for s in series for y in s.ys]
     x0, x1 = x_range if x_range else ((min(xs_all), max(xs_all)) if xs_all else (0.0, 1.0))
@@ -114,6 +151,9 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, x_range: tu
             dot(int(round(pts[0][0])), int(round(pts[0][1])), s.style)
 
     out = Text(no_wrap=True, overflow="crop")
+    if y_label:
+        _axis_titles(out, y_label, y_axis_w + 1 + plot_w, right=False)
+        out.append("\n")
     y_ticks = {0: y1, plot_h - 1: y0, (plot_h - 1) // 2: (y0 + y1) / 2}
     for r in range(plot_h):
         label = y_fmt(y_ticks[r]) if r in y_ticks else ""
@@ -133,29 +173,26 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, x_range: tu
         out.append(ch, style=st)
     out.append("\n")
     n_ticks = max(2, min(5, plot_w // 12))
-    row = [" "] * (y_axis_w + 1 + plot_w)
-    for i, xv in enumerate(_ticks(x0, x1, n_ticks)):
-        lab = x_fmt(xv)
-        pos = y_axis_w + 1 + int(round(i / (n_ticks - 1) * (plot_w - 1)))
-        start = min(max(pos - len(lab) // 2, 0), len(row) - len(lab))
-        for k, ch in enumerate(lab):
-            row[start + k] = ch
-    tick_line = "".join(row)
-    if x_label and len(x_label) + 2 < y_axis_w + 1:
-        tick_line = x_label + tick_line[len(x_label):]
-    out.append(tick_line, style="dim")
+    ticks = [(y_axis_w + 1 + int(round(i / (n_ticks - 1) * (plot_w - 1))), x_fmt(xv))
+             for i, xv in enumerate(_ticks(x0, x1, n_ticks))]
+    out.append(tick_row(y_axis_w + 1 + plot_w, ticks), style="dim")
+    if x_label:
+        out.append("\n")
+        _axis_titles(out, x_label, y_axis_w + 1 + plot_w, right=True)
     return out
 
 
 def density_bars(x_s: Sequence[float], cdf: Sequence[float], width: int, height: int, *,
-                 marks: Sequence[tuple[float, str, str]] = (), style: str = "cyan", x_fmt=fmt_num) -> Text:
+                 marks: Sequence[tuple[float, str, str]] = (), style: str = "cyan", x_fmt=fmt_num,
+                 x_label: str = "", y_label: str = "") -> Text:
     """Histogram of a distribution given by its CDF on a grid: one column per bin, block eighths.
 
     ``marks``: (x, label, style) drawn as a coloured column marker under the bars (SLO target,
-    percentiles). The probability mass beyond the grid's right end is not drawn.
+    percentiles). ``y_label`` / ``x_label``: axis titles (with units) above the bars and below the
+    ticks. The probability mass beyond the grid's right end is not drawn.
     """
     plot_w = max(width - 1, 4)
-    plot_h = max(height - 2, 1)
+    plot_h = max(height - 2 - bool(x_label) - bool(y_label), 1)
     n = len(x_s)
     if n < 2:
         return Text("")
@@ -179,6 +216,9 @@ def density_bars(x_s: Sequence[float], cdf: Sequence[float], width: int, height:
         if lo <= x <= hi:
             mark_cols[min(int((x - lo) / (hi - lo) * plot_w), plot_w - 1)] = st
     out = Text(no_wrap=True, overflow="crop")
+    if y_label:
+        _axis_titles(out, y_label, plot_w + 1, right=False)
+        out.append("\n")
     for r in range(plot_h):
         base = (plot_h - 1 - r) * 8
         out.append(" ")
@@ -198,14 +238,12 @@ def density_bars(x_s: Sequence[float], cdf: Sequence[float], width: int, height:
     for ch, st in zip(row, styles):
         out.append(ch, style=st)
     out.append("\n")
-    labels = [" "] * (plot_w + 1)
-    for i, xv in enumerate(_ticks(lo, hi, max(2, min(4, plot_w // 14)))):
-        lab = x_fmt(xv)
-        pos = 1 + int(round((xv - lo) / (hi - lo) * (plot_w - 1))) if hi > lo else 1
-        start = min(max(pos - len(lab) // 2, 0), len(labels) - len(lab))
-        for k, ch in enumerate(lab):
-            labels[start + k] = ch
-    out.append("".join(labels), style="dim")
+    ticks = [(1 + int(round((xv - lo) / (hi - lo) * (plot_w - 1))) if hi > lo else 1, x_fmt(xv))
+             for xv in _ticks(lo, hi, max(2, min(4, plot_w // 14)))]
+    out.append(tick_row(plot_w + 1, ticks), style="dim")
+    if x_label:
+        out.append("\n")
+        _axis_titles(out, x_label, plot_w + 1, right=True)
     return out
 
 

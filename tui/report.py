@@ -6,6 +6,7 @@ numbers through :func:`metric_rows`, so what is exported is what is shown.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from rich.console import Group, RenderableType
@@ -15,8 +16,11 @@ from rich.text import Text
 from qmodel.units import format_bandwidth, format_duration
 
 from .compute import Analysis, ReplayCheck
+from .layout import keep_whole
 
-__all__ = ["render_results", "render_compare", "metric_rows", "export_payload", "render_replay", "pct", "short_binding"]
+__all__ = ["REPLAY_KEY", "in_app_terms", "render_results", "render_compare", "metric_rows", "export_payload",
+           "render_replay", "replay_label", "STATION_LABELS", "pct",
+           "short_binding"]
 
 
 def pct(x: float | None) -> str:
@@ -29,6 +33,18 @@ def _rate(x: float | None) -> str:
 
 def _usd(x: float | None) -> str:
     return "—" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.1f}")
+
+
+#: The app's replay key (tui/app.py binds F6 to the replay); the results say it instead of a CLI flag.
+REPLAY_KEY = "F6"
+
+_CLI_CHECK = re.compile(r"check (this scenario )?with --check\b")
+
+
+def in_app_terms(text: str) -> str:
+    """A library sentence as the TUI says it: the CLI's ``--check`` (replay this scenario) becomes
+    the replay key, which runs the same replay in the Replay tab."""
+    return _CLI_CHECK.sub(f"check this scenario in the replay ({REPLAY_KEY})", text)
 
 
 def short_binding(text: str) -> str:
@@ -108,7 +124,7 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
         lat = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
         lat.add_column("", style="bold")
         for c in ("mean", "p50", "p90", "p99"):
-            lat.add_column(c, justify="right")
+            lat.add_column(c, justify="right", no_wrap=True)
         key = f"p{sc.slo.percentile:g}"
         for name, d, target in (("TTFT", r.ttft, sc.slo.ttft_s), ("TPOT", r.tpot, sc.slo.tpot_s)):
             cells = []
@@ -118,7 +134,7 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
                 style = ("green" if v <= target else "bold red") if k == key else ""
                 cells.append(Text(format_duration(v), style=style))
             lat.add_row(name, *cells)
-        parts.append(lat)
+        parts.append(keep_whole(lat))
         goal = sc.slo.attainment_goal
         ok = r.attainment >= goal
         lo, hi = r.attainment_bounds
@@ -150,28 +166,29 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
                 + f"{format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} ",
                 ("ok" if lk.sufficient else "INSUFFICIENT", "green" if lk.sufficient else "bold red"),
                 f"; exposed {format_duration(lk.mean_exposed_s)}"))
-        _kv(kv, "Validity", r.validity, "green" if r.validity.startswith("good") else "yellow")
+        _kv(kv, "Validity", in_app_terms(r.validity), "green" if r.validity.startswith("good") else "yellow")
     parts.append(kv)
     if r is not None:
         st = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, title_justify="left")
         st.add_column("station", style="bold", no_wrap=True)
-        st.add_column("util", justify="right")
-        st.add_column("max req/s", justify="right")
-        st.add_column("p99 wait", justify="right")
+        st.add_column("util", justify="right", no_wrap=True)
+        st.add_column("max req/s", justify="right", no_wrap=True)
+        st.add_column("p99 wait", justify="right", no_wrap=True)
         for s in r.stations:
             u = s.utilization
-            st.add_row(s.name, Text(f"{u:.2f}", style="red" if u >= 0.9 else "yellow" if u >= 0.8 else "green"),
+            util = Text(f"{u:.2f}", style="red" if u >= 0.9 else "yellow" if u >= 0.8 else "green")
+            st.add_row(STATION_LABELS.get(s.name, s.name), util,
                        f"{s.max_stable_rate_per_s:.3g}", format_duration(s.p99_wait_s))
-        parts.append(st)
+        parts.append(keep_whole(st))
         for w in r.warnings:
-            parts.append(Text(w, style="yellow"))
+            parts.append(Text(in_app_terms(w), style="yellow"))
     if a.sensitivities is not None:
         se = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
         se.add_column("sensitivity", style="bold", no_wrap=True)
-        se.add_column("d ln goodput / d ln x", justify="right")
+        se.add_column("d ln goodput / d ln x", justify="right", no_wrap=True)
         for s in a.sensitivities:
             se.add_row(s.input, f"{s.elasticity:+.2f}" if s.elasticity is not None and not s.note.startswith("not evaluated") else "n/a")
-        parts.append(se)
+        parts.append(keep_whole(se))
     for name, msg in a.stage_errors.items():
         parts.append(Text(f"{name}: {msg}", style="yellow"))
     if stage:
@@ -180,34 +197,64 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
 
 
 def render_compare(entries: Sequence[tuple[str, Analysis]]) -> RenderableType:
-    """Pinned scenarios side by side; the best goodput, per-GPU goodput and cost are highlighted."""
+    """Pinned scenarios side by side; the best goodput, per-GPU goodput and cost are highlighted.
+
+    Each entry's name and layout head the table, one line each, so the columns hold only short
+    values and two pins fit beside the form at 80 columns; more pins scroll sideways."""
     if not entries:
         return Text("Nothing pinned yet: press F2 to pin the current scenario.", style="dim")
+    names = Text()
+    for label, a in entries:
+        names.append(f"{label.split(' ', 1)[0]} ", style="bold")
+        names.append(f"{a.scenario.name}", style="italic")
+        names.append(f"  {a.scenario.deployment.topology} {_layout(a)}", style="dim")
+        names.append(f"; {short_binding(a.result.binding)}\n" if a.result else "\n", style="dim")
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
     t.add_column("", style="bold", no_wrap=True)
     for label, _ in entries:
-        t.add_column(label.split(" ", 1)[0], justify="right", overflow="fold")
-    t.add_row("name", *[Text(a.scenario.name, style="italic") for _, a in entries])
+        t.add_column(label.split(" ", 1)[0], justify="right", no_wrap=True)
     rows = [metric_rows(a) for _, a in entries]
     best_of = {"goodput_rps": max, "goodput_per_gpu": max, "usd_per_million_output_tokens": min, "attainment": max}
     for i, (metric, _, _) in enumerate(rows[0]):
+        if metric in ("topology", "layout", "binding"):
+            continue  # long words and sentences: they head the table, one line per entry
         vals = [rw[i][1] for rw in rows]
         pick = best_of.get(metric)
         finite = [v for v in vals if isinstance(v, (int, float))]
         best = pick(finite) if pick and len(finite) > 1 else None
         cells = [Text(rw[i][2], style="bold green" if best is not None and rw[i][1] == best else "") for rw in rows]
         t.add_row(LABELS.get(metric, metric), *cells)
-    return t
+    return Group(names, keep_whole(t))
+
+
+#: Station names as the tables show them (the rest as they are).
+STATION_LABELS = {"kv_transfer": "KV link"}
+
+
+def replay_label(metric: str) -> str:
+    """A replay metric as shown: ``ttft_p90`` -> ``TTFT p90``, ``tpot_attainment`` -> ``TPOT attain.``,
+    ``kv_transfer.utilization`` -> ``KV link`` (listed under a 'utilization' heading)."""
+    if metric.endswith(".utilization"):
+        name = metric[:-len(".utilization")]
+        return STATION_LABELS.get(name, name)
+    if metric == "attainment":
+        return "attainment"
+    kind, _, stat = metric.partition("_")
+    return f"{kind.upper()} {'attain.' if stat == 'attainment' else stat}"
 
 
 def render_replay(check: ReplayCheck) -> RenderableType:
-    """Analytic vs replay table; positive differences mean the analytic answer is conservative."""
+    """Analytic vs replay table; positive differences mean the analytic answer is conservative.
+
+    Latencies, then attainment, then each station's utilization under one heading, so the metric
+    column stays as narrow as 'TTFT attain.' and the table fits beside the form at 80 columns."""
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
     t.add_column("metric", style="bold", no_wrap=True)
-    t.add_column("analytic", justify="right")
-    t.add_column("replay", justify="right")
-    t.add_column("diff", justify="right")
-    for metric, a, r, d in check.rows + check.stations:
+    t.add_column("analytic", justify="right", no_wrap=True)
+    t.add_column("replay", justify="right", no_wrap=True)
+    t.add_column("diff", justify="right", no_wrap=True)
+
+    def row(metric: str, a: float, r: float, d: float, indent: str = "") -> None:
         if "attainment" in metric:
             av, rv, dv = pct(a), pct(r), f"{d * 100:+.1f} pt"
         elif metric.endswith("utilization"):
@@ -215,10 +262,17 @@ def render_replay(check: ReplayCheck) -> RenderableType:
         else:
             av, rv, dv = format_duration(a), format_duration(r), f"{d * 100:+.1f}%"
         style = "green" if abs(d) <= 0.1 else "yellow" if abs(d) <= 0.3 else "red"
-        t.add_row(metric, av, rv, Text(dv, style=style))
+        t.add_row(indent + replay_label(metric), av, rv, Text(dv, style=style))
+
+    for m in check.rows:
+        row(*m)
+    if check.stations:
+        t.add_row(Text("utilization", style="bold dim"), "", "", "")
+        for m in check.stations:
+            row(*m, indent="  ")
     head = Text(f"{check.requests} requests at {check.rate_per_s:.4g} req/s, seed {check.seed}: "
                 "diff = (analytic - replay) / replay; attainment in points", style="dim")
-    return Group(head, t)
+    return Group(head, keep_whole(t))
 
 
 def export_payload(current: Analysis | None, pinned: Sequence[tuple[str, Analysis]],

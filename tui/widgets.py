@@ -16,13 +16,23 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widgets import Button, Input, Label, OptionList, Static
 
+from .layout import minimum_width
 from .form import FIELD_BY_KEY, FIELDS, SECTIONS, FieldSpec, visible
 
-__all__ = ["Chart", "Choice", "ScenarioForm", "CatalogPicker", "PathPrompt"]
+__all__ = ["Chart", "Choice", "ScenarioForm", "CatalogPicker", "PathPrompt", "TableView"]
 
 
 def _dom_id(key: str) -> str:
     return "f-" + key.replace(".", "-").replace("_", "-")
+
+
+class TableView(Static):
+    """A Static for tables: never narrower than its content's minimum (:func:`qmodel.tui.layout.minimum_width`),
+    so a table that cannot fit scrolls sideways in its container instead of cutting numbers."""
+
+    def update(self, content: object = "", *, layout: bool = True) -> None:  # type: ignore[override]
+        super().update(content, layout=layout)  # type: ignore[arg-type]
+        self.styles.min_width = None if isinstance(content, str) else minimum_width(self.app.console, content)
 
 
 class Chart(Widget):

@@ -57,7 +57,10 @@ def diff_metrics(analytic, replay) -> tuple[list[MetricDiff], list[MetricDiff]]:
     st: list[MetricDiff] = []
     for s in analytic.stations:
         if s.name in by_name:
-            a, r = s.utilization, by_name[s.name].utilization
+            # the replay meters the busy fraction; the analytic side's is its utilization unless it
+            # reports a distinct one (decode: its utilization is the rate over its limit)
+            a = s.utilization if s.busy_fraction is None else s.busy_fraction
+            r = by_name[s.name].utilization
             st.append(MetricDiff(metric=f"{s.name}.utilization", analytic=a, replay=r, rel_error=_rel(a, r)))
     return out, st
 

@@ -24,55 +24,23 @@ Everything that runs per family is a top-level function of picklable arguments, 
 
 from __future__ import annotations
 
-import math
 from collections import Counter, OrderedDict
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
+from qmodel.planner.bracket import (FINAL_REL_TOL, SEARCH_REL_TOL, Bracket, bisect_goodput, goodput_bracket,
+                                    root_bracket)
+from qmodel.planner.budget import Budget, budget_rows, cost_of, power_of, row_cap
 from qmodel.planner.evaluate import Evaluator
+from qmodel.planner.executors import SerialExecutor, run_tasks
+from qmodel.planner.pareto import pareto_flags
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
 
 __all__ = ["Budget", "Found", "FamilyOutcome", "SerialExecutor", "min_cost_family", "max_goodput_family",
-           "bisect_goodput", "warm", "run_tasks", "pareto_flags", "prune_threshold"]
-
-SEARCH_REL_TOL = 3e-2  # goodput bracket during the search; the ranked plans are refined to 1e-3
-FINAL_REL_TOL = 1e-3
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Splitwise's provisioning budgets: iso-count (GPUs), iso-power (W), iso-cost ($/h). None = no limit."""
-
-    gpus: int | None = None
-    power_w: float | None = None
-    cost_per_hour: float | None = None
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in (("gpus", self.gpus), ("power_w", self.power_w),
-                                         ("cost_per_hour", self.cost_per_hour)) if v is not None}
-
-    def fits(self, plan: PlanSpec, price: dict[str, float | None], tdp: dict[str, float]) -> bool:
-        if self.gpus is not None and plan.gpus > self.gpus:
-            return False
-        if self.power_w is not None and power_of(plan, tdp) > self.power_w * (1 + 1e-12):
-            return False
-        if self.cost_per_hour is not None:
-            c = cost_of(plan, price)
-            if c is None or c > self.cost_per_hour * (1 + 1e-12):
-                return False
-        return True
-
-
-def cost_of(plan: PlanSpec, price: dict[str, float | None]) -> float | None:
-    """The plan's $/h: :func:`qmodel.cost.cost_per_hour_usd` of its pools (None if a GPU has no price)."""
-    from qmodel.cost import cost_per_hour_usd
-
-    return cost_per_hour_usd(((pool.gpu, pool.gpus) for _, pool in plan.pools()), price)
-
-
-def power_of(plan: PlanSpec, tdp: dict[str, float]) -> float:
-    return float(sum(tdp[pool.gpu] * pool.gpus for _, pool in plan.pools()))
+           "bisect_goodput", "warm", "run_tasks", "pareto_flags", "prune_threshold",
+           # re-exported from their modules (bracket, budget), importable from here as before
+           "SEARCH_REL_TOL", "FINAL_REL_TOL", "Bracket", "root_bracket", "goodput_bracket", "cost_of", "power_of",
+           "maximal_points"]
 
 
 @dataclass(frozen=True)
@@ -112,89 +80,6 @@ def warm(ev: Evaluator) -> Evaluator:
     return hit
 
 
-# ---- bisections ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Bracket:
-    """A goodput bracket: ``lo`` meets the goal (attainment ``a_lo``), ``hi`` does not (``a_hi``).
-
-    ``lo`` is the goodput reported; ``a_hi`` is None when ``hi`` is a stability limit (not solved).
-    """
-
-    lo: float
-    a_lo: float
-    hi: float
-    a_hi: float | None
-    solves: int
-
-
-def root_bracket(f: Callable[[float], float], lo: float, f_lo: float, hi: float, f_hi: float,
-                 rel_tol: float) -> tuple[float, float, float, float, int]:
-    """(x_lo, f(x_lo), x_hi, f(x_hi), calls): the tightest evaluated bracket of the root of a
-    non-increasing f with f(lo) >= 0 > f(hi).
-
-    Brent's method (scipy.optimize.brentq: inverse quadratic interpolation, secant and bisection,
-    always bracketing) on [lo, hi] with the end values given, so the ends cost no call; it stops
-    when the bracket is within ``rel_tol`` of the root, so x_lo (the largest evaluated point with
-    f >= 0) is within that of the root and never above it. A smooth f takes 4-7 calls for 1e-3
-    where bisection takes ~10-13.
-    """
-    from scipy.optimize import brentq
-
-    if f_lo == 0.0:
-        f_lo = 1e-15  # brentq returns an end whose value is exactly 0; lo is known feasible
-    br = [lo, f_lo, hi, f_hi]
-    calls = [0]
-
-    def g(x: float) -> float:
-        if x == lo:
-            return f_lo
-        if x == hi:
-            return f_hi
-        calls[0] += 1
-        v = f(x)
-        if v >= 0 and x > br[0]:
-            br[0], br[1] = x, v
-        elif v < 0 and x < br[2]:
-            br[2], br[3] = x, v
-        return v
-
-    brentq(g, lo, hi, xtol=1e-9 * hi, rtol=0.5 * rel_tol, maxiter=200)
-    return br[0], br[1], br[2], br[3], calls[0]
-
-
-def goodput_bracket(att: Callable[[float], float], goal: float, lo: float, hi: float, rel_tol: float,
-                    a_lo: float | None = None, a_hi: float | None = None) -> Bracket:
-    """Goodput in [lo, hi): the largest rate meeting the goal, to ``rel_tol``; lo = 0 if ``lo`` misses it.
-
-    ``a_lo``/``a_hi`` are attainments already known at the ends (no solve). ``a_hi = None`` means
-    ``hi`` is a stability limit: attainment tends to 0 there (waits diverge), so f(hi) = -goal is
-    taken without a solve. f(r) = A(r) - goal is non-increasing (:mod:`qmodel.goodput`); its root
-    is found by :func:`root_bracket`. A search that keeps the returned bracket can be refined to a
-    tighter tolerance later from that bracket alone.
-    """
-    n = 0
-    if a_lo is None:
-        n += 1
-        a_lo = att(lo)
-    if a_lo < goal:
-        return Bracket(0.0, a_lo, lo, a_lo, n)
-    if a_hi is None:
-        hi = hi * (1.0 - 1e-9)
-    if lo >= hi or hi - lo <= 0.5 * rel_tol * lo:
-        return Bracket(lo, a_lo, hi, a_hi, n)
-    x, fx, y, fy, m = root_bracket(lambda r: att(r) - goal, lo, a_lo - goal, hi,
-                                   -goal if a_hi is None else a_hi - goal, rel_tol)
-    return Bracket(x, fx + goal, y, fy + goal if (y != hi or a_hi is not None) else None, n + m)
-
-
-def bisect_goodput(att: Callable[[float], float], goal: float, lo: float, hi: float, rel_tol: float,
-                   lo_known_ok: bool = False, a_lo: float | None = None) -> tuple[float, int]:
-    """(goodput, solves) by :func:`goodput_bracket` with ``hi`` a stability limit."""
-    b = goodput_bracket(att, goal, lo, hi, rel_tol, a_lo=a_lo)
-    return b.lo, b.solves
-
-
 def prune_threshold(lower_bounds: Sequence[float], k: int) -> float | None:
     """The goodput below which a plan cannot enter the top K (max-goodput), from the search's lower
     bounds so far; None while fewer than K are known.
@@ -223,24 +108,6 @@ def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
     return lo
 
 
-# ---- min-gpus / min-cost -------------------------------------------------------------------------
-
-def _row_cap(space: SearchSpace, budget: Budget, fam: Family, tp: int, used_gpus: int, used_weight_power: float,
-             used_cost: float | None, price: dict[str, float | None], tdp: dict[str, float], gpu: str) -> int:
-    """Largest instance count of a pool (tp GPUs of ``gpu`` each) that the limits leave room for."""
-    n = min(space.max_instances, (space.max_gpus - used_gpus) // tp)
-    if budget.gpus is not None:
-        n = min(n, (budget.gpus - used_gpus) // tp)
-    if budget.power_w is not None:
-        n = min(n, int(math.floor((budget.power_w - used_weight_power) / (tdp[gpu] * tp) + 1e-9)))
-    if budget.cost_per_hour is not None:
-        p = price.get(gpu)
-        if p is None or used_cost is None:
-            return 0
-        n = min(n, int(math.floor((budget.cost_per_hour - used_cost) / (p * tp) + 1e-9)))
-    return max(0, n)
-
-
 def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float, weight: dict[str, float],
                     budget: Budget, price: dict[str, float | None], tdp: dict[str, float],
                     cost_cap: float) -> FamilyOutcome:
@@ -264,7 +131,7 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
         return seen[p] >= goal
 
     if fam.topology != "disaggregated":
-        n_max = _row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
+        n_max = row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
         out.pruned["over budget or size limits"] += space.grid_size(fam) - n_max
         if n_max < 1:
             return out
@@ -296,7 +163,7 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
         return out
 
     # disaggregated: staircase over (n_prefill, n_decode)
-    rows = _rows(fam, space, budget, price, tdp)  # (n_prefill, largest n_decode the limits allow)
+    rows = budget_rows(fam, space, budget, price, tdp)  # (n_prefill, largest n_decode the limits allow)
     in_budget = sum(nd for _, nd in rows)
     out.pruned["over budget or size limits"] += space.grid_size(fam) - in_budget
     if in_budget == 0:
@@ -354,31 +221,15 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
     return out
 
 
-def _rows(fam: Family, space: SearchSpace, budget: Budget, price: dict[str, float | None],
-          tdp: dict[str, float]) -> list[tuple[int, int]]:
-    """(n_prefill, largest n_decode within max_instances, max_gpus and the budget) for each n_prefill."""
-    ptp, dtp = fam.prefill_tp or 1, fam.decode_tp
-    rows: list[tuple[int, int]] = []
-    pprice = price.get(fam.prefill_gpu or "")
-    for npf in range(1, space.max_instances + 1):
-        used = npf * ptp
-        if used > space.max_gpus:
-            break
-        nd = _row_cap(space, budget, fam, dtp, used, tdp[fam.prefill_gpu or ""] * used,
-                      None if pprice is None else pprice * used, price, tdp, fam.decode_gpu)
-        rows.append((npf, nd))
-    return rows
-
-
 # ---- max-goodput ---------------------------------------------------------------------------------
 
 def maximal_points(fam: Family, space: SearchSpace, budget: Budget, price: dict[str, float | None],
                    tdp: dict[str, float]) -> list[PlanSpec]:
     """Plans of ``fam`` within the limits to which no instance of either pool can be added."""
     if fam.topology != "disaggregated":
-        n = _row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
+        n = row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
         return [fam.plan(n)] if n >= 1 else []
-    pts = [(npf, nd) for npf, nd in _rows(fam, space, budget, price, tdp) if nd >= 1]
+    pts = [(npf, nd) for npf, nd in budget_rows(fam, space, budget, price, tdp) if nd >= 1]
     keep = []
     for i, (npf, nd) in enumerate(pts):
         nxt = pts[i + 1] if i + 1 < len(pts) else None
@@ -423,45 +274,3 @@ def max_goodput_family(ev: Evaluator, fam: Family, space: SearchSpace, budget: B
         local.append(br.lo)
         out.found.append(Found(p, float(p.gpus), cap, st, goodput=br.lo, bracket=br))
     return out
-
-
-# ---- executors -----------------------------------------------------------------------------------
-
-class SerialExecutor(Executor):
-    """Runs each task in the calling thread at submit time (the executor for small searches)."""
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:  # type: ignore[override]
-        fut: Future = Future()
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # the caller re-raises it from fut.result()
-            fut.set_exception(err)
-        return fut
-
-
-def run_tasks(executor: Executor, fn: Callable, arg_list: Sequence[tuple], progress: Callable[[int], None] | None = None) -> list:
-    """Submit ``fn(*args)`` for each args; results in input order; ``progress(done)`` after each completes."""
-    from concurrent.futures import as_completed
-
-    futures = [executor.submit(fn, *args) for args in arg_list]
-    index = {f: i for i, f in enumerate(futures)}
-    results: list = [None] * len(futures)
-    done = 0
-    for f in as_completed(futures):
-        results[index[f]] = f.result()
-        done += 1
-        if progress:
-            progress(done)
-    return results
-
-
-def pareto_flags(points: Iterable[tuple[float, float, float]]) -> list[bool]:
-    """For (goodput per GPU, p90 TTFT, p90 TPOT) triples: True where no other point is at least as
-    good in all three and strictly better in one."""
-    pts = list(points)
-    flags = []
-    for i, (g, a, b) in enumerate(pts):
-        dom = any((g2 >= g and a2 <= a and b2 <= b) and (g2 > g or a2 < a or b2 < b)
-                  for j, (g2, a2, b2) in enumerate(pts) if j != i)
-        flags.append(not dom)
-    return flags

@@ -42,12 +42,15 @@ class StationSolution:
     mean_in_system: float | None = None
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    #: fraction of time the instances serve, where it is not ``utilization`` (decode: 1 - P(N = 0))
+    busy_fraction: float | None = None
 
     def report(self) -> StationReport:
         w = self.wait or self.delay
         return StationReport(
             name=self.name,
             utilization=float(self.utilization),
+            busy_fraction=None if self.busy_fraction is None else float(self.busy_fraction),
             max_stable_rate_per_s=float(self.max_stable_rate_per_s),
             mean_wait_s=float(w.mean_s),
             p90_wait_s=float(w.quantile(0.9)),

@@ -39,10 +39,8 @@ to its own step with the mean kept, and the floor there is a 64th of it). The pr
 itself would be too coarse: the exposed time also enters TPOT, spread over L − 1 tokens. Rounding
 up to the grid makes quantiles conservative by at most one step per term.
 
-The work ahead in a batch, Σ_i d_i F^{∗i} (F the link-time law on the grid), is formed by Horner
-in F: by shifted adds when F has few atoms on the grid (few distinct transfer times; one with fixed
-prompt lengths, where i transfers ahead take exactly i times the one), else by one FFT pass. Sums of
-the independent terms are :func:`qmodel.dist.convolve` (direct sums for such sparse terms).
+:mod:`qmodel.stations.kv_transfer.batch_work` forms the work ahead in a batch; sums of the
+independent terms are :func:`qmodel.dist.convolve` (direct sums for sparse terms).
 """
 
 from __future__ import annotations
@@ -54,13 +52,15 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, fast_len, shift_sum
+from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
 from qmodel.stations.base import StationSolution
-from qmodel.stations.fcfs import _SCALAR_VALUES, MG1, ServiceSample, mx_g1_mean_wait
+from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
+from qmodel.stations.kv_transfer.batch_work import CompoundWork, position_pmf
+from qmodel.stations.kv_transfer.transfer import layerwise_exposed_s
 
-__all__ = ["KVTransferStation", "bandwidth_needed_bytes_per_s", "layerwise_exposed_s", "kv_transfer_bytes"]
+__all__ = ["KVTransferStation", "Sharing", "Mode"]
 
 Sharing = Literal["dedicated", "fcfs", "fair"]
 Mode = Literal["serialized", "layerwise"]
@@ -69,9 +69,6 @@ Mode = Literal["serialized", "layerwise"]
 # and FFTs' size that costs resolution only for laws far wider than their mean.
 _SPAN_POINTS = 16384
 _STEPS_PER_MEAN = 400.0  # default grid step: the mean delay over this
-# The work-ahead Horner sum is built by shifted adds while it needs at most this many
-# (atoms of the link-time law x batch positions; _position_pmf); past that one FFT pass is cheaper.
-_MAX_SHIFTS = 16
 # what a per-rate variant of a station shares with it (KVTransferStation._variant)
 _RATE_INDEPENDENT = ("x", "service", "mean_bytes", "_mean_occupancy", "_exposed_at_full_rate")
 
@@ -84,135 +81,6 @@ _BATCH_MASS = 1e-12
 def _end(mg1: MG1) -> float:
     """The 1 − 1e-9 quantile of an M/G/1 wait (0 when it waits with smaller probability)."""
     return mg1.quantile(1.0 - 1e-9) if mg1.p_wait > 1e-9 else 0.0
-
-
-def _position_pmf(d: np.ndarray, s_pmf: np.ndarray, length: int) -> np.ndarray:
-    """The first ``length`` points of Σ_i d_i F^{∗i} (i = 0..len(d)−1, F the pmf ``s_pmf``), by
-    Horner in F.
-
-    An F of few atoms (few distinct transfer times; one for fixed prompt lengths) is multiplied in
-    by shifted copies per atom (:func:`qmodel.dist.shift_sum`): exact, where a transform leaves
-    round-off noise in every bin. Otherwise one FFT pass of ``length`` points,
-    whose circular wrap-around the support bound ``length`` keeps negligible."""
-    atoms = np.flatnonzero(s_pmf != 0)
-    if atoms.size * (d.size - 1) <= _MAX_SHIFTS:
-        acc, mass = d[-1:].copy(), s_pmf[atoms]
-        for di in d[-2::-1]:
-            acc = shift_sum(acc, atoms, mass, min(acc.size + s_pmf.size - 1, length))
-            acc[0] += di
-        out = np.zeros(length)
-        out[: acc.size] = acc
-        return out
-    size = fast_len(length)
-    f = np.fft.rfft(s_pmf, size)
-    acc = np.full_like(f, d[-1])
-    for di in d[-2::-1]:
-        acc = acc * f + di
-    return np.clip(np.fft.irfft(acc, size)[:length], 0.0, None)
-
-
-def bandwidth_needed_bytes_per_s(kv_bytes_per_token: float, mean_prompt_tokens: float, rate_per_s: float) -> float:
-    """Bytes per second the handoff must move at ``rate_per_s``: kv_bytes/token × E[prompt] × λ."""
-    return float(kv_bytes_per_token) * float(mean_prompt_tokens) * float(rate_per_s)
-
-
-def layerwise_exposed_s(x_bytes, bandwidth_bytes_per_s: float, layers: int, prefill_s):
-    """max(X/(Cℓ), X/C − T_p(1 − 1/ℓ)): the part of a layer-by-layer transfer the prefill cannot hide."""
-    x = np.asarray(x_bytes, dtype=float)
-    t = x / bandwidth_bytes_per_s
-    return np.maximum(t / layers, t - np.asarray(prefill_s, dtype=float) * (1.0 - 1.0 / layers))
-
-
-def kv_transfer_bytes(kv_bytes_per_token: float, prompt_tokens: np.ndarray,
-                      cached_tokens: np.ndarray | None = None) -> np.ndarray:
-    """Per-request bytes to move: kv_bytes_per_token × (prompt − cached prefix), never negative."""
-    p = np.asarray(prompt_tokens, dtype=float)
-    c = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
-    return float(kv_bytes_per_token) * np.maximum(p - c, 0.0)
-
-
-class _CompoundWork(ServiceSample):
-    """Total work B = S_1 + … + S_K of a batch (K ~ batch_pmf, S iid): exact moments and MGF.
-
-    A short batch pmf (at most _SCALAR_VALUES sizes, the usual case) is evaluated in Python floats:
-    the root search calls the MGF ~10 times, and on a few sizes numpy's call overhead dominates.
-    """
-
-    def __init__(self, base: ServiceSample, batch_pmf: np.ndarray) -> None:
-        object.__setattr__(self, "values_s", base.values_s)
-        object.__setattr__(self, "weights", base.weights)
-        object.__setattr__(self, "_base", base)
-        object.__setattr__(self, "_pk", np.asarray(batch_pmf, dtype=float) / np.sum(batch_pmf))
-        object.__setattr__(self, "_k", np.arange(1, len(batch_pmf) + 1, dtype=float))
-
-    @cached_property
-    def _pk_floats(self) -> tuple[float, ...] | None:
-        return tuple(self._pk.tolist()) if self._pk.size <= _SCALAR_VALUES else None
-
-    @cached_property
-    def factorial_moments(self) -> tuple[float, float, float]:
-        """E[K], E[K(K−1)], E[K(K−1)(K−2)] of the batch size (every moment of B needs all three)."""
-        if self._pk_floats is not None:
-            f1 = f2 = f3 = 0.0
-            for k, p in enumerate(self._pk_floats, start=1):
-                f1 += p * k
-                f2 += p * (k * (k - 1))
-                f3 += p * (k * (k - 1) * (k - 2))
-            return f1, f2, f3
-        kk, p = self._k, self._pk
-        return float(p @ kk), float(p @ (kk * (kk - 1))), float(p @ (kk * (kk - 1) * (kk - 2)))
-
-    def moment(self, k: int) -> float:
-        cache = self.__dict__.setdefault("_moment_cache", {})
-        if k not in cache:
-            cache[k] = self._moment(k)
-        return cache[k]
-
-    def _moment(self, k: int) -> float:
-        m1, m2, m3 = (self._base.moment(i) for i in (1, 2, 3))
-        f1, f2, f3 = self.factorial_moments
-        if k == 1:
-            return f1 * m1
-        if k == 2:
-            return f1 * m2 + f2 * m1 * m1
-        if k == 3:
-            return f1 * m3 + 3.0 * f2 * m2 * m1 + f3 * m1**3
-        raise InputError("moment", k, "compound work moments are available for k = 1, 2, 3")
-
-    # m**(k − shift) is taken in log space, capped like the base MGF, so the root finder's far
-    # probes give a huge finite value instead of inf (and inf*0 = NaN for empty batch sizes).
-    def _pow(self, m: float, shift: float = 0.0) -> np.ndarray:
-        return np.exp(np.minimum((self._k - shift) * math.log(max(m, 1e-300)), 700.0))
-
-    def _moments_of_pow(self, m: float, shift: float = 0.0) -> tuple[float, float]:
-        """(Σ p_k m^{k−shift}, Σ p_k k m^{k−shift}), capped as in :meth:`_pow`."""
-        if self._pk_floats is None:
-            pows = self._pow(m, shift)
-            return float(self._pk @ pows), float(self._pk @ (self._k * pows))
-        lm = math.log(max(m, 1e-300))
-        total = k_weighted = 0.0
-        for k, p in enumerate(self._pk_floats, start=1):
-            x = p * math.exp(min((k - shift) * lm, 700.0))
-            total += x
-            k_weighted += k * x
-        return total, k_weighted
-
-    def expm1_mgf(self, eta: float) -> float:
-        return self._moments_of_pow(1.0 + self._base.expm1_mgf(eta))[0] - 1.0
-
-    def mgf_s(self, eta: float) -> float:
-        # d/dη E[e^{ηB}] = Σ p_k k M(η)^{k−1} M'(η)
-        return self._moments_of_pow(1.0 + self._base.expm1_mgf(eta), 1.0)[1] * self._base.mgf_s(eta)
-
-    def expm1_mgf_and_slope(self, eta: float) -> tuple[float, float]:
-        # (E[e^{ηB}] − 1, Σ p_k k M^{k−1} M') from one base evaluation and one power table
-        m1, slope = self._base.expm1_mgf_and_slope(eta)
-        total, k_weighted = self._moments_of_pow(1.0 + m1)  # Σ p M^k, Σ p k M^k
-        return total - 1.0, k_weighted / (1.0 + m1) * slope
-
-    @property
-    def mean_s(self) -> float:
-        return self.moment(1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -496,7 +364,7 @@ class KVTransferStation:
         above = np.cumsum(pk[::-1])[::-1]  # P(K >= k)
         pk = pk[: int(np.flatnonzero(above >= _BATCH_MASS)[-1]) + 1]
         pk = pk / pk.sum()
-        work = _CompoundWork(svc, pk)
+        work = CompoundWork(svc, pk)
         ek, ek_km1, _ = work.factorial_moments  # E[K], E[K(K−1)]
         lam_b = float(self.batch_rate_per_s) / self.paths  # type: ignore[arg-type]
         if abs(lam_b * ek - lam_p) > 1e-6 * lam_p:
@@ -521,7 +389,7 @@ class KVTransferStation:
         # each of the nb summands is rounded up by less than one bin on the grid: nb bins of slack
         # over the reach, so the truncation (and the FFT's wrap-around) stays at the bound's e^{-25}
         length = min(nb * (s_pmf.size - 1) + 1, int(math.ceil(reach / dx)) + s_pmf.size + nb)
-        pos = _position_pmf(d, s_pmf, length)
+        pos = position_pmf(d, s_pmf, length)
         pos_mean = float(svc.mean_s) * ek_km1 / (2.0 * ek)
         pos_d = GridDist(dx, pos / pos.sum(), pos_mean, exact=False).trimmed()
         notes.append("batch releases from prefill: M^X/G/1 with Poisson batch arrivals (QNA-style; approximate)")

@@ -40,163 +40,27 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 
 from qmodel.dist import GridDist
-from qmodel.errors import InputError, NumericalError, UnstableError
+from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
+from qmodel.stations.decode.chain import MAX_STATES, GPSChain, fit_affine, mean_context_tokens
+from qmodel.stations.decode.laws import discrete_dist, occupancy_quantiles, occupancy_variance, uniform_mixture_cdf
+from qmodel.stations.decode.slot_wait import pow2_grid, slot_wait, slot_wait_span_s
 
-__all__ = ["DecodeStation", "GPSChain", "mean_context_tokens", "fit_affine", "slot_wait", "slot_wait_span_s",
-           "admission_wait", "wait_law"]
+__all__ = ["DecodeStation", "Dispatch"]
+
 
 Dispatch = Literal["random", "round_robin", "least_loaded"]
 
-_LOG_TAIL = 40.0  # truncate the chain where pi(n)/max pi < e^-40 (~4e-18): far below any reported quantile
-_MAX_STATES = 1 << 22
 _ADMISSION_STEPS = 400.0  # admission-wait grid: the one-sequence step t(1) over this (before power-of-two coarsening)
 _TPOT_STEPS = 2000.0  # TPOT grid: t(1) over this
-#: a slot-wait probability below this adds nothing any reported quantile or attainment can see
-SLOT_WAIT_NEGLIGIBLE = 1e-10
-
-
-def mean_context_tokens(prompt: np.ndarray, output: np.ndarray) -> float:
-    """C̄ = E[L (P + (L+1)/2)] / E[L]: context of an active slot averaged over its decode steps."""
-    p = np.asarray(prompt, dtype=float)
-    L = np.asarray(output, dtype=float)
-    return float(np.sum(L * (p + (L + 1.0) / 2.0)) / np.sum(L))
-
-
-def fit_affine(n: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """Least-squares a, beta of t(n) ≈ a + beta n (reported; the chain itself uses t(n) as evaluated)."""
-    A = np.vstack([np.ones_like(n, dtype=float), np.asarray(n, dtype=float)]).T
-    (a, b), *_ = np.linalg.lstsq(A, np.asarray(t, dtype=float), rcond=None)
-    return float(a), float(b)
-
-
-def slot_wait(pi: np.ndarray, tail: float, rc: float, cap: int, step_at_cap_s: float, mean_output: float,
-              cv2_output: float, capacity: float = 1.0) -> tuple[float, float]:
-    """(P(wait), rate) of the wait for a free slot in a GPS chain capped at ``cap`` sequences.
-
-    ``pi`` is the chain's law on 0..cap and ``tail`` its geometric mass beyond the cap (ratio ``rc``).
-    An arrival that finds every slot taken (P = pi(cap) + tail, PASTA) queues; at the cap the pool
-    completes sequences at mu_full = capacity cap / (E[L] t(cap)), and the queue beyond the cap is
-    geometric with ratio rc = lam / mu_full, so the FCFS wait is Exp(mu_full (1 - rc)) (the M/M/1
-    wait: exact for geometric L), divided by (1 + c_L^2)/2 for other output lengths (Allen–Cunneen;
-    ±15% against DES). ``capacity``: the share of time the engine decodes when the chain runs at
-    token rate lam E[L] / capacity (colocated prefill priority: 1 - rho_p); 1 for a decode pool.
-    """
-    p_wait = float(pi[-1]) + float(tail)
-    mu_full = capacity * cap / (mean_output * step_at_cap_s)
-    return p_wait, mu_full * (1.0 - rc) / ((1.0 + cv2_output) / 2.0)
-
-
-def slot_wait_span_s(p_wait: float, rate: float) -> float:
-    """How far a grid covers the slot wait Exp(rate) of mass ``p_wait``: to 1e-6 of p_wait, or to where
-    under 1e-10 is left when that comes first (at moderate load p_wait is ~1e-10 to 1e-30, and a full
-    1e-6 span made grids 5-10x longer for no mass). Past it the law is kept as its exponential tail
-    (exact in quantiles)."""
-    if p_wait <= SLOT_WAIT_NEGLIGIBLE:
-        return 0.0
-    return min(math.log(1e6), math.log(p_wait / SLOT_WAIT_NEGLIGIBLE)) / rate
-
-
-def admission_wait(pi: np.ndarray, tail: float, rc: float, cap: int | None, step_at_cap_s: float,
-                   mean_output: float, cv2_output: float, dx: float, capacity: float = 1.0) -> GridDist | None:
-    """Law of the wait for a free slot (KV or batch cap) before a request is admitted, or None where the
-    chain never reaches its cap (no cap, or truncated below it) or the wait's probability is negligible.
-
-    Atom 1 - p at zero and p Exp(rate) with (p, rate) from :func:`slot_wait`, on the grid dx 2^k
-    (the smallest k that covers :func:`slot_wait_span_s` in 16000 points), the rest kept as the
-    exponential tail. The colocated and chunked engines add it to TTFT (a prompt waits for KV
-    before its prefill); the decode station folds the same wait into its admission delay.
-    """
-    if cap is None or len(pi) - 1 != cap:
-        return None
-    return wait_law(*slot_wait(pi, tail, rc, cap, step_at_cap_s, mean_output, cv2_output, capacity), dx)
-
-
-def wait_law(p_wait: float, rate: float, dx: float) -> GridDist | None:
-    """Atom 1 - p_wait at zero and p_wait Exp(rate), on the grid dx 2^k (the smallest k that covers
-    :func:`slot_wait_span_s` in 16000 points), the rest kept as the exponential tail; None where the
-    wait's probability is negligible or the rate not a positive finite number."""
-    if not (p_wait > SLOT_WAIT_NEGLIGIBLE and rate > 0 and math.isfinite(rate)):
-        return None
-    span = slot_wait_span_s(p_wait, rate)
-    step = _pow2_grid(dx, span, 16000)
-    x = np.arange(int(math.ceil(span / step)) + 2) * step
-    cdf = (1.0 - p_wait) + p_wait * -np.expm1(-rate * x)
-    return GridDist.from_cdf_values(cdf, step, p_wait / rate, tail_rate=rate, exact=False)
-
-
-@dataclass
-class GPSChain:
-    """Birth–death chain of a GPS queue with per-state step time g(n) (seconds), capacity cap.
-
-    phi(n) = min(n, cap) / g(min(n, cap)) tokens/s; arrivals bring E[L] tokens at rate lam. The
-    step-time function is evaluated lazily on a growing integer grid and cached, so a solve at a
-    new rate costs one cumulative sum over the states that carry mass.
-    """
-
-    step_time: Callable[[np.ndarray], np.ndarray]  # n (float array) -> seconds
-    cap: int | None = None
-    slope_inf: float = 0.0  # lim g(n)/n, the uncapped stability slope
-    _g: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
-    _cum: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
-
-    def g(self, n_hi: int) -> np.ndarray:
-        """g[0..n_hi] (g[0] = g(1), unused by the chain)."""
-        if len(self._g) <= n_hi:
-            size = max(1024, 1 << int(math.ceil(math.log2(n_hi + 1))))
-            n = np.arange(1, size + 1, dtype=float)
-            g = np.asarray(self.step_time(n), dtype=float)
-            if not np.all(np.isfinite(g)) or np.any(g <= 0):
-                raise InputError("service.decode_step_time_s", "non-positive or non-finite", "step times must be > 0")
-            self._g = np.concatenate([[g[0]], g])
-            # cumulative log(g(k)/k), k = 1..n: the chain's rate-free part
-            self._cum = np.concatenate([[0.0], np.cumsum(np.log(g) - np.log(n))])
-        return self._g[: n_hi + 1]
-
-    def rho_cap(self, token_rate: float) -> float:
-        """Tail load: lam E[L] g(cap)/cap (capped) or lam E[L] slope_inf (uncapped)."""
-        if self.cap is None:
-            return token_rate * self.slope_inf
-        return token_rate * float(self.g(self.cap)[self.cap]) / self.cap
-
-    def solve(self, token_rate: float, guess_states: int) -> tuple[np.ndarray, float, float]:
-        """(pi[0..m], tail mass beyond m, geometric tail ratio) with m = cap or a truncation point.
-
-        The tail beyond a cap is geometric with ratio rho_cap; below it the chain is evaluated.
-        """
-        m = max(16, int(guess_states))
-        if self.cap is not None:
-            m = min(m, self.cap)
-        log_rate = math.log(token_rate)
-        while True:
-            self.g(m)
-            k = np.arange(m + 1)
-            logw = k * log_rate + self._cum[: m + 1]
-            top = float(logw.max())
-            at_cap = self.cap is not None and m == self.cap
-            if at_cap or logw[-1] < top - _LOG_TAIL:
-                break
-            if m >= _MAX_STATES:
-                # the occupancy law still carries mass past 4M states: too close to rho = 1 to report
-                raise NumericalError(f"decode chain needs more than {_MAX_STATES} states at token rate "
-                                     f"{token_rate:.6g}/s (load within ~1e-5 of 1); lower the rate")
-            m = min(2 * m, self.cap) if self.cap is not None else min(2 * m, _MAX_STATES)
-        w = np.exp(logw - top)
-        if self.cap is not None and m == self.cap:
-            rc = self.rho_cap(token_rate)
-            tail = float(w[-1]) * rc / (1.0 - rc)
-        else:
-            rc, tail = 0.0, 0.0
-        z = float(w.sum()) + tail
-        return w / z, tail / z, rc
 
 
 @dataclass
@@ -360,7 +224,7 @@ class DecodeStation:
         x = min(tok * beta, 0.999999)
         r = 1.0 + max(self.a_s, 0.0) / beta if beta > 0 else 1.0
         guess = r * x / (1 - x) + 12 * math.sqrt(r * x) / (1 - x) + 64
-        return self.chain.solve(tok, int(min(guess, _MAX_STATES)))
+        return self.chain.solve(tok, int(min(guess, MAX_STATES)))
 
     def solve(self, rate_per_s: float) -> StationSolution:
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
@@ -410,7 +274,7 @@ class DecodeStation:
 
         delay, wait = self._admission_dists(g, pi, tail, capped, p_wait, slot_rate, mean_resid + mean_slot,
                                             mean_first)
-        tpot = _discrete_dist(tp_val, tp_w, mean_tpot, float(g[1]) / _TPOT_STEPS)
+        tpot = discrete_dist(tp_val, tp_w, mean_tpot, float(g[1]) / _TPOT_STEPS)
         notes = ["quasi-static TPOT rule t(N+1) (±~1% vs step DES at E[L]~200; conservative for very long outputs)"]
         exact = True
         if capped:
@@ -430,6 +294,7 @@ class DecodeStation:
         return StationSolution(
             name=self.name,
             utilization=float(rate_per_s / lam_max),
+            busy_fraction=busy,
             max_stable_rate_per_s=lam_max,
             delay=delay,
             wait=wait,
@@ -444,10 +309,10 @@ class DecodeStation:
                 "n_max": self.n_max, "x": lam * self.mean_output * self._slope_per_instance * (
                     1.0 if not self.pooled else 1.0 / self.instances),
                 "rho_cap": rc if capped else None, "busy_fraction": busy,
-                "mean_n_per_chain": mean_n, "var_n_per_chain": _var(n, pi, mean_n, capped, cap, rc, tail),
+                "mean_n_per_chain": mean_n, "var_n_per_chain": occupancy_variance(n, pi, mean_n, capped, cap, rc, tail),
                 "p_slot_wait": p_wait, "mean_slot_wait_s": mean_slot, "mean_residual_s": mean_resid,
                 "mean_tpot_s": mean_tpot, "tpot_quantiles_s": quant,
-                "n_quantiles": dict(zip(("p50", "p90", "p99"), _n_quantiles(pi, (0.5, 0.9, 0.99)))),
+                "n_quantiles": dict(zip(("p50", "p90", "p99"), occupancy_quantiles(pi, (0.5, 0.9, 0.99)))),
             },
         )
 
@@ -482,17 +347,17 @@ class DecodeStation:
         mean_tot = mean_wait + mean_first
         # rate-independent base step (power-of-two coarsening past 16000 points), so P(delay <= x)
         # moves monotonically with the rate under goodput bisection
-        dx = _pow2_grid(float(g[1]) / _ADMISSION_STEPS, span, 16000)
+        dx = pow2_grid(float(g[1]) / _ADMISSION_STEPS, span, 16000)
         size = int(math.ceil(span / dx)) + 3
 
         def build(shift: np.ndarray | None) -> np.ndarray:
             # Mixture of uniforms U(s, s+w) (atoms when w = 0) sampled exactly at the grid points,
             # plus the slot wait. The wait (s = 0) is searched on the few hundred widths
-            # (_uniform_mixture_cdf), the delay (s = the first step) by ramps.
+            # (uniform_mixture_cdf), the delay (s = the first step) by ramps.
             xk = np.arange(size) * dx
             pos = widths > 0
             if shift is None:
-                cdf = _uniform_mixture_cdf(xk, widths[pos], w_free[pos]) + float(w_free[~pos].sum())
+                cdf = uniform_mixture_cdf(xk, widths[pos], w_free[pos]) + float(w_free[~pos].sum())
             else:
                 cdf = ramps(shift, xk, pos)
             if capped and p_wait > 0:
@@ -530,50 +395,3 @@ class DecodeStation:
 def _fit_points(n_max: int | None) -> int:
     """Batch sizes 1..N the affine fit spans: the reachable ones (512 uncapped), 2 to 4096."""
     return max(2, min(n_max or 512, 4096))
-
-
-def _uniform_mixture_cdf(x: np.ndarray, widths: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Σ_i p_i min(x / w_i, 1) at the points ``x``: the mixture of U(0, w_i) (w_i > 0) with masses p_i.
-
-    With the widths sorted and j(x) of them at most x, it is Σ_{i<j} p_i + x Σ_{i>=j} p_i / w_i:
-    one search and two prefix sums over the widths (a few hundred chain states), not over the grid.
-    """
-    if widths.size > 1 and not bool((widths[1:] >= widths[:-1]).all()):
-        order = widths.argsort(kind="stable")
-        widths, weights = widths[order], weights[order]
-    below = np.zeros(widths.size + 1)
-    weights.cumsum(out=below[1:])
-    above = np.zeros(widths.size + 1)  # above[j] = Σ_{i>=j} p_i / w_i
-    (weights / widths)[::-1].cumsum(out=above[-2::-1])
-    j = widths.searchsorted(x, side="right")
-    return below[j] + x * above[j]
-
-
-def _pow2_grid(base: float, span: float, max_points: int) -> float:
-    """base * 2^k with the smallest k >= 0 that covers ``span`` in ``max_points`` steps."""
-    base = max(base, 1e-12)
-    return base * 2.0 ** max(0, math.ceil(math.log2(max(span, base) / (max_points * base))))
-
-
-def _discrete_dist(vals: np.ndarray, w: np.ndarray, mean: float, base_dx: float) -> GridDist:
-    """Distribution of a discrete variable (values in seconds) on a rate-independent grid."""
-    dx = _pow2_grid(base_dx, float(vals.max()), 16000)
-    k = np.ceil(vals / dx - 1e-9).astype(np.int64)
-    pmf = np.bincount(k, weights=w, minlength=int(k.max()) + 1)
-    return GridDist(dx, pmf / pmf.sum(), float(mean), exact=False)
-
-
-def _n_quantiles(pi: np.ndarray, qs: tuple[float, ...]) -> list[int]:
-    return [int(k) for k in np.searchsorted(np.cumsum(pi), np.asarray(qs) - 1e-12)]
-
-
-def _var(n: np.ndarray, pi: np.ndarray, mean: float, capped: bool, cap: int | None, rc: float, tail: float) -> float:
-    v = float(np.dot((n - mean) ** 2, pi))
-    if capped and tail > 0:
-        # geometric tail beyond cap: j = n - cap >= 1, weight pi(cap) rc^j
-        p0 = float(pi[-1])
-        e1 = rc / (1 - rc) ** 2
-        e2 = rc * (1 + rc) / (1 - rc) ** 3
-        d = cap - mean
-        v += p0 * (e2 + 2 * d * e1 + d * d * rc / (1 - rc))
-    return v

@@ -1,0 +1,118 @@
+"""Scenario -> :class:`ReplayPlan`, everything the replay simulation needs, resolved.
+
+The replay takes its inputs from qmodel.build.resolve, the analytic engine's one resolution path
+(service-time models, KV capacity, link as used): only the resolved inputs are shared, never a
+station, so the replay stays an independent referee of the queueing formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qmodel.build import PoolRuntime, Resolved
+from qmodel.errors import InputError
+from qmodel.perf.base import ServiceTimeModel
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment,
+                             Scenario, scenario_sha256)
+
+__all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Everything the simulation needs, resolved from a scenario (catalog, perf models, memory).
+
+    ``kv_bytes_per_token`` converts prompt tokens to transfer bytes; ``decode_kv_capacity_tokens``
+    is one decode (or colocated/chunked) instance's KV memory in tokens.
+    """
+
+    topology: str
+    decode_model: ServiceTimeModel
+    decode_instances: int
+    decode_kv_capacity_tokens: int
+    decode_max_batch: int = 256
+    decode_dispatch: str = "least_loaded"
+    prefill_model: ServiceTimeModel | None = None
+    prefill_instances: int = 1
+    max_batch_tokens: int = 8192
+    prefill_dispatch: str = "round_robin"
+    chunk_tokens: int = 512
+    kv_bytes_per_token: float = 0.0
+    layers: int = 1
+    path_bandwidth_bytes_per_s: float = 1.0
+    link_latency_s: float = 0.0
+    link_sharing: str = "fcfs"
+    transfer_mode: str = "serialized"
+    first_token_from: str = "prefill"
+    prefix_hit_ratio: float = 0.0
+    prefix_cache_blocks: int = 0
+    slo_ttft_s: float = 1.0
+    slo_tpot_s: float = 1.0
+    gpus: int = 0
+    name: str = "scenario"
+    scenario_sha256: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+
+def _slo(scn: Scenario) -> dict:
+    return {"slo_ttft_s": float(scn.slo.ttft_s), "slo_tpot_s": float(scn.slo.tpot_s), "name": scn.name,
+            "scenario_sha256": scenario_sha256(scn)}
+
+
+def _decode_part(pool: DecodePool, rt: PoolRuntime, model: ServiceTimeModel | None) -> dict:
+    return {"decode_model": model or rt.service, "decode_instances": pool.instances, "decode_max_batch": pool.max_batch,
+            "decode_dispatch": pool.dispatch, "decode_kv_capacity_tokens": int(rt.kv_capacity_tokens)}
+
+
+def _cache_blocks(kv_capacity_tokens: float, override: int | None) -> int:
+    """Mooncake prefix-block LRU of an instance: its KV capacity in 512-token blocks (for a
+    colocated/chunked instance an upper bound: in vLLM cached blocks are the evictable part of the
+    same memory; a prefill instance's is an HBM-only cache of its KV memory)."""
+    return override if override is not None else int(kv_capacity_tokens) // 512
+
+
+def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None = None,
+               prefix_cache_blocks: int | None = None) -> ReplayPlan:
+    """The :class:`ReplayPlan` of a scenario: :func:`plan_from_resolved` of :func:`qmodel.build.resolve`."""
+    from qmodel.build import resolve
+
+    return plan_from_resolved(resolve(scn), service_models, prefix_cache_blocks)
+
+
+def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] | None = None,
+                       prefix_cache_blocks: int | None = None) -> ReplayPlan:
+    """A :class:`ReplayPlan` carrying exactly the resolved inputs the analytic solver reads.
+
+    ``service_models`` may override the pools' models by role ("prefill", "decode"; colocated and
+    chunked use "decode"), for tests and the harness. The Mooncake prefix cache of an instance
+    holds, by default, as many 512-token blocks as the instance's KV capacity (a prefill instance:
+    90% of the memory weights and the reserve leave, :data:`qmodel.build.PREFILL_MEMORY_FRACTION`);
+    pass ``prefix_cache_blocks`` to change it.
+    """
+    scn = r.scenario
+    sm = dict(service_models or {})
+    dep = scn.deployment
+    base = _slo(scn)
+    base["gpus"] = dep.gpus
+    base["prefix_hit_ratio"] = float(scn.workload.prefix_hit_ratio)
+    if isinstance(dep, DisaggregatedDeployment):
+        pre, dec = r.pools["prefill"], r.pools["decode"]
+        assert r.link is not None and r.link_bandwidth_bytes_per_s is not None
+        return ReplayPlan(
+            topology="disaggregated", prefill_model=sm.get("prefill") or pre.service,
+            prefill_instances=dep.prefill.instances, max_batch_tokens=dep.prefill.max_batch_tokens,
+            prefill_dispatch=dep.prefill.dispatch, kv_bytes_per_token=r.kv_bytes_per_token, layers=r.model.layers,
+            path_bandwidth_bytes_per_s=float(r.link_bandwidth_bytes_per_s), link_latency_s=float(r.link.latency_s),
+            link_sharing=dep.link_sharing, transfer_mode=dep.transfer_mode, first_token_from=dep.first_token_from,
+            prefix_cache_blocks=_cache_blocks(pre.kv_capacity_tokens, prefix_cache_blocks),
+            **_decode_part(dep.decode, dec, sm.get("decode")), **base)
+    pool = r.pools["pool"]
+    part = _decode_part(dep.pool, pool, sm.get("decode"))
+    blocks = _cache_blocks(pool.kv_capacity_tokens, prefix_cache_blocks)
+    if isinstance(dep, ColocatedDeployment):
+        return ReplayPlan(topology="colocated", max_batch_tokens=dep.max_batch_tokens, **part, **base,
+                          prefix_cache_blocks=blocks)
+    if isinstance(dep, ChunkedDeployment):
+        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **part, **base, prefix_cache_blocks=blocks)
+    raise InputError("deployment.topology", getattr(dep, "topology", None),
+                     "one of colocated, chunked, disaggregated")  # pragma: no cover

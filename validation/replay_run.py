@@ -1,0 +1,114 @@
+"""Wiring and running the replay's stations for a topology on the event loop.
+
+disaggregated: :class:`PrefillStation` -> :class:`KVTransferStation` -> :class:`DecodeStation`
+(layer-wise transfers start a layer after the batch starts; a request that never fits the decode
+KV memory is dropped on arrival); colocated and chunked: one :class:`ColocatedStation` or
+:class:`ChunkedStation` pool. Arrivals are scheduled one at a time, and the progress marks before
+any arrival, so they shift every real event's sequence number alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qmodel.progress import ProgressFn
+from qmodel.validation.replay_plan import ReplayPlan
+from qmodel.validation.stations import (ChunkedStation, ColocatedStation, DecodeStation, KVTransferStation,
+                                        PrefillStation)
+from qmodel.validation.stations._core import Requests, Sim
+from qmodel.validation.stations.prefill import PrefixCache
+from qmodel.validation.trace_types import Trace
+
+__all__ = ["progress_marks", "run_disaggregated", "run_single"]
+
+
+def progress_marks(sim: Sim, t_end: float, progress: ProgressFn | None, steps: int = 100) -> int:
+    """Schedule ``progress(i, steps, ...)`` at each i/steps of the arrival span; returns how many.
+    Scheduled before any arrival, they shift every real event's sequence number alike, so the order
+    of real events (and every output) is the same with or without them."""
+    if progress is None:
+        return 0
+    for i in range(1, steps + 1):
+        sim.at(t_end * i / steps, lambda k: progress(k, steps, "of the arrivals"), i)
+    return steps
+
+
+def _feed(sim: Sim, req: Requests, admit) -> None:
+    """Schedule arrivals one at a time (keeps the heap small)."""
+    arrival = req.arrival
+    n = req.n
+
+    def arrive(r: int) -> None:
+        if r + 1 < n:
+            sim.at(arrival[r + 1], arrive, r + 1)
+        admit(r)
+
+    sim.at(arrival[0], arrive, 0)
+
+
+def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.random.Generator,
+                       window: tuple[float, float]) -> list:
+    from_prefill = plan.first_token_from == "prefill"
+    decode = DecodeStation(sim, req, plan.decode_model, plan.decode_instances, plan.decode_kv_capacity_tokens,
+                           plan.decode_max_batch, plan.decode_dispatch, rng, not from_prefill, window)
+    layerwise = plan.transfer_mode == "layerwise"
+    layers = max(1, plan.layers) if layerwise else 1
+    kv = KVTransferStation(sim, req, plan.prefill_instances, plan.path_bandwidth_bytes_per_s, plan.link_latency_s,
+                           plan.link_sharing, layers, decode, decode.ready, window)
+    decode.on_release = kv.retry
+    bpt = plan.kv_bytes_per_token
+    output = req.output
+    prompt = req.prompt
+
+    def needs_decode(r: int) -> bool:
+        return not (from_prefill and output[r] == 1)
+
+    def batch_start(i: int, batch: list[int], t_s: float, dur: float) -> None:
+        items = [(r, bpt * prompt[r]) for r in batch if needs_decode(r)]
+        if items:
+            sim.at(t_s + dur / layers, kv.enter_batch, (i, t_s + dur, items))
+
+    def batch_done(i: int, batch: list[int]) -> None:
+        t = sim.now
+        items = []
+        for r in batch:
+            if from_prefill:
+                req.t_first[r] = t
+                if output[r] == 1:
+                    req.t_last[r] = t
+                    continue
+            items.append((r, bpt * prompt[r]))
+        if items and not layerwise:
+            kv.enter_batch((i, t, items))
+
+    cache = PrefixCache(plan.prefill_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
+                        plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
+    prefill = PrefillStation(sim, req, plan.prefill_model, plan.prefill_instances, plan.max_batch_tokens,
+                             plan.prefill_dispatch, rng, cache, window, batch_start if layerwise else None, batch_done)
+
+    def admit(r: int) -> None:
+        if needs_decode(r) and not decode.fits_ever(r):
+            req.dropped[r] = True
+            return
+        prefill.arrive(r)
+
+    _feed(sim, req, admit)
+    sim.run()
+    return [(prefill, plan.prefill_instances), (kv, plan.prefill_instances), (decode, plan.decode_instances)]
+
+
+def run_single(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.random.Generator,
+                window: tuple[float, float], cls: type[ColocatedStation] | type[ChunkedStation]) -> list:
+    cache = PrefixCache(plan.decode_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
+                        plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
+    st = cls(sim, req, plan, rng, window, cache)
+
+    def admit(r: int) -> None:
+        if not st.fits_ever(r):
+            req.dropped[r] = True
+            return
+        st.arrive(r)
+
+    _feed(sim, req, admit)
+    sim.run()
+    return [(st, plan.decode_instances)]
