@@ -20,8 +20,8 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PerfModel, PoolConfig,
-                             RooflinePerf, Scenario, TraceArrivals)
+from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, Deployment, DisaggregatedDeployment, PerfModel,
+                             PoolConfig, RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
@@ -148,14 +148,19 @@ def pool_compute_dtype(perf: PerfModel, cfg: PoolConfig) -> str | None:
 def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, model: ModelSpec,
                  mem_fraction: float) -> PoolRuntime:
     """One pool: its GPU, its model (:func:`pool_model`), its service-time model (:func:`pool_perf`
-    on gpu/tp/pp) and the KV tokens one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens`
-    at the pool's weight precision and KV dtype)."""
+    on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
+    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision
+    and KV dtype)."""
     from qmodel.perf.build import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
+    from qmodel.perf.pipeline import pipeline_instance
 
     gpu = load_catalog().gpu(cfg.gpu, f"{field}.gpu")
     m = pool_model(model, cfg)
-    service = service_model(pool_perf(scenario.perf, cfg), m, gpu, cfg.tp, cfg.pp, field_prefix=field)
+    # the stage model, as the instance every station and the replay read (qmodel/perf/pipeline.py:
+    # the one definition of what pp does; the stage model itself at pp = 1)
+    service = pipeline_instance(service_model(pool_perf(scenario.perf, cfg), m, gpu, cfg.tp, cfg.pp,
+                                              field_prefix=field), cfg.pp)
     cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
                              dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)))
     return PoolRuntime(role, field, cfg, gpu, service, float(cap), m)
@@ -205,15 +210,22 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     # as they are; a decode pool with another dtype converts on arrival, outside the link).
     sender = pools["prefill"] if "prefill" in pools else pools["pool"]
     return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(pools))
+                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools))
 
 
-def pipeline_warnings(pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
-    """One warning per pool with pp > 1: its step times are pipeline *stage* times (the right
-    service time for throughput, :mod:`qmodel.perf.base`), which the stations also take as the
-    latency of a batch, leaving out the pp - 1 further stages it passes (docs/perf_import.md)."""
-    return tuple(f"warning: {p.field}.pp = {p.config.pp}: step times are pipeline stage times; latencies leave "
-                 f"out the {p.config.pp - 1} further stage time(s) of each batch, so TTFT/TPOT are optimistic"
+def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
+    """One warning for a colocated or chunked pool with pp > 1. Its decode steps are the pipeline
+    instance's (pp stage times of a micro-batch, :mod:`qmodel.perf.pipeline`) in the solver and the
+    replay alike, but both take a prefill iteration (the prefill part of a mixed chunked iteration)
+    as one stage time for the engine *and* for the first token, so TTFT leaves out the pp - 1
+    further stage times of the request's last prefill iteration (docs/methods.md, "Pipeline
+    parallelism"). Disaggregated pools carry the whole pipeline latency and add none."""
+    if isinstance(dep, DisaggregatedDeployment):
+        return ()
+    return tuple(f"warning: {p.field}.pp = {p.config.pp} ({dep.topology}): decode steps are pipelined "
+                 f"({p.config.pp} stage times of a micro-batch), but a prefill iteration counts one stage time "
+                 f"for the engine and the first token, so TTFT leaves out {p.config.pp - 1} further stage time(s) "
+                 f"of the request's last prefill iteration (optimistic; approximate pipeline model)"
                  for p in pools.values() if p.config.pp > 1)
 
 

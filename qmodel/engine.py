@@ -105,7 +105,9 @@ class Solver:
 
         dep = self.scenario.deployment
         r = self.resolved
-        own_prefill_s = np.asarray(r.pools["prefill"].service.prefill_one_s(r.uncached_prompt), dtype=float)
+        svc = r.pools["prefill"].service
+        # what a layer-wise transfer hides behind: the batch's time until it leaves the instance
+        own_prefill_s = np.asarray(svc.prefill_exit_s(svc.prefill_one_s(r.uncached_prompt)), dtype=float)
         return KVTransferStation(
             bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,

@@ -37,7 +37,11 @@ def explain_scenario(solver: Solver, rate: float) -> list[str]:
         if lam_i * d < 1:
             blocks.append(explain("distserve_ttft", lam=lam_i, d=d)
                           + "\n  (one-at-a-time M/D/1 per prefill instance at the mean prompt; the reported TTFT "
-                            "uses the exact batched M/G^[1,b]/1 chain, which batching makes lower near the knee)")
+                            "uses the exact batched M/G^[1,b]/1 chain, which batching makes lower near the knee)"
+                          + (f"\n  (pp = {dep.prefill.pp}: D is one pipeline stage, the engine's service time; the prompt "
+                             f"leaves after {dep.prefill.pp} stages, so its TTFT adds (pp - 1) D = "
+                             f"{(dep.prefill.pp - 1) * d:.6g} s: docs/methods.md, Pipeline parallelism)"
+                             if dep.prefill.pp > 1 else ""))
         blocks.append(explain("link_bandwidth", kv_bytes_per_token=r.kv_bytes_per_token,
                               mean_prompt=float(r.lengths.prompt.mean()), lam=rate)
                       + f"\n  available: {r.link_bandwidth_bytes_per_s * dep.prefill.instances:.6g} B/s aggregate = "
@@ -45,7 +49,9 @@ def explain_scenario(solver: Solver, rate: float) -> list[str]:
                         f"effective ({r.link.bandwidth_bytes_per_s:.6g} nominal x {r.link.efficiency:g})")
         if dep.transfer_mode == "layerwise":
             x = r.kv_bytes_per_token * float(r.lengths.prompt.mean())  # the whole prompt's KV moves
-            blocks.append(explain("layerwise_exposed", x=x, c=r.link_bandwidth_bytes_per_s, layers=m.layers, tp=d))
+            # the transfer hides behind the prefill until the batch leaves the instance (pp stages)
+            blocks.append(explain("layerwise_exposed", x=x, c=r.link_bandwidth_bytes_per_s, layers=m.layers,
+                                  tp=float(pre.prefill_exit_s(d))))
         dec = c.stations[2].extra
     else:
         dec = c.stations[0].extra

@@ -15,11 +15,14 @@ and the replay calls them with scalars. Implementations must be pure functions o
 An empty batch (``sum_tokens == 0`` or ``n_seqs == 0``) takes 0 s in every implementation, so grids
 that start at zero need no special case.
 
-Pipeline parallelism (``pp`` stages): both answers are the *stage* time, the busiest stage's share
-of the work plus its inter-stage send. With pp micro-batches in flight the instance accepts a new
-batch every stage time, so the stations and the replay use it as the service time unchanged for
-every kind of model; one batch's latency through the pipeline is ``pp`` stage times
-(:meth:`ServiceTimeModel.pipeline_latency_s`).
+Pipeline parallelism (``pp`` stages): the stage models (roofline, tables) answer the *stage*
+time, the busiest stage's share of the work plus its inter-stage send; one batch's latency through
+the pipeline is ``pp`` stage times (:meth:`ServiceTimeModel.pipeline_latency_s`). What the stations
+and the replay read is the *instance* model :class:`qmodel.perf.pipeline.PipelineInstance` wraps
+around it (qmodel/build.py does so for every pool with pp > 1): its prefill time is the stage time
+(the engine is busy that long) and a batch leaves :attr:`ServiceTimeModel.prefill_exit_stages` = pp
+of them after it started (:meth:`ServiceTimeModel.prefill_exit_s`); its decode step is the time in
+which every running sequence advances one token, pp stage times of a micro-batch.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class ServiceTimeModel(ABC):
     kind: str = "abstract"
     #: pipeline stages of the instance (the step times are stage times; 1 = no pipeline)
     pp: int = 1
+    #: a prefill batch's first token and KV leave the instance this many of its prefill times after
+    #: it started: 1 when the prefill time is the batch's whole latency, pp for a pipeline instance
+    #: (:class:`qmodel.perf.pipeline.PipelineInstance`), whose prefill time is the busy stage time
+    prefill_exit_stages: int = 1
 
     @abstractmethod
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
@@ -64,6 +71,14 @@ class ServiceTimeModel(ABC):
     def prefill_one_s(self, prompt_tokens: ArrayLike) -> ArrayOrFloat:
         p = np.asarray(prompt_tokens, dtype=float)
         return self.prefill_time_s(p, p * p, np.ones_like(p))
+
+    def prefill_exit_s(self, prefill_time_s: ArrayLike) -> ArrayOrFloat:
+        """When a prefill batch of this (service) time leaves the instance, from its start:
+        ``prefill_exit_stages`` times it (the time itself, bit for bit, when that is 1)."""
+        if self.prefill_exit_stages == 1:
+            return prefill_time_s  # type: ignore[return-value]
+        out = self.prefill_exit_stages * np.asarray(prefill_time_s, dtype=float)
+        return float(out) if out.ndim == 0 else out
 
     def pipeline_latency_s(self, stage_time_s: ArrayLike) -> ArrayOrFloat:
         """One batch's latency through the instance: ``pp`` stage times (a stage time is what the

@@ -332,7 +332,7 @@ class EngineEvaluator(Evaluator):
         issue = None
         uncached = self._workload_parts()[1].uncached_prompt
         if role in ("prefill", "pool"):
-            own = np.asarray(pool.service.prefill_one_s(uncached), dtype=float)
+            own = np.asarray(pool.service.prefill_exit_s(pool.service.prefill_one_s(uncached)), dtype=float)
             ok = float(np.mean(own <= slo.ttft_s))
             if ok < self.goal:
                 issue = (f"TTFT infeasible at any rate: only {ok * 100:.1f}% of prompts prefill within "

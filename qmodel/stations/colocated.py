@@ -499,10 +499,13 @@ class ColocatedStation:
     @cached_property
     def _bulk(self):
         """The same engines as a prefill-only bulk-service pool (the disaggregated prefill station:
-        M/G^[b]/1 chain under the token budget, same dispatch), for :meth:`_with_overflow`."""
+        M/G^[b]/1 chain under the token budget, same dispatch), for :meth:`_with_overflow`. Through a
+        pipeline its batch leaves after one stage time, as in the gated form (qmodel/build.py
+        ``pipeline_warnings``): the stage model, whose prefill times are the instance's."""
+        from qmodel.perf.pipeline import stage_model
         from qmodel.stations.prefill import PrefillStation
 
-        return PrefillStation(instances=self.instances, service=self.service, prompt_tokens=self.p,
+        return PrefillStation(instances=self.instances, service=stage_model(self.service), prompt_tokens=self.p,
                               max_batch_tokens=float(self.max_batch_tokens), dispatch=self.dispatch,
                               ca2=min(self.ca2, 1.0), own_batch_times=False)
 

@@ -1221,12 +1221,16 @@ class BulkQueue:
         return float(res[0]) if np.ndim(t) == 0 else res
 
     # ---- waiting time and (wait + own batch) on a grid -----------------------------------
-    def _grid_tables(self, dx: float) -> "_GridTables":
+    def _grid_tables(self, dx: float, stages: int = 1) -> "_GridTables":
         """Per regime, the fit and cut batch-time pmfs on the grid (:class:`_GridTables`; a k with
         P(N = k) = 0 carries no cut law), and a dict for their transforms. Rate-independent given
         dx, so they are kept on the law for the last dx (a goodput search mostly keeps dx: it is set
-        by the shortest batch below saturation)."""
+        by the shortest batch below saturation). ``stages`` > 1: the laws of stages · S_k (an own
+        batch through a pipeline, :meth:`grids`), kept beside the plain ones."""
         cache = self.law._grid_cache
+        if stages != 1:
+            cache = cache.setdefault("stages", {})
+            dx = dx / stages  # stages · S_k on dx = S_k on dx / stages, bin for bin
         key = (dx, self.b)
         if cache.get("key") == key:
             return cache["tables"]
@@ -1249,7 +1253,9 @@ class BulkQueue:
         # support length of each cut pmf (index of the last nonzero bin + 1)
         lens = [np.array([len(np.trim_zeros(x, "b")) for x in lst]) for lst in fc_l]
         tables = _GridTables(laws, lens, (np.arange(n_s) + 0.5) * dx, {}, regs)
+        kept = {"stages": cache["stages"]} if stages == 1 and "stages" in cache else {}
         cache.clear()
+        cache.update(kept)
         if laws.nbytes <= _GRID_CACHE_BYTES:  # else too big to hold between solves
             cache.update(key=key, tables=tables)
         return tables
@@ -1348,9 +1354,9 @@ class BulkQueue:
             hi = lo - 1
         return V[0][:m_own] if nr == 1 else np.concatenate([v[:m_own] for v in V])
 
-    def grids(self, dx: float | None = None, wait_scale: float = 1.0,
-              wait_prob: float | None = None) -> tuple[GridDist, GridDist, GridDist]:
-        """(W, W + S_own jointly, S_own) on a common grid (a = 1).
+    def grids(self, dx: float | None = None, wait_scale: float = 1.0, wait_prob: float | None = None,
+              own_stages: int = 1) -> tuple[GridDist, GridDist, GridDist]:
+        """(W, W + own_stages · S_own jointly, S_own) on a common grid (a = 1).
 
         An arrival finds the engine idle (W = 0, own batch of one), or lands at age u of a batch
         (size k, fit or cut, r left waiting) and finds q = r + Poisson(λu) ahead. The q ahead drain
@@ -1364,6 +1370,9 @@ class BulkQueue:
         ``wait_prob`` (non-Poisson arrivals) replaces P(W > 0) = 1 − P(idle) of the Poisson chain:
         who waits moves, and the wait of those who wait stays the chain's conditional law times
         ``wait_scale``. The distributions' ``mean_s`` stay ``wait_scale`` × the chain's mean.
+        ``own_stages``: the own batch leaves that many of its batch times after it starts (a pp-stage
+        pipeline instance, :mod:`qmodel.perf.pipeline`): the joint law is W + own_stages · S_own,
+        the same rows h convolved with S_k on a grid own_stages times finer.
         """
         if self.a != 1:
             raise InputError("min_batch", self.a, "the waiting-time law is implemented for a = 1")
@@ -1599,8 +1608,7 @@ class BulkQueue:
         h = h.reshape(nr * 2 * b, size)  # rows in the order of tables.own_rows
         h[0, 0] += p_zero  # an arrival to an idle engine runs alone, fresh
         # W + S_own: W's support is within `length` (past it the mass is < _WAIT_TAIL), so a transform of
-        # length + n_s does not wrap
-        out_size = _fast_len((size if wait_scale != 1.0 or heavy else length) + n_s)
+        # length + n_s does not wrap. Through a pipeline the own batch runs own_stages · S_k.
         mass = h.sum(axis=1)
         if heavy:
             # the rows' mass past the grid's end (their geometric continuation at e^{−η dx/scale}
@@ -1610,6 +1618,10 @@ class BulkQueue:
             span_w = float(np.sum(r_s ** -np.arange(k_end, dtype=float)))
             mass = mass + h[:, size - k_end :].sum(axis=1) / span_w * r_s / (1.0 - r_s)
         own = mass @ tables.own_rows  # (the rows without mass add exact zeros)
+        if own_stages != 1:
+            tables = self._grid_tables(dx, own_stages)
+            n_s = tables.n_s
+        out_size = _fast_len((size if wait_scale != 1.0 or heavy else length) + n_s)
         most, o_rows, o_bins, o_mass = tables.own_bins
         if most <= _SPARSE_LAW_BINS:
             # every own law is a few bins (deterministic batch times): Σ_k h_k ⊛ S_k is the rows of h
@@ -1660,14 +1672,15 @@ class BulkQueue:
         # The reported mean stays the heavy-traffic-scaled chain mean (validated on its own: within
         # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
         wq = self.mean_wait_s * wait_scale
+        own_exit_mean = own_mean if own_stages == 1 else own_stages * own_mean
         if heavy:  # the exponential tails past the grids' ends (GridDist reads them analytically)
             rate = eta / wait_scale
             wait = GridDist(dx, wpmf, wq, tail=w_tail, tail_rate=rate, exact=exact, atoms=w_atoms, tail_exact=True)
-            delay = GridDist(dx, joint, wq + own_mean, tail=d_tail, tail_rate=rate, exact=exact, atoms=d_atoms,
+            delay = GridDist(dx, joint, wq + own_exit_mean, tail=d_tail, tail_rate=rate, exact=exact, atoms=d_atoms,
                              tail_exact=True)
         else:
             wait = GridDist.trimmed_from(wpmf, dx, wq, exact, atoms=w_atoms)
-            delay = GridDist.trimmed_from(joint, dx, wq + own_mean, exact, atoms=d_atoms)
+            delay = GridDist.trimmed_from(joint, dx, wq + own_exit_mean, exact, atoms=d_atoms)
         own /= own.sum()
         own_d = GridDist.trimmed_from(own, dx, own_mean, exact)
         return wait, delay, own_d
@@ -1927,7 +1940,8 @@ class PrefillStation:
 
     def own_batch_time_per_prompt(self, own_batch_pmf: np.ndarray, seed: int = 7,
                                   mean_s: float | None = None) -> np.ndarray:
-        """Each sampled request's own batch time, aligned with ``prompt_tokens``.
+        """Each sampled request's own batch time until its batch leaves the instance (``prefill_exit_s``:
+        pp stage times through a pipeline), aligned with ``prompt_tokens``.
 
         Request i's batch holds its own prompt and k − 1 others drawn from the mix, with k from the
         customer-weighted ``own_batch_pmf`` (under a request cap the batch size does not depend on
@@ -1965,7 +1979,7 @@ class PrefillStation:
         t = np.asarray(self.service.prefill_time_s(sum_n, sum_sq, n_req), dtype=float)
         if budget is not None and mean_s is not None and t.mean() > 0:
             t = t * (mean_s / float(t.mean()))
-        return t
+        return np.asarray(self.service.prefill_exit_s(t), dtype=float)  # through a pipeline: pp stage times
 
     def queue(self, rate_per_s: float) -> BulkQueue:
         """One engine's chain at the pool rate ``rate_per_s`` (exact for random dispatch)."""
@@ -2012,13 +2026,18 @@ class PrefillStation:
                          f"requests from a long queue, at most {self.b}); head regimes by Monte Carlo (approximate)")
         elif self.max_batch_tokens is not None and self.law_override is None:
             notes.append(f"token budget {self.max_batch_tokens:g} fits b = {self.b} equal prompts: exact cap")
-        wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob)
+        wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob,
+                                   own_stages=self.service.prefill_exit_stages)
         # exact for the stated model: Poisson per engine and a request cap that is the engine's rule
         exact = scale == 1.0 and self.dispatch == "random" and self._budget_is_cap
         own_pmf = q.own_batch_pmf
         method = (f"M/G^[1,{self.b}]/1 embedded chain per instance, token-budget FCFS-prefix batches ({self.dispatch} dispatch)"
                   if self.token_aware else f"M/G^[1,{self.b}]/1 embedded chain per instance ({self.dispatch} dispatch)")
         batch_rate = self.instances / q._cycle["cycle_s"]
+        in_system = self.instances * (q.lq * scale + q._cycle["in_service"])
+        stages = self.service.prefill_exit_stages
+        if stages != 1:  # Little: each request also spends (stages − 1) own batch times in the later stages
+            in_system += rate_per_s * (stages - 1) * q.mean_own_batch_s
         return StationSolution(
             name="prefill",
             utilization=q.utilization,
@@ -2027,7 +2046,7 @@ class PrefillStation:
             wait=wait,
             method=method,
             exact=exact,
-            mean_in_system=self.instances * (q.lq * scale + q._cycle["in_service"]),
+            mean_in_system=in_system,
             notes=tuple(notes),
             extra={
                 "batch_rate_per_s": batch_rate,
@@ -2078,7 +2097,9 @@ class PrefillStation:
         own = GridDist(dx, own.pmf, es)
         from qmodel.dist import convolve
 
-        delay = convolve(wait, own)  # b = 1: the own service is independent of the wait
+        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
+        own_exit = own if stages == 1 else GridDist(dx, GridDist.from_samples(stages * s, dx, w_nodes).pmf, stages * es)
+        delay = convolve(wait, own_exit)  # b = 1: the own service is independent of the wait
         rho = rate_per_s * es / c
         return StationSolution(
             name="prefill",
@@ -2088,7 +2109,7 @@ class PrefillStation:
             wait=wait,
             method=model.method,
             exact=model.exact and scale == 1.0,
-            mean_in_system=rate_per_s * (model.mean_s * scale + es),
+            mean_in_system=rate_per_s * (model.mean_s * scale + es * stages),
             notes=tuple(notes),
             extra={
                 "batch_rate_per_s": rate_per_s,

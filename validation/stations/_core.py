@@ -155,6 +155,7 @@ class StepCache:
         self.tables: dict[tuple[int, int], np.ndarray] = {}
         self.prefill: dict[tuple[int, int, int], float] = {}
         self.fingerprint = model.fingerprint
+        self.prefill_exit_s = model.prefill_exit_s  # when a batch leaves the instance (pipeline: pp stage times)
 
     def prefill_time_s(self, s1: float, s2: float, k: float) -> float:
         key = (int(s1), int(s2), int(k))

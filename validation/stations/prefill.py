@@ -14,6 +14,9 @@ always taken, so a request larger than the budget runs alone. The batch takes
     T = prefill_time_s( sum_i n_i, sum_i (n_i**2 + 2 n_i c_i), k )
 
 for k requests with n_i new tokens over c_i cached ones (the attention term of the interface).
+The instance is busy for T; the batch leaves it (first tokens stamped, KV handed to the link)
+``model.prefill_exit_s(T)`` after it started: T itself, or pp·T for a pp-stage pipeline instance
+(:mod:`qmodel.perf.pipeline`), which takes its next batch after one stage time T.
 
 Prefix cache (:class:`PrefixCache`): either a fixed fraction ``prefix_hit_ratio`` of each prompt
 (``c = floor(ratio * P)``), or, for traces with Mooncake ``hash_ids``, a per-instance LRU of
@@ -150,15 +153,26 @@ class PrefillStation:
             self.busy_m.add(t, 1)
         self.batches += 1
         self.batched_requests += len(batch)
+        # a pipeline instance is free after one stage time; the batch leaves pp of them later
+        leave = float(self.model.prefill_exit_s(dur))
         if self.on_batch_start is not None:
-            self.on_batch_start(i, batch, t, dur)
-        self.sim.at(t + dur, self._done, (i, batch))
+            self.on_batch_start(i, batch, t, leave)
+        if leave == dur:
+            self.sim.at(t + dur, self._done, (i, batch))
+        else:
+            self.sim.at(t + dur, self._free, i)
+            self.sim.at(t + leave, self._exit, (i, batch))
 
     def extra(self) -> dict[str, float]:
         """Station-specific measurements for the report."""
         return {"mean_batch": self.batched_requests / self.batches if self.batches else 0.0}
 
     def _done(self, arg: tuple[int, list[int]]) -> None:
+        self._exit(arg)
+        self._free(arg[0])
+
+    def _exit(self, arg: tuple[int, list[int]]) -> None:
+        """The batch leaves the instance (its first tokens, its KV onto the link)."""
         i, batch = arg
         t = self.sim.now
         prompt = self.req.prompt
@@ -167,8 +181,11 @@ class PrefillStation:
             self.outstanding[i] -= prompt[r]
         self.in_sys.add(t, -len(batch))
         self.on_batch_done(i, batch)
+
+    def _free(self, i: int) -> None:
+        """The instance can take its next batch."""
         if self.queues[i]:
             self._start(i)
         else:
             self.busy[i] = False
-            self.busy_m.add(t, -1)
+            self.busy_m.add(self.sim.now, -1)
