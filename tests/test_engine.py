@@ -45,7 +45,7 @@ def test_distserve_md1_mean_ttft_is_exact(rate):
 
 
 def test_md1_percentiles_match_erlang():
-    """ρ = 0.8, D = 0.1: the waiting-time p90 of M/D/1 is 5.01151·D (design §6.3), within one grid step."""
+    """ρ = 0.8, D = 0.1: the waiting-time p90 of M/D/1 is 5.01151·D (docs/reference_values.md §6.3), within one grid step."""
     sc = parse_scenario(md1_scenario(8.0))
     wait = Solver(sc).compose(8.0).stations[0].wait
     assert wait.quantile(0.9) == pytest.approx(5.01151 * D, abs=max(wait.dx, 1e-4) + 1e-6)

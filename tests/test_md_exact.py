@@ -31,7 +31,7 @@ def _scenario(rate: float, d: float, c: int):
 
 def test_reference_forms_agree() -> None:
     """Crommelin's chain (c = 1) equals Erlang's alternating sum at 60 digits, and both give the
-    §6.3 golden M/D/1 values (ρ = 0.8, D = 1); M/D/2 gives its golden mean and quantiles."""
+    docs/reference_values.md §6.3 golden M/D/1 values (ρ = 0.8, D = 1); M/D/2 gives its golden mean and quantiles."""
     for lam, d in [(5.0, 0.1), (4.0, 0.2), (0.8, 1.0)]:
         for t in np.linspace(0.0, 12.0 * d, 37):
             assert mdc_wait_cdf(lam, d, 1, t) == pytest.approx(erlang_md1_wait_cdf(lam, d, t), abs=1e-12)

@@ -59,7 +59,7 @@ def batch_means_se(x: np.ndarray, batches: int = 20) -> float:
 
 def test_prefill_batch_of_one_is_exact_lindley_and_md1_mean():
     """Batch size 1, D = 1, Poisson 0.8: waits equal Lindley's recursion exactly and the mean wait
-    is within 3 SE of the M/D/1 value rho*D/(2(1-rho)) = 2.0 (design §6.3)."""
+    is within 3 SE of the M/D/1 value rho*D/(2(1-rho)) = 2.0 (docs/reference_values.md §6.3)."""
     n = 60000
     arr = poisson(n, 0.8, seed=3)
     res, req = simulate(disagg(), make_trace(arr, 100, 1), warmup_fraction=0.0)
@@ -135,7 +135,7 @@ def test_dedicated_serialized_delay_is_exact():
 
 @pytest.mark.parametrize("prompt", [500, 1000, 4000])
 def test_dedicated_layerwise_exposed_time_is_design_formula(prompt):
-    """exposed = max(X/(C l), X/C - T (1 - 1/l)) + latency (design §2.8); T = 0.001*P, X/C = 0.001*P."""
+    """exposed = max(X/(C l), X/C - T (1 - 1/l)) + latency (docs/methods.md, "Stations": kv_transfer); T = 0.001*P, X/C = 0.001*P."""
     tr = make_trace([0.0], [prompt], 2)
     _, req = simulate(kv_plan("dedicated", "layerwise"), tr, warmup_fraction=0.0)
     _, _, pre_end = req.marks["prefill"]
@@ -187,7 +187,7 @@ def test_transfer_waits_for_decode_reservation():
 
 def test_decode_gps_mean_occupancy_matches_negbin():
     """Decode GPS, t(n) = a + beta n with a = 10 ms, beta = 0.1 ms, L = 200, x = 0.5 (lambda = 25/s):
-    E[N] = r x/(1-x) with r = 1 + a/beta = 101 (design §6.5). The replay's decode station also holds
+    E[N] = r x/(1-x) with r = 1 + a/beta = 101 (docs/reference_values.md §6.5). The replay's decode station also holds
     requests waiting for the next step boundary (mean ~ t/2 each: + lambda * 0.01 = 0.25)."""
     n = 30000
     arr = poisson(n, 25.0, seed=11)
@@ -321,7 +321,7 @@ def test_littles_law_long_run_within_one_percent():
 
 @pytest.mark.slow
 def test_decode_gps_negbin_at_x08():
-    """x = 0.8 (lambda = 40/s): E[N] = 404 (design §6.5; DES 403.7 +- 1.9), +-2% for a long run."""
+    """x = 0.8 (lambda = 40/s): E[N] = 404 (docs/reference_values.md §6.5; DES 403.7 +- 1.9), +-2% for a long run."""
     arr = poisson(200000, 40.0, seed=2)
     plan = disagg(prefill_model=LinearModel(alpha=1e-6), max_batch_tokens=10**6,
                   decode_model=LinearModel(a=0.010, b=0.0001), first_token_from="decode")
@@ -357,7 +357,7 @@ def test_step_cache_matches_roofline_model_exactly():
 
 def test_prefill_bulk_service_md14_matches_embedded_chain():
     """M/D^[1,4]/1, start on arrival, s(k) = 0.2 + 0.25 k, lambda = 3 (rho_full = 0.9): exact
-    Wq = 1.324908, P(W = 0) = 0.034511, P(W <= 1) = 0.551829, utilization 0.9655 (design §6.4).
+    Wq = 1.324908, P(W = 0) = 0.034511, P(W <= 1) = 0.551829, utilization 0.9655 (docs/reference_values.md §6.4).
     One-token prompts and a 4-token budget make the token-budget rule "take up to 4".
     At utilization 0.97 waits are correlated over thousands of customers, so the SE comes from
     16 independent replications (batch means of one run underestimate it); tolerance 3 SE."""
@@ -406,7 +406,7 @@ def test_overload_is_flagged():
 def test_link_queue_matches_mg1_formulas(sharing):
     """One path fed by Poisson transfers (prefill takes 1 ns, so its departures are the arrivals):
     FCFS is M/G/1, E[T] = E[S] + lambda E[S^2] / (2 (1 - rho)) (Pollaczek-Khinchine); fair sharing is
-    M/G/1-PS, E[T] = E[S] / (1 - rho), insensitive to the size law (design §2.8). S = X/C with
+    M/G/1-PS, E[T] = E[S] / (1 - rho), insensitive to the size law (docs/methods.md, "Stations": kv_transfer). S = X/C with
     prompt lengths uniform on 1..1999 tokens, rho = 0.6; tolerance 3 SE from 8 replications."""
     lam, C, bpt = 6.0, 1e6, 100.0  # E[S] = 1000 * 100 / 1e6 = 0.1 s -> rho = 0.6
     sizes = np.arange(1, 2000) * bpt / C

@@ -1,4 +1,4 @@
-"""Colocated prefill-priority station: §2.9 model against the step-level DES, stability, sanity."""
+"""Colocated prefill-priority station: prefill-priority model (docs/reference_values.md §2.9) against the step-level DES, stability, sanity."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from qmodel.stations.iteration_laws import compound_poisson_pmf, pk_wait as _pk_
 from qmodel.dist import GridDist
 from tests.des_micro import LinearService, simulate_colocated
 
-# §2.9 setting (reconstructed from its numbers: rho_p = 0.12 lam, decode residual ~5 ms, E[N] 2.3/5.6/10.4):
+# docs/reference_values.md §2.9 setting (reconstructed from its numbers: rho_p = 0.12 lam, decode residual ~5 ms, E[N] 2.3/5.6/10.4):
 # prefill 20 ms + 0.1 ms/token, P ~ lognormal(mean 1000, sigma 0.8); decode 10 ms + 0.1 ms/seq;
 # L ~ geometric(mean 200).
 SVC = LinearService(0.010, 0.0001, 0.0, alpha=0.020, gamma=1e-4)
@@ -49,7 +49,7 @@ def _check_against_des(lam: float, horizon: float) -> None:
     assert abs(rel(s.delay.mean_s, run.ttft.mean())) <= 0.08
     assert abs(rel(s.delay.quantile(0.9), tt[1])) <= 0.10
     assert abs(rel(s.delay.quantile(0.99), tt[2])) <= 0.15
-    # prefill time fraction and decode occupancy (§2.9: rho_p 0.12/0.24/0.36, E[N] 2.3/5.6/10.4)
+    # prefill time fraction and decode occupancy (docs/reference_values.md §2.9: rho_p 0.12/0.24/0.36, E[N] 2.3/5.6/10.4)
     assert s.extra["rho_p"] == pytest.approx(run.prefill_fraction, rel=0.05)
     assert s.extra["mean_n_decode"] == pytest.approx(run.mean_running, rel=0.08)
     # mean prompts per prefill iteration: fixed point vs DES measured −1…−4% (1.06 vs 1.11 at lam = 3)
@@ -67,8 +67,8 @@ def test_against_des_table(lam):
 
 
 def test_design_table_tpot_against_its_des():
-    # The design's §2.9 table, DES column (ms): mean / p90 / p99 TPOT at rho_p 0.12 / 0.24 / 0.36.
-    # Measured: mean −0.5/+0.2/−2.1%, p90 −0.4/−1.1/−3.0%, p99 −3.7/+1.9/−4.5%. The design's own
+    # The table of docs/reference_values.md §2.9, DES column (ms): mean / p90 / p99 TPOT at rho_p 0.12 / 0.24 / 0.36.
+    # Measured: mean −0.5/+0.2/−2.1%, p90 −0.4/−1.1/−3.0%, p99 −3.7/+1.9/−4.5%. The reference table's own
     # model (its model column, 12.13/14.75/18.57 mean and 46.4 p99 at 0.36) stops the stall at the
     # prompts queued during the request's prefill; here they start a prefill busy period, which took
     # the p99 at 0.36 from −16% to −4.5%. Bands: those errors plus ~1 point for the DES's noise.
@@ -100,7 +100,7 @@ def test_stability_limit_and_error():
 
 
 def test_pk_wait_matches_md1():
-    # M/D/1 (D = 1, lam = 0.8): residual U(0,1); P(W <= 1) = 0.4451081857, E[W] = 2 (design §6.3)
+    # M/D/1 (D = 1, lam = 0.8): residual U(0,1); P(W <= 1) = 0.4451081857, E[W] = 2 (docs/reference_values.md §6.3)
     dx = 1e-3
     n = int(1 / dx)
     res = GridDist(dx, np.concatenate([[0.0], np.full(n, 1.0 / n)]), 0.5)

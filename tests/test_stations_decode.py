@@ -1,4 +1,4 @@
-"""Decode station: golden GPS values (design §6.5), Little's law, slot cap table (§2.7), DES checks."""
+"""Decode station: golden GPS values (docs/reference_values.md §6.5), Little's law, slot cap table (docs/reference_values.md §2.7), DES checks."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _station(L=None, **kw) -> DecodeStation:
     return DecodeStation(LinearService(A, B), np.zeros(len(L)), L, **kw)
 
 
-# §6.5: x = lam * 0.02; (E[N], Var N, N p50/p90/p99, mean TPOT ms, quasi-static p50/p90/p99 ms)
+# docs/reference_values.md §6.5: x = lam * 0.02; (E[N], Var N, N p50/p90/p99, mean TPOT ms, quasi-static p50/p90/p99 ms)
 GOLDEN = [
     (25.0, 101, 202, (100, 120, 136), 20.20, (20.10, 22.10, 23.70)),
     (40.0, 404, 2020, (403, 462, 515), 50.50, (50.40, 56.30, 61.60)),
@@ -46,7 +46,7 @@ def test_golden_gps_table(lam, en, var, nq, tpot, tq):
 
 
 def test_closed_forms_negbin():
-    # E[N] = r x/(1-x), mean TPOT = (a+beta)/(1-x), residual step E[t]/2 at x=0.8 (DES 25.2 ms, §2.7)
+    # E[N] = r x/(1-x), mean TPOT = (a+beta)/(1-x), residual step E[t]/2 at x=0.8 (DES 25.2 ms, docs/reference_values.md §2.7)
     s = _station().solve(40.0)
     x, r = 0.8, 1 + A / B
     assert s.extra["mean_n_per_chain"] == pytest.approx(r * x / (1 - x), rel=1e-12)
@@ -77,7 +77,7 @@ def test_littles_law_slot_queue_geometric():
     assert s.extra["mean_slot_wait_s"] * lam == pytest.approx(excess * ac, rel=1e-9)
 
 
-# §2.7 slot-cap table (DES at rho = 0.8, E[L] = 200): model admission wait within the stated ±15%.
+# slot-cap table of docs/reference_values.md §2.7 (DES at rho = 0.8, E[L] = 200): model admission wait within the stated ±15%.
 CAP_TABLE = [(450, "geometric", 0.227), (420, "geometric", 1.700), (450, "deterministic", 0.145),
              (420, "deterministic", 0.730)]
 
@@ -190,7 +190,7 @@ def test_pool_dispatch():
     assert rnd.solve(160.0).extra["mean_tpot_s"] == pytest.approx(one.solve(40.0).extra["mean_tpot_s"])
     assert rnd.solve(160.0).mean_in_system == pytest.approx(4 * one.solve(40.0).mean_in_system)
     ll = DecodeStation(LinearService(A, B), np.zeros(100), L, instances=4, dispatch="least_loaded")
-    # pooled: NegBin r = 1 + c a/beta with the same x (derived in §2.7)
+    # pooled: NegBin r = 1 + c a/beta with the same x (derived: docs/methods.md, "Stations": decode)
     r, x = 1 + 4 * A / B, 0.8
     assert ll.solve(160.0).extra["mean_n_per_chain"] == pytest.approx(r * x / (1 - x), rel=1e-9)
     assert ll.max_stable_rate_per_s() == pytest.approx(rnd.max_stable_rate_per_s())
@@ -265,7 +265,7 @@ def test_mean_n_insensitive_des_high_load(kind):
 
 @pytest.mark.slow
 def test_quasi_static_tpot_is_conservative_for_long_outputs():
-    # Long outputs average TPOT over occupancy fluctuations (design §2.7: the CLT refinement would
+    # Long outputs average TPOT over occupancy fluctuations (docs/methods.md, "Stations": decode: the CLT refinement would
     # shrink the spread). Measured (20000 s): deterministic L = 1000 at x = 0.8, DES p50/p90/p99
     # 50.07/55.04/60.12 ms vs quasi-static 50.40/56.30/61.60 (+0.7/+2.3/+2.5%); lognormal sigma 1.5,
     # E[L] = 50: +3.0/+3.3/+5.3%. The rule stays within 6% and never below the DES, so it is kept.

@@ -34,7 +34,7 @@ from qmodel.stations.fcfs import (
 EXACT = 1e-6  # the design prints exact values to 6 decimals
 
 
-# ---- §6.1 M/M/1 -------------------------------------------------------------------------------
+# ---- docs/reference_values.md §6.1 M/M/1 -------------------------------------------------------------------------------
 def test_mm1_golden() -> None:
     q = MM1(0.8, 1.0)
     assert q.mean_s == pytest.approx(4.0, abs=EXACT)
@@ -46,7 +46,7 @@ def test_mm1_golden() -> None:
     assert q.quantile(0.99) == pytest.approx(21.910133, abs=EXACT)
 
 
-# ---- §6.2 Erlang B / C ------------------------------------------------------------------------
+# ---- docs/reference_values.md §6.2 Erlang B / C ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "c,a,b,cc,wq,lq",
     [
@@ -67,7 +67,7 @@ def test_erlang_golden(c: int, a: float, b: float, cc: float, wq: float, lq: flo
     assert q.sf(1.0) == pytest.approx(cc * math.exp(-(c - a)), abs=EXACT)
 
 
-# ---- §6.3 M/D/1 and M/D/c ---------------------------------------------------------------------
+# ---- docs/reference_values.md §6.3 M/D/1 and M/D/c ---------------------------------------------------------------------
 MDC_GOLDEN = [
     (1, 0.8, 0.8, 2.0, {0: 0.2, 0.5: 0.2983649395, 1: 0.4451081857, 2: 0.6345199363, 3: 0.7620995197,
                          5: 0.8995027618, 10: 0.9883428917, 20: 0.9998431564}, (1.27594, 5.01151, 10.35589)),
@@ -110,14 +110,14 @@ def test_md1_cramer_lundberg_constants() -> None:
     assert g.quantile(0.99) == pytest.approx(10.3559, abs=5e-5)
     assert g.sf(2.0) == pytest.approx(0.36601, abs=5e-6)
     assert g.mean_s == pytest.approx(2.0, abs=1e-12)
-    # M/D/c exact decay equals the fast-single-server CL decay (design §2.2)
+    # M/D/c exact decay equals the fast-single-server CL decay (docs/methods.md, "Stations": fcfs)
     q = MDc(1.6, 1.0, 2)
     eta = q.decay_rate
     assert math.exp(eta * 1.0) == pytest.approx((1 + eta / 1.6) ** 2, rel=1e-10)
 
 
 def test_mm1_cramer_lundberg_is_exact() -> None:
-    # For exponential S the CL constants are η = μ − λ and C = ρ (design §2.1 sanity check).
+    # For exponential S the CL constants are η = μ − λ and C = ρ (docs/methods.md, "Stations": fcfs sanity check).
     # A 20 000-point quantile sample of Exp(1) has MGF error ~1e-4 at η = 0.2: tolerance 1e-3.
     u = (np.arange(20000) + 0.5) / 20000
     g = MG1(0.8, ServiceSample.of(-np.log1p(-u)))
@@ -145,7 +145,7 @@ def test_approximation_golden_values() -> None:
         assert allen_cunneen(lam, 1.0, c, 1.0, 0.0) == pytest.approx(ac, abs=EXACT)
 
 
-# ---- §6.4 batch arrivals ----------------------------------------------------------------------
+# ---- docs/reference_values.md §6.4 batch arrivals ----------------------------------------------------------------------
 def test_mx_m1_golden() -> None:
     assert mx_g1_mean_wait(0.4, 2.0, 4.0, 1.0, 2.0) == pytest.approx(6.5, abs=EXACT)
     # X ≡ 1 reduces to P-K
@@ -189,7 +189,7 @@ def test_qna_delay_probability_against_exact_gi_m1() -> None:
     assert qna_delay_probability(0.0, 0.5, 1.0) == 0.0 and qna_delay_probability(1.0, 0.5, 1.0) == 1.0
 
 
-# ---- §6.6 M/G/c with a prefill-like service ---------------------------------------------------
+# ---- docs/reference_values.md §6.6 M/G/c with a prefill-like service ---------------------------------------------------
 def _prefill_like_service() -> ServiceSample:
     from scipy.special import ndtri
 
@@ -210,14 +210,14 @@ def test_mgc_bands_against_des(c, rho, des_w, des_p90, des_p99) -> None:
     q = MGc(rho * c / s.mean_s, s, c)
     # Design band for the Cosmetatos/Whitt mean: ±1–4%.
     assert q.mean_s == pytest.approx(des_w, rel=0.04)
-    # Design band for the mean-matched tail: p90 ±2–6%, p99 −6…+6%. The design's own c=4, ρ=0.7 p90
+    # Tolerance band (docs/reference_values.md §6.6) for the mean-matched tail: p90 ±2–6%, p99 −6…+6%. The reference table's own c=4, ρ=0.7 p90
     # is +6.1% of a DES estimate that carries ~1% sampling error, so the gate is 6% + 1% DES noise.
     assert q.quantile(0.9) == pytest.approx(des_p90, rel=0.07)
     assert q.quantile(0.99) == pytest.approx(des_p99, rel=0.07)
 
 
 def test_mg1_cl_tail_against_exact_md1() -> None:
-    # For p90 and above the CL asymptotic equals the exact M/D/1 law to 4 digits (design §2.1).
+    # For p90 and above the CL asymptotic equals the exact M/D/1 law to 4 digits (docs/methods.md, "Stations": fcfs).
     g, e = MG1(0.8, ServiceSample.of(1.0)), MD1(0.8, 1.0)
     for p in (0.9, 0.99, 0.999):
         assert g.quantile(p) == pytest.approx(e.quantile(p), rel=1e-4)

@@ -73,7 +73,7 @@ def test_pk_mean_and_tail_against_lindley() -> None:
     assert sol.wait.mean_s == pytest.approx(m, abs=3 * se)
     for p in (0.9, 0.99):
         q, qse = _se(w, lambda v: np.quantile(v, p))
-        # CL tail: exact decay, p90+ within ~1% of exact (design §2.1) + grid bin + 3 SE
+        # CL tail: exact decay, p90+ within ~1% of exact (docs/methods.md, "Stations": fcfs) + grid bin + 3 SE
         assert sol.wait.quantile(p) == pytest.approx(q, abs=3 * qse + 0.01 * q + sol.wait.dx)
 
 

@@ -1,4 +1,4 @@
-"""Prefill bulk-service station: golden values (§6.3, §6.4), DistServe's M/D/1, and a micro-DES."""
+"""Prefill bulk-service station: golden values (docs/reference_values.md §6.3, docs/reference_values.md §6.4), DistServe's M/D/1, and a micro-DES."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ EXACT = 1e-6
 
 
 class LinearPrefill(ServiceTimeModel):
-    """S = alpha + gamma * sum_tokens (+ q * sum_sq): the design's batch-time model."""
+    """S = alpha + gamma * sum_tokens (+ q * sum_sq): the affine batch-time model."""
 
     kind = "test-linear"
 
@@ -78,7 +78,7 @@ def _batch_means(x: np.ndarray, fn, nb: int = 20) -> tuple[float, float]:
     return float(fn(x)), float(vals.std(ddof=1) / np.sqrt(nb))
 
 
-# ---- §6.4 golden values -----------------------------------------------------------------------
+# ---- docs/reference_values.md §6.4 golden values -----------------------------------------------------------------------
 def test_mm13_start_on_arrival_golden() -> None:
     q = BulkQueue(1.0, BatchServiceLaw.exponential(2.0, 3))
     assert q.lq == pytest.approx(3.907841, abs=EXACT)
@@ -111,7 +111,7 @@ def test_md24_golden() -> None:
     assert q.mean_batch == pytest.approx(3.1749, abs=5e-5)
 
 
-# ---- b = 1 with a fixed time: exact M/D/1 and M/D/c (§6.3) ------------------------------------
+# ---- b = 1 with a fixed time: exact M/D/1 and M/D/c (docs/reference_values.md §6.3) ------------------------------------
 def test_batch_one_is_exact_md1() -> None:
     st = PrefillStation(1, ConstantPrefill(1.0), np.array([100.0]), max_batch_tokens=None, max_batch_size=1)
     q = st.queue(0.8)

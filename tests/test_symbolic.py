@@ -42,7 +42,7 @@ def test_distserve_matches_md1(d: float, load: float) -> None:
 def test_decode_tpot_matches_negbin_little(a: float, beta: float, el: float, x: float) -> None:
     lam = x / (el * beta)
     r = 1.0 + a / beta
-    mean_n = r * x / (1.0 - x)  # NegBin occupancy (design §2.7)
+    mean_n = r * x / (1.0 - x)  # NegBin occupancy (docs/methods.md, "Stations": decode)
     want = mean_n / (lam * el)  # Little: time per token = E[N] / token throughput
     assert S.evaluate("decode_tpot", a=a, beta=beta, lam=lam, el=el) == pytest.approx(want, rel=REL)
     assert S.evaluate("decode_max_rate", beta=beta, el=el) == pytest.approx(1.0 / (el * beta), rel=REL)

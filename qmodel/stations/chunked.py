@@ -10,7 +10,7 @@ chunks c_j over d_j computed tokens takes
 a decode-only iteration t_d(n, S) = decode_step_time_s(n, S). A prompt's chunks re-read the KV of
 its earlier chunks (the 2 c d term); over a whole prompt the attention terms sum to exactly P^2.
 
-Model (derived here from §2.9's sketch and checked against a step-level DES, tests/des_micro.py):
+Model (derived here from a prefill-priority sketch (docs/reference_values.md §2.9) and checked against a step-level DES, tests/des_micro.py):
 
 * per-prompt mixed-mode time with n decodes, c = B_c - n, contexts at the mean C̄:
       S_n(P) = (P/c) [T_p(B_c, 0, k) + Delta(n)] + (P/c) [T_p(c, c P, 1) - T_p(c, 0, 1)],
@@ -367,7 +367,7 @@ class ChunkedStation:
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)
         notes = (
-            "chunked model derived here (design §2.9 sketch), checked against a step-level DES at 0.2-0.8 of "
+            "chunked model derived here (prefill-priority sketch, docs/reference_values.md §2.9), checked against a step-level DES at 0.2-0.8 of "
             "the limit: TPOT/TTFT mean and p90 within ~±8%, p99 within ~±8%, TPOT p50 ~−11% at 0.8 "
             "(tests/test_stations_chunked.py)",
             f"step time: mixed iteration = prefill_time_s(chunk + n, sum c^2+2cd, k) + decode context part "

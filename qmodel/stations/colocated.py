@@ -1,4 +1,4 @@
-"""Colocated engine, prefill-priority iterations (vLLM-v0-like): design §2.9.
+"""Colocated engine, prefill-priority iterations (vLLM-v0-like): docs/methods.md, "Stations": colocated.
 
 A waiting prompt triggers a prefill iteration of everything waiting (up to the token budget);
 otherwise the engine runs one decode step of all running sequences.
@@ -19,7 +19,7 @@ Model, per instance at rate lam (random split over ``instances``):
   S_0: K_0 ~ Poisson(lam T_own) prompts queued during its own prefill, whose iteration runs before
   its second token (the inspection-paradox term); everything that arrives meanwhile is prefilled
   first too, so each of them starts a prefill busy period: jumps B(T_1(P)), gamma with E[B] =
-  E[T_1]/(1 - rho_p) and E[B^2] = E[T_1^2]/(1 - rho_p)^3. (The design's S_0 stopped at the queued
+  E[T_1]/(1 - rho_p) and E[B^2] = E[T_1^2]/(1 - rho_p)^3. (The sketch's S_0 of docs/reference_values.md §2.9 stopped at the queued
   prompts themselves, jumps T_1(P): TPOT p99 −16% at rho_p 0.36 and −30% at 0.53 against the step
   DES, −22% at 0.3 of the limit with Gamma CV 2 arrivals; with the busy periods −6/−11/−3%.);
   S_life: the prefill work that interrupts its decode life D = (L-1) t_d(n+1)/(1 - rho_p). Prefill
@@ -27,7 +27,7 @@ Model, per instance at rate lam (random split over ``instances``):
   S_life is clustered: busy periods start at rate lam (1 - rho_p) and last B, E[B] = E[T]/(1 - rho_p),
   E[B^2] = E[T^2]/(1 - rho_p)^3 (M/G/1, Takacs; T = T_1 scaled to the batched per-prompt cost),
   B taken as the gamma law with those moments. The clustering keeps the mean (rho_p D) and
-  carries the busy-period correlation; the design's per-prompt Poisson stalls (§2.9) gave p99 −28%
+  carries the busy-period correlation; per-prompt Poisson stalls (docs/reference_values.md §2.9) gave p99 −28%
   at rho_p = 0.36, the clustered form −14% (tests/test_stations_colocated.py).
   Evaluated deterministically: compound-Poisson pmf by FFT per (L group, N node) on a per-group
   grid, 10 log-spaced L groups, 5 quantile nodes of N;

@@ -62,7 +62,7 @@ scaled mean instead (stretching the conditional wait by busy/P(W > 0)) gave 9.1 
 goodput errors up to +18.5%, so it was not adopted.
 least_loaded is read as *least work left*: with b = 1 it is exactly the central FCFS queue, so
 M/D/c (exact) or M/G/c (Cosmetatos/Whitt); with b > 1 no validated central bulk formula exists
-(design §2.4) and it is treated like round_robin (approximate; the per-engine chain ignores the
+(docs/methods.md, "Stations": prefill) and it is treated like round_robin (approximate; the per-engine chain ignores the
 pooling, so it is conservative). Non-Poisson arrivals (c_a² ≠ 1) use the same scaling, approximate.
 
 **Stability.** λ < c · E[N] / E[S_N] (c · b / E[S_b] under a cap): batching raises capacity above

@@ -11,7 +11,7 @@ added after the last byte, not holding the path). A serialized transfer is the c
 * ``dedicated``: no contention. A transfer of X bytes started at ``s`` ends at
   f = max(s + X/C, t_s + T + X/(lC)): the per-layer recursion f_j = max(f_{j-1}, ready_j) + X/(lC)
   has its maximum at an end because ready_j is linear in j. So the exposed time is
-  max(X/(Cl), X/C - T(1-1/l)) (design §2.8).
+  max(X/(Cl), X/C - T(1-1/l)) (docs/methods.md, "Stations": kv_transfer).
 * ``fcfs``: one chunk at a time per path, FCFS by readiness. The requests of a batch that reserved
   together form a *group* whose layer-j chunks (all ready at ready_j) leave together in batch
   order; groups are served FCFS and a group holds the path until its last chunk. With

@@ -1,6 +1,6 @@
 """Decode pool with continuous batching: a generalized processor-sharing (GPS) queue.
 
-Model (design §2.7). One decode instance advances every active sequence by one token per step; a
+Model (docs/methods.md, "Stations": decode). One decode instance advances every active sequence by one token per step; a
 step with n sequences whose contexts total n*C̄ takes t(n) = service.decode_step_time_s(n, n*C̄),
 with C̄ = E[L (P + (L+1)/2)] / E[L] the time-average context of an active slot (§1). Each active
 request therefore receives 1/t(n) tokens/s and the instance is a GPS queue with total token rate

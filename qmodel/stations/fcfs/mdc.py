@@ -3,7 +3,7 @@
 Crommelin's chain N' = max(N − c, 0) + Poisson(λD) gives the time-stationary number in system π;
 then for x ∈ [kD, (k+1)D)
 P(W ≤ x) = P(max(N − c, 0) + Poisson(λ((k+1)D − x)) ≤ (k+1)c − 1), every term positive
-(design §2.2). This replaces Erlang's alternating sum, which loses float64 precision for t/D ≳ 20
+(docs/methods.md, "Stations": fcfs). This replaces Erlang's alternating sum, which loses float64 precision for t/D ≳ 20
 (kept as :func:`erlang_md1_cdf`, a cross-check). Crommelin (1932); Franx (2001).
 """
 
@@ -36,7 +36,7 @@ def _poisson_pmf(n: np.ndarray, mu: np.ndarray | float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MDc(WaitingTime):
-    """M/D/c exact waiting time (Crommelin's chain + the all-positive CDF formula of §2.2)."""
+    """M/D/c exact waiting time (Crommelin's chain + the all-positive CDF formula)."""
 
     lam: float
     d: float
@@ -130,7 +130,7 @@ class MDc(WaitingTime):
 
     @property
     def decay_rate(self) -> float:
-        """Exact decay η of P(W > t): e^{ηD} = (1 + η/λ)^c (design §2.2)."""
+        """Exact decay η of P(W > t): e^{ηD} = (1 + η/λ)^c (docs/methods.md, "Stations": fcfs)."""
         return cramer_lundberg(self.lam, ServiceSample.of(self.d / self.c))[0]
 
 

@@ -20,7 +20,7 @@ class MG1(ExpTail):
     """M/G/1 FCFS: exact P-K mean and Takács second moment; Cramér–Lundberg exponential tail.
 
     P(W > t) ≈ min(ρ, C e^{−ηt}): the atom P(W = 0) = 1 − ρ and the decay η are exact, and for
-    M/D/1 at ρ = 0.8 p90/p99 agree with the exact law to 4 digits (design §2.1).
+    M/D/1 at ρ = 0.8 p90/p99 agree with the exact law to 4 digits (docs/methods.md, "Stations": fcfs).
     """
 
     lam: float

@@ -29,7 +29,7 @@ class ServiceSample:
     """A service-time law given by a sample (equal weights unless ``weights``) or one value.
 
     Moments and the moment generating function are sample averages; prompts are bounded so the
-    MGF exists for every η (design §2.1).
+    MGF exists for every η (docs/methods.md, "Stations": fcfs).
     """
 
     values_s: np.ndarray

@@ -6,7 +6,7 @@ efficiency, base latency δ). Per path the load is ρ = λ E[X] / (paths · C) (
 Layer count ℓ, T_p the request's own prefill (batch) time. The transfer itself takes
 
     serialized:  g(X) = X / C
-    layerwise:   g(X, T_p) = max(X/(Cℓ), X/C − T_p (1 − 1/ℓ))     (design §2.8: layer i is sent
+    layerwise:   g(X, T_p) = max(X/(Cℓ), X/C − T_p (1 − 1/ℓ))     (docs/methods.md, "Stations": kv_transfer: layer i is sent
                  while layers i+1..ℓ compute, so only what the prefill cannot cover is exposed)
 
 and the exposed (TTFT-visible) time is, by ``sharing``:
@@ -20,7 +20,7 @@ and the exposed (TTFT-visible) time is, by ``sharing``:
   not exactly Poisson, so this is a QNA-style decomposition (approximate).
 * fair (processor sharing among concurrent transfers): Kleinrock's exact conditional mean
   E[T | x] = (x/C)/(1 − ρ); the distribution mixes that over x (the PS sojourn has no simple closed
-  form; design §2.8), and layerwise uses the shared rate C(1 − ρ) in g.
+  form; docs/methods.md, "Stations": kv_transfer), and layerwise uses the shared rate C(1 − ρ) in g.
 
 Non-Poisson arrivals (``ca2`` ≠ 1) scale the fcfs wait by (c_a² + c_s²)/(1 + c_s²) (Kingman ratio,
 approximate). The layerwise-with-queueing combination assumes the link wait adds to the exposed
