@@ -344,7 +344,7 @@ def test_step_cache_matches_roofline_model_exactly():
     from qmodel.perf.build import service_model
     from qmodel.registry import get_gpu, get_model
     from qmodel.scenario import RooflinePerf
-    from qmodel.validation.stations._core import StepCache
+    from qmodel.validation.stations.core import StepCache
 
     m = service_model(RooflinePerf(), get_model("llama-3.1-8b"), get_gpu("h100-sxm"), 1, 1)
     c = StepCache(m, block=256)

@@ -42,7 +42,7 @@ from qmodel.validation.replay_stats import ENGINE, FCFS_NOTE  # noqa: F401  (imp
 from qmodel.validation.replay_stats import LITTLE_TOLERANCE, little_rel_error, summarize
 from qmodel.validation.report import ReplayResult
 from qmodel.validation.stations import ChunkedStation, ColocatedStation
-from qmodel.validation.stations._core import Requests, Sim, StepCache
+from qmodel.validation.stations.core import Requests, Sim, StepCache
 from qmodel.validation.trace_types import Trace
 
 __all__ = ["LITTLE_TOLERANCE", "little_rel_error", "ReplayPlan", "build_plan", "plan_from_resolved", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace"]
@@ -146,7 +146,7 @@ def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: 
     """:func:`replay_plan` plus the per-request columns (first/last token times, station marks).
 
     ``cache`` memoises the service-time model at the integer arguments the replay uses
-    (:class:`~qmodel.validation.stations._core.StepCache`): same numbers, several times faster.
+    (:class:`~qmodel.validation.stations.core.StepCache`): same numbers, several times faster.
     """
     run_plan = plan
     if cache:

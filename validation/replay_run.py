@@ -15,7 +15,7 @@ from qmodel.progress import ProgressFn
 from qmodel.validation.replay_plan import ReplayPlan
 from qmodel.validation.stations import (ChunkedStation, ColocatedStation, DecodeStation, KVTransferStation,
                                         PrefillStation)
-from qmodel.validation.stations._core import Requests, Sim
+from qmodel.validation.stations.core import Requests, Sim
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 

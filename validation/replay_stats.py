@@ -21,7 +21,7 @@ from qmodel.validation.report import Conservation, Precision, ReplayHeader, Repl
 from qmodel.validation.trace_types import Trace
 
 if TYPE_CHECKING:  # annotations only
-    from qmodel.validation.stations._core import Requests, Sim
+    from qmodel.validation.stations.core import Requests, Sim
 
 __all__ = ["ENGINE", "LITTLE_TOLERANCE", "FCFS_NOTE", "little_rel_error", "summarize"]
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
-from ._core import Meter, Requests, Sim, pick_instance, step_cumsum_fn, truncate_run
+from .core import Meter, Requests, Sim, pick_instance, step_cumsum_fn, truncate_run
 from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here

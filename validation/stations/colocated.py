@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._batching import SinglePoolStation
-from ._core import Requests, Sim
+from .core import Requests, Sim
 from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here

@@ -34,7 +34,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from ._core import Meter, Requests, Sim, step_cumsum_fn, truncate_run
+from .core import Meter, Requests, Sim, step_cumsum_fn, truncate_run
 
 __all__ = ["DecodeInstance", "DecodeStation"]
 

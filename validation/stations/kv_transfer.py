@@ -35,7 +35,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 
-from ._core import Meter, Requests, Sim
+from .core import Meter, Requests, Sim
 from .decode import DecodeStation
 
 __all__ = ["KVTransferStation"]

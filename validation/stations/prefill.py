@@ -35,7 +35,7 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from ._core import Meter, Requests, Sim, pick_instance
+from .core import Meter, Requests, Sim, pick_instance
 
 __all__ = ["PrefixCache", "PrefillStation"]
 
