@@ -30,3 +30,18 @@ def test_decode_busy_fraction_is_compared_with_the_replay(repo_root):
     assert abs(by["decode.utilization"].rel_error) < 1e-6
     assert abs(by["prefill.utilization"].rel_error) < 0.05
     assert abs(by["kv_transfer.utilization"].rel_error) < 0.05
+
+
+@pytest.mark.parametrize("example, tol", [("llama3-8b-colocated-h100.yaml", 1e-6), ("llama3-8b-chunked-h100.yaml", 1e-6),
+                                          ("opt13b-colocated-a100.yaml", 0.06)])
+def test_single_pool_busy_fraction_is_compared(repo_root, example, tol):
+    """Colocated/chunked: utilization is the rate over the pool's limit (0.63/0.64 on the llama3-8b
+    examples, where the replay's instances never idle: 1.000); the busy fraction is rho_p plus the
+    decoding share of the rest. opt13b-colocated (idle 6-9% of the time): measured +3.4% at 3000
+    requests, replay noise and the mean-field decode share; 6% allowed."""
+    sc = load_scenario(repo_root / "examples" / example)
+    res = qmodel.solve(sc)
+    (st,) = res.stations
+    assert st.busy_fraction is not None and st.busy_fraction >= st.utilization - 1e-12
+    (m,) = compare_with_replay(sc, res, n_requests=3000).stations
+    assert abs(m.rel_error) < tol, (m.analytic, m.replay)

@@ -689,6 +689,7 @@ class ColocatedStation:
         return StationSolution(
             name=self.name,
             utilization=float(load),
+            busy_fraction=float(rho_p + busy_dec),  # what the replay meters (prefilling or decoding)
             max_stable_rate_per_s=float(lam_max),
             delay=ttft,
             wait=resid,
