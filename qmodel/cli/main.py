@@ -1,6 +1,9 @@
 """``qmodel`` command line: one sub-command module per verb (``qmodel.cli.cmd_<verb>``).
 
-Each module defines ``register(subparsers)`` which adds its parser and sets ``func``. Errors
+Each module defines ``register(subparsers)`` which adds its parser and sets ``func``. A run imports
+only its own verb's module: the others appear in ``qmodel --help`` as placeholders carrying the
+one-line help of :data:`VERB_HELP` (a test checks it against each module's own), so ``qmodel solve``
+does not load the planner, the importers, the replay or the TUI. Errors
 derived from :class:`~qmodel.errors.QmodelError` print as one line on stderr with their exit code
 (2 for bad input, 3 for an unstable configuration); argparse usage errors also exit 2.
 """
@@ -14,14 +17,31 @@ from collections.abc import Sequence
 
 from qmodel.errors import QmodelError
 
-__all__ = ["main", "build_parser", "VERBS"]
+__all__ = ["main", "build_parser", "VERBS", "VERB_HELP"]
 
-#: Sub-commands in help order; each lives in qmodel/cli/cmd_<verb>.py
-VERBS = ["solve", "goodput", "sweep", "compare", "plan", "replay", "validate", "trace", "catalog",
-         "calibrate", "perf", "examples", "tui"]
+#: Sub-commands in help order, each with the one-line help ``qmodel --help`` lists; each verb lives in
+#: qmodel/cli/cmd_<verb>.py, whose ``register`` passes the same help to ``add_parser``
+VERB_HELP: dict[str, str] = {
+    "solve": "solve a scenario analytically (milliseconds)",
+    "goodput": "largest rate whose SLO attainment meets the goal",
+    "sweep": "attainment and TTFT/TPOT percentiles over a range of rates",
+    "compare": "colocated vs chunked vs disaggregated on the same GPUs",
+    "plan": "search deployments: fewest GPUs, lowest $/h, or most goodput in a budget",
+    "replay": "replay a scenario with the event-driven simulator (seconds)",
+    "validate": "analytic engine vs replay over a suite of scenarios (error table)",
+    "trace": "inspect and download request traces",
+    "catalog": "list and show models, GPUs, links and workload presets; import HF configs",
+    "calibrate": "fit roofline factors (mfu, mbu, overheads) to a measured table",
+    "perf": "step-time tables: import measured data (perf import SOURCE ...)",
+    "examples": "list or copy the bundled example scenarios",
+    "tui": "interactive what-if explorer in the terminal",
+}
+VERBS = list(VERB_HELP)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``qmodel`` parser: every verb's full parser, or, with ``only``, that verb's and a placeholder
+    (same name and help, no options) for each other one, so no other verb's module is imported."""
     parser = argparse.ArgumentParser(
         prog="qmodel",
         description="Queueing-theory capacity planner for LLM serving (colocated, chunked prefill, P/D disaggregation).",
@@ -30,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"qmodel {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
-    for verb in VERBS:
+    for verb, help_ in VERB_HELP.items():
+        if only is not None and verb != only:
+            sub.add_parser(verb, help=help_)
+            continue
         try:
             mod = importlib.import_module(f"qmodel.cli.cmd_{verb}")
         except ModuleNotFoundError as err:
@@ -41,8 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _verb_of(argv: Sequence[str]) -> str:
+    """The verb an argument list names: its first word that is not an option (the top-level parser
+    takes only ``-h`` and ``--version``, neither with a value); "" when there is none."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_verb_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
