@@ -9,7 +9,8 @@ import pytest
 
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.colocated import ColocatedStation
-from qmodel.stations.iteration_laws import compound_poisson_pmf, pk_wait as _pk_wait
+from qmodel.stations.iteration_stalls import compound_poisson_pmf
+from qmodel.stations.iteration_waits import pk_wait as _pk_wait
 from qmodel.dist import GridDist
 from tests.des_micro import LinearService, simulate_colocated
 
@@ -170,7 +171,7 @@ def test_attainment_monotone_in_rate():
 def test_jsq_wait_is_exact_for_mmc():
     # Exponential service (mean 1): the P-K wait is the M/M/1 wait, and jsq_wait's Erlang-C / (1/c)
     # transform gives the M/M/c wait exactly: P(W > t) = C(c, c rho) exp(-c (1 - rho) t).
-    from qmodel.stations.iteration_laws import jsq_wait
+    from qmodel.stations.iteration_waits import jsq_wait
     from qmodel.stations.fcfs import erlang_c
 
     dx, rho, c = 1e-3, 0.7, 3
@@ -205,7 +206,7 @@ def test_coarse_pk_step_keeps_the_station_answer(monkeypatch, kw):
     # co-batched while waiting, whose costs live on the station's own step) must follow the step,
     # mean kept. Forcing an 8x coarser step here moved TTFT p50/p90/p99 by +3.0/+0.7/+0.5% (bursty)
     # (the own prefill is still rounded up to the coarse step by the final convolution); gate 4%.
-    import qmodel.stations.iteration_laws as col  # where the P-K wait lives
+    import qmodel.stations.iteration_waits as col  # where the P-K wait lives
 
     st_ = _station(**kw)
     lam = 0.8 * st_.max_stable_rate_per_s()
@@ -223,7 +224,7 @@ def test_coarse_pk_step_keeps_the_station_answer(monkeypatch, kw):
 def test_renewal_excess_erlang2_exact():
     # Erlang-2 renewal (SCV 1/2) at rate lam: U(t) = lam t - 1/4 + exp(-4 lam t)/4 (closed form);
     # the series of regularised incomplete gammas is exact up to float round-off.
-    from qmodel.stations.iteration_laws import renewal_excess
+    from qmodel.stations.iteration_waits import renewal_excess
 
     for x in (0.05, 0.5, 2.0, 10.0):
         assert renewal_excess(0.5, x) == pytest.approx(-0.25 + math.exp(-4 * x) / 4, abs=1e-12)
@@ -236,7 +237,7 @@ def test_batch_wait_mx_m1_exact():
     # M^X/M/1 with geometric batches (mean m) and Exp(1) service: the batch work is Exp(mean m), so
     # the batch wait is M/M/1 (P(W_b > t) = rho e^{-(1-rho) t/m}) and the work ahead is 0 w.p. 1/m,
     # else Exp(mean m). P(W > t) in closed form; grid rounding (< dx per term) gives the 5e-3 tolerance.
-    from qmodel.stations.iteration_laws import batch_wait
+    from qmodel.stations.iteration_waits import batch_wait
 
     dx, rho, m = 1e-3, 0.6, 2.5
     x = np.arange(60000) * dx
@@ -305,7 +306,7 @@ def test_equilibrium_residual_exact():
     # Deterministic duration of 10 steps, met at a random time: the residual is uniform on 1..10 and,
     # given R = k, the age is exactly 10 - k. A geometric duration is memoryless: E[A | R] = E[T | T >= k] - k
     # is the same for every k.
-    from qmodel.stations.iteration_laws import equilibrium_residual as _equilibrium_residual
+    from qmodel.stations.iteration_waits import equilibrium_residual as _equilibrium_residual
 
     it = np.zeros(11)
     it[10] = 1.0
@@ -325,7 +326,7 @@ def test_equilibrium_residual_exact():
 
 def test_win_against_matches_the_direct_sum():
     # P(S + D < S'), D ~ Laplace(delta), S' weighted: the sorted-cumsum form against the O(n^2) sum.
-    from qmodel.stations.iteration_laws import win_against as _win_against
+    from qmodel.stations.iteration_waits import win_against as _win_against
 
     rng = np.random.default_rng(3)
     size = np.round(rng.lognormal(7.0, 1.0, 300))
@@ -345,7 +346,7 @@ def test_cobatching_window_and_budget_cap(kmax):
     # capped at kmax; the pmf of W + K J sits at 3 + 4k with the Poisson (capped) probabilities.
     from scipy.stats import poisson
 
-    from qmodel.stations.iteration_laws import add_arrivals_during as _add_arrivals_during
+    from qmodel.stations.iteration_waits import add_arrivals_during as _add_arrivals_during
 
     wait = GridDist(1.0, np.array([0.0, 0.0, 0.0, 1.0]), 3.0)
     jump = np.zeros(5)
@@ -366,7 +367,7 @@ def test_cobatching_over_a_dispersed_age_is_negative_binomial(kmax):
     # Poisson(1) (over W) + NegBin(2, p = 1.5/2.5) (over A), capped at kmax.
     from scipy.stats import nbinom, poisson
 
-    from qmodel.stations.iteration_laws import add_arrivals_during as _add_arrivals_during
+    from qmodel.stations.iteration_waits import add_arrivals_during as _add_arrivals_during
 
     wait = GridDist(1.0, np.array([0.0, 0.0, 1.0]), 2.0)
     jump = np.zeros(4)

@@ -18,7 +18,7 @@ from qmodel.tui.app import QmodelApp
 from qmodel.tui.compute import STAGES
 from qmodel.tui.layout import UNBOUNDED, ByWidth
 from qmodel.tui.widgets import TableView
-from tui_fakes import FakeEngine, fake_plans, settle
+from tui_fakes import FakeEngine, fake_plans, fill_every_tab, settle
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llama3-70b-disagg-h100.yaml"
 
@@ -52,13 +52,7 @@ def tabs_at_80x24():
         app = QmodelApp(str(EXAMPLE), engine=FakeEngine(), show_timings=False, stages=STAGES)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(app, pilot)
-            app.action_pin()
-            app.set_field("deployment.decode.instances", "4")
-            await settle(app, pilot)
-            app.action_pin()
-            app.action_plan()
-            await settle(app, pilot)
-            app.action_replay()
+            await fill_every_tab(app, pilot)
             await settle(app, pilot)
             for tab in ("tab-results", "tab-plots", "tab-compare", "tab-plan", "tab-replay"):
                 app.query_one("#tabs").active = tab

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from qmodel.tui.app import QmodelApp
-from tui_fakes import FakeEngine, fake_plans, settle
+from tui_fakes import FakeEngine, fake_plans, fill_every_tab, settle
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llama3-70b-disagg-h100.yaml"
 
@@ -49,14 +49,7 @@ def test_every_tab(snap_compare, monkeypatch, tab: str, size: tuple[int, int]) -
     monkeypatch.setattr(planning, "run_planner", fake_plans)
 
     async def fill(pilot) -> None:
-        app = pilot.app
-        app.action_pin()
-        app.set_field("deployment.decode.instances", "4")
-        await settle(app, pilot)
-        app.action_pin()
-        app.action_plan()
-        await settle(app, pilot)
-        app.action_replay()
+        await fill_every_tab(pilot.app, pilot)
 
     assert snap_compare(_app(), terminal_size=size, run_before=_before(tab, fill))
 

@@ -139,6 +139,18 @@ async def settle(app, pilot, rounds: int = 200) -> None:
     await pilot.pause()
 
 
+async def fill_every_tab(app, pilot) -> None:
+    """Two pins (the example, then 4 decode instances), the (fake) plans and a (fake) replay: what the
+    layout and snapshot tests show on every tab."""
+    app.action_pin()
+    app.set_field("deployment.decode.instances", "4")
+    await settle(app, pilot)
+    app.action_pin()
+    app.action_plan()
+    await settle(app, pilot)
+    app.action_replay()
+
+
 def screen_text(app) -> str:
     """The screen as plain text (for assertions on what is shown)."""
     strips = app.screen._compositor.render_strips()

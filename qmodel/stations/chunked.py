@@ -26,7 +26,7 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   is stretched by chunks); when the prefill share rho_c(n) = lam E[S_n] reaches 1 every iteration
   is mixed and g(n) = c E[S_n]/E[P];
 * TPOT: t_d(N+1) + S/(L-1), capped at one full mixed iteration (every iteration emits a token).
-  S = S_life + S_0 as in the colocated quadrature (:func:`qmodel.stations.iteration_laws.stall_tpot`):
+  S = S_life + S_0 as in the colocated quadrature (:func:`qmodel.stations.iteration_stalls.stall_tpot`):
   S_life clusters the chunk stalls of whole prompt-backlog busy periods (they start at rate
   lam (1 - rho_c); gamma law with the M/G/1 busy-period moments) over the decode life
   (L-1) t_d/(1 - rho_x); S_0 counts the prompts that arrived during the request's whole TTFT (FCFS:
@@ -44,7 +44,7 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
 Bursty arrivals (``ca2`` > 1): batch-Poisson stand-in with geometric batches of mean m from the
 Gamma renewal-function excess over the mean backlog busy period
 (:func:`qmodel.stations.colocated.burst_batch_mean`): TTFT wait M^X/G/1 (P-K wait of whole bursts
-plus the work of the burst members ahead, :func:`qmodel.stations.iteration_laws.batch_wait`), busy-period
+plus the work of the burst members ahead, :func:`qmodel.stations.iteration_waits.batch_wait`), busy-period
 stalls with the M^X/G/1 moments at rate lam (1 - rho_c)/m, and the members behind added to S_0.
 Against the step DES (Gamma CV 2): TTFT mean/p50/p90/p99 at 0.3/0.5/0.7 of the limit
 −0.1/+1.7/+0.1/−9.4%, +0.3/+2.8/−1.1/−5.3%, −2.2/+6.6/−7.0/−10.1%; TPOT mean/p50/p90
@@ -75,7 +75,8 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.colocated import check_pool_inputs, held_prompt_tokens
-from qmodel.stations.iteration_laws import (L_GROUPS, busy_period_stalls, grid_pmf, pk_wait, batch_wait, burst_batch_mean, decode_residual, jsq_wait, n_nodes, stall_tpot)
+from qmodel.stations.iteration_stalls import L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes, stall_tpot
+from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 

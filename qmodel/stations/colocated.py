@@ -123,7 +123,8 @@ from qmodel.errors import InputError, NumericalError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.admission import KVWall, kv_wall
-from qmodel.stations.iteration_laws import (L_GROUPS, OWN_BP_POINTS, add_arrivals_during, batch_wait, burst_batch_mean, burst_increment, busy_period_stalls, compound_poisson_pmf, decode_residual, equilibrium_residual, n_nodes, poisson_sf, split_pmf, stall_tpot, win_against)
+from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_period_stalls, compound_poisson_pmf, decode_residual, n_nodes, split_pmf, stall_tpot)
+from qmodel.stations.iteration_waits import (add_arrivals_during, batch_wait, burst_batch_mean, burst_increment, equilibrium_residual, poisson_sf, win_against)
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens, wait_law
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes", "decode_residual"]
