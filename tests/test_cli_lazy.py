@@ -5,13 +5,14 @@ verbs' modules or scipy on a disaggregated example (issue 20: a fresh ``qmodel s
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from qmodel.cli.main import VERB_HELP, VERBS, build_parser
+from qmodel.cli.main import BLAS_THREAD_VARS, VERB_HELP, VERBS, build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,3 +54,21 @@ def test_solve_imports_neither_other_verbs_nor_scipy() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "", f"qmodel solve imported: {proc.stdout.strip()}"
+
+
+def _fresh(code: str, env: dict[str, str]) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+def test_import_qmodel_does_not_load_numpy() -> None:
+    """The CLI's one-thread BLAS default is set after ``import qmodel`` and must precede numpy."""
+    assert _fresh("import sys, qmodel; print('numpy' in sys.modules)", dict(os.environ)) == "False"
+
+
+@pytest.mark.parametrize("given", [{}, {"OMP_NUM_THREADS": "3"}, {"OPENBLAS_NUM_THREADS": "2"}])
+def test_cli_runs_blas_on_one_thread_unless_told(given: dict[str, str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARS} | given
+    code = "import os; import qmodel.cli.main; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+    assert _fresh(code, env) == (given.get("OPENBLAS_NUM_THREADS", "None") if given else "1")
