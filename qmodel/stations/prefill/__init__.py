@@ -73,8 +73,8 @@ c / E[S_1], and a batched configuration is never rejected by its unbatched load.
 the head regimes and their per-state tables; :mod:`~.law` :class:`BatchServiceLaw`;
 :mod:`~.kernels` the numerical kernels (Poisson tables, the decay root, convolutions);
 :mod:`~.chain` :class:`BulkQueue`, the embedded chain and its cycle sums; :mod:`~.wait_exact` the
-closed-form CDF; :mod:`~.grid_tables`, :mod:`~.drain` and :mod:`~.wait_grids` the waiting-time
-grids; :mod:`~.station` :class:`PrefillStation`.
+closed-form CDF; :mod:`~.grid_tables`, :mod:`~.drain`, :mod:`~.own_batch` and :mod:`~.wait_grids`
+the waiting-time grids; :mod:`~.station` :class:`PrefillStation`.
 
 References: Neuts (1967); Chaudhry & Templeton (1983); Krämer & Langenbach-Belz (1976);
 DistServe (Zhong et al., OSDI 2024) for the M/D/1 special case D + λD²/(2(1−λD)).
@@ -82,7 +82,8 @@ DistServe (Zhong et al., OSDI 2024) for the M/D/1 special case D + λD²/(2(1−
 
 from __future__ import annotations
 
-from qmodel.stations.prefill import chain, drain, grid_tables, kernels, law, regimes, sampling, station, wait_exact, wait_grids
+from qmodel.stations.prefill import (chain, drain, grid_tables, kernels, law, own_batch, regimes, sampling, station,
+                                     wait_exact, wait_grids)
 from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.kernels import convolve_counts as _convolve_counts
 from qmodel.stations.prefill.kernels import convolve_rows as _convolve_rows

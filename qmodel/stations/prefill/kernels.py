@@ -267,5 +267,3 @@ def scale_time(g: np.ndarray, scale: float) -> np.ndarray:
         sel = rank == r
         out[idx[sel]] += g[sel]
     return out
-
-

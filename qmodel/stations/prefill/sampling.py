@@ -70,5 +70,3 @@ def strata(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for a in out:  # shared between laws: read-only
         a.flags.writeable = False
     return out
-
-

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, zero_atom
+from qmodel.dist import MAX_POINTS, GridDist
 from qmodel.errors import InputError, NumericalError
 from qmodel.stations.prefill.drain import drain_shifts, drain_transforms
-from qmodel.stations.prefill.grid_tables import grid_tables
+from qmodel.stations.prefill.grid_tables import GridTables, grid_tables
 from qmodel.stations.prefill.kernels import convolve_counts, convolve_rows, fast_len, poisson_matrix, scale_time, unit_vector
+from qmodel.stations.prefill.own_batch import delay_law, distributions, own_batch_rows
 
 if TYPE_CHECKING:
     from qmodel.stations.prefill.chain import BulkQueue
@@ -66,12 +67,67 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
     ``own_stages``: the own batch leaves that many of its batch times after it starts (a pp-stage
     pipeline instance, :mod:`qmodel.perf.pipeline`): the joint law is W + own_stages · S_own,
     the same rows h convolved with S_k on a grid own_stages times finer.
+
+    The steps, in order: the states kept (:func:`_kept_states`), the time step and horizon
+    (:func:`_time_step`), the (residual, count ahead) laws Y (:func:`_age_weights`,
+    :func:`_residual_laws`, :func:`_normalised`), the drain (:func:`_drain_length`,
+    :func:`_drain_rows`), W's rows by count ahead (:func:`_wait_rows`), the own batch
+    (:func:`~qmodel.stations.prefill.own_batch.own_batch_rows`), W + S_own
+    (:func:`~qmodel.stations.prefill.own_batch.delay_law`) and the distributions
+    (:func:`~qmodel.stations.prefill.own_batch.distributions`).
     """
     if queue.a != 1:
         raise InputError("min_batch", queue.a, "the waiting-time law is implemented for a = 1")
     lam, b = queue.lam, queue.b
-    regs = queue.regimes
-    nr = len(regs)
+    nr = len(queue.regimes)
+    pis, n_st, heavy = _kept_states(queue)
+    p_idle = queue.p_idle
+    max_s = queue.law.grid_extent[0]
+    # (heavy: an arrival with n_st or more ahead is left to the tail)
+    n_q = n_st if heavy else pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
+    # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), ln z0 E[N]/E[S_N])
+    # (z0 the chain's decay root); the time grid reaches where it is below _WAIT_TAIL (the mass
+    # past it, at most that, is folded into the last bin; the KV link's grids stop at the same
+    # 1 − 1e-9). The default step is set from the 1e-12 horizon, as it always was: where the
+    # horizon sets the step, a shorter one would move every quantile by a grid step.
+    z0 = queue.decay_root
+    en, esn = queue.law.mean_drain
+    eta = min(lam * (z0 - 1.0), en * math.log(z0) / esn)
+    own_mean = queue.mean_own_batch_s
+    dx, horizon = _time_step(queue, dx, eta)
+    tables = grid_tables(queue, dx)
+    n_s = tables.n_s
+    groups, unit, r_max = _age_weights(queue, pis, n_st, tables)
+    ys = _residual_laws(groups, unit, r_max, lam * tables.ages, n_s, n_q, dx)
+    busy_mass = 1.0 - p_idle
+    ys, n_q = _normalised(ys, busy_mass)
+    length, valid, size = _drain_length(queue, tables, n_q, n_st, heavy, horizon, dx)
+    u, m_own = _drain_rows(queue, ys, tables, n_q, busy_mass, size)
+    s_own = queue.law.own_weights[:, 0, :m_own].ravel()  # P_g(N ≥ m + 1): ours is the next batch
+    u, p_zero, w_tail = _wait_rows(u, s_own, heavy, math.exp(-eta * dx) if heavy else 0.0, valid, n_s, busy_mass,
+                                   p_idle, wait_prob, wait_scale)
+    size = u.shape[1]
+    wpmf = s_own @ u
+    h = own_batch_rows(u.reshape(nr, m_own, size), lam * (np.arange(1, size) * dx), b, m_own,
+                       queue.law.own_weights, p_zero, _DIRECT_COUNT_TERMS)
+    tail_ratio = math.exp(-eta * dx / wait_scale) if heavy else 0.0
+    joint, total, d_tail, own, tables = delay_law(queue, h, tables, dx, size, length, wait_scale, heavy, tail_ratio,
+                                                  own_stages, w_tail, _SPARSE_LAW_BINS)
+    wpmf[0] += p_zero
+    wpmf /= wpmf.sum() / (1.0 - w_tail) if heavy else wpmf.sum()
+    # The reported mean stays the heavy-traffic-scaled chain mean (validated on its own: within
+    # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
+    wq = queue.mean_wait_s * wait_scale
+    own_exit_mean = own_mean if own_stages == 1 else own_stages * own_mean
+    exact = wait_scale == 1.0 and wait_prob is None
+    return distributions(wpmf, joint, own, tables.own_rows[0], dx, wq, own_exit_mean, own_mean, p_zero, total, exact,
+                         heavy, eta / wait_scale if heavy else 0.0, w_tail, d_tail)
+
+
+def _kept_states(queue: BulkQueue) -> tuple[np.ndarray, int, bool]:
+    """(π on the states kept, their count n_st, heavy): the states that carry mass the grid resolves,
+    at most _COUNT_MAX (heavy: the wait law continues past them as its exact exponential tail)."""
+    nr = len(queue.regimes)
     pis = queue.pi_flags
     # The chain keeps states out to a 1e-13 tail for its moments; the grids need only the
     # states carrying mass the grid can resolve. Dropping those whose total is below _STATE_MASS
@@ -86,23 +142,16 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
     heavy = n_st > _COUNT_MAX
     if heavy:
         n_st = _COUNT_MAX
-    pis = pis[:, :n_st]
-    mix = queue.mix_pi
-    cyc = queue.cycle["cycle_s"]
-    p_idle = queue.p_idle
-    ks = [reg.live_k for reg in regs]
+    return pis[:, :n_st], n_st, heavy
+
+
+def _time_step(queue: BulkQueue, dx: float | None, eta: float) -> tuple[float, float]:
+    """(dx, the horizon where W's tail bound e^{−ηt} is below _WAIT_TAIL): ``dx`` if given, else at
+    least 16 bins in the shortest mean batch time and the 1e-12 horizon within _GRID_POINTS bins."""
     max_s, min_mean = queue.law.grid_extent
-    # (heavy: an arrival with n_st or more ahead is left to the tail)
-    n_q = n_st if heavy else pis.shape[1] + int(math.ceil(lam * max_s + 10.0 * math.sqrt(lam * max_s) + 10.0))
-    # Horizon: W's tail decays at least like e^{−ηt} with η = min(λ(z0 − 1), ln z0 E[N]/E[S_N])
-    # (z0 the chain's decay root); the time grid reaches where it is below _WAIT_TAIL (the mass
-    # past it, at most that, is folded into the last bin; the KV link's grids stop at the same
-    # 1 − 1e-9). The default step is set from the 1e-12 horizon, as it always was: where the
-    # horizon sets the step, a shorter one would move every quantile by a grid step.
-    z0 = queue.decay_root
-    en, esn = queue.law.mean_drain
-    eta = min(lam * (z0 - 1.0), en * math.log(z0) / esn)
+    esn = queue.law.mean_drain[1]
     own_mean = queue.mean_own_batch_s
+
     # (the chain's own W: ``wait_scale`` stretches the result afterwards, not the drain grid)
     def reach(log_tail: float) -> float:  # time by which the tail bound is below e^{-log_tail}
         return max_s + log_tail / max(eta, 1e-300) + own_mean
@@ -119,12 +168,22 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
         # rest of the law is its exponential tail (below).
         horizon_dx = min(reach(math.log(1e12)), reach(0.0) + _DX_HORIZON_BATCHES * esn)
         dx = max(min_mean / _STEPS_PER_SHORTEST, horizon_dx / _GRID_POINTS)
-    tables = grid_tables(queue, dx)
-    ff, fc, n_s = tables.ff, tables.fc, tables.n_s
+    return dx, horizon
 
-    # Time weights of "in a batch with this time law and r left waiting", per unit service time,
-    # grouped by the regime the *next* batch forms in (fit -> 0, cut -> last).
-    groups: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in range(nr)]
+
+Groups = list[tuple[list[np.ndarray], list[np.ndarray]]]
+
+
+def _age_weights(queue: BulkQueue, pis: np.ndarray, n_st: int, tables: GridTables) -> tuple[Groups, np.ndarray, int]:
+    """Time weights of "in a batch with this time law and r left waiting", per unit service time,
+    grouped by the regime the *next* batch forms in (fit -> 0, a cut -> its overflow head's regime):
+    per regime (batch-time laws, their leftover-count laws ω(r)), the unit law (nothing left), r_max."""
+    b, regs = queue.b, queue.regimes
+    nr = len(regs)
+    mix = queue.mix_pi
+    cyc = queue.cycle["cycle_s"]
+    ff, fc = tables.ff, tables.fc
+    groups: Groups = [([], []) for _ in range(nr)]
     # the cut entries of the states kept (rows j < n_st: the first cut_upto[n_st], row-major)
     n_cut = [int(mx.cut_upto[n_st]) for mx in mix]
     r_max = max([1] + [int(mx.cut_rmax[m - 1]) + 1 for mx, m in zip(mix, n_cut) if m])
@@ -142,9 +201,16 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
                 g = regs[f].next_after_cut(k, nr - 1)
                 groups[g][0].append(fc[f][k - 1])
                 groups[g][1].append(omega[k - 1])
-    # Y[v, n] = Σ Σ_r ω(r) Σ_a f[v + a] P(Poisson(λa) = n − r) dx: a linear convolution in the
-    # count axis and a cross-correlation in time, both by one 2-D FFT of the age table.
-    p_age = poisson_matrix(lam * tables.ages, n_q)
+    return groups, unit, r_max
+
+
+def _residual_laws(groups: Groups, unit: np.ndarray, r_max: int, lam_ages: np.ndarray, n_s: int, n_q: int,
+                   dx: float) -> list[np.ndarray]:
+    """Per regime Y[v, n] = Σ Σ_r ω(r) Σ_a f[v + a] P(Poisson(λa) = n − r) dx, the (residual, count
+    ahead) law: a linear convolution in the count axis and a cross-correlation in time, both by one
+    2-D FFT of the age table (``lam_ages`` = λ × the bin mid-points); a few laws (a plain cap) by
+    one time correlation each, shifted adds where a law is a few bins."""
+    p_age = poisson_matrix(lam_ages, n_q)
     lt = fast_len(2 * n_s + 1)
     lq_ = fast_len(n_q + r_max)
     pa = None
@@ -189,16 +255,29 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
         lag = np.fft.ifft(pa * (fh.T @ wh), lt, axis=0)[n_s : 2 * n_s]
         y = np.fft.irfft(lag, lq_, axis=1)[:, :n_q] * dx
         ys.append(np.maximum(y, 0.0, out=y))
-    busy_mass = 1.0 - p_idle
-    ysum = float(ys[0].sum()) if nr == 1 else sum(float(y.sum()) for y in ys)
+    return ys
+
+
+def _normalised(ys: list[np.ndarray], busy_mass: float) -> tuple[list[np.ndarray], int]:
+    """(Y scaled in place to the busy mass 1 − P(idle), cut to the counts ahead that carry more than
+    _COUNT_MASS of it; that count n_q)."""
+    ysum = float(ys[0].sum()) if len(ys) == 1 else sum(float(y.sum()) for y in ys)
     if ysum > 0:
         for y in ys:
             y *= busy_mass / ysum
-    col = ys[0].sum(axis=0) if nr == 1 else sum(y.sum(axis=0) for y in ys)
+    col = ys[0].sum(axis=0) if len(ys) == 1 else sum(y.sum(axis=0) for y in ys)
     nz = np.nonzero(col > _COUNT_MASS * busy_mass)[0]
     n_q = int(nz[-1]) + 1 if nz.size else 1
-    ys = [y[:, :n_q] for y in ys]
+    return [y[:, :n_q] for y in ys], n_q
 
+
+def _drain_length(queue: BulkQueue, tables: GridTables, n_q: int, n_st: int, heavy: bool, horizon: float,
+                  dx: float) -> tuple[int, int, int]:
+    """(bins W can reach, bins exact (heavy: below them), transform length) of the drain."""
+    n_s = tables.n_s
+    en, esn = queue.law.mean_drain
+    max_s = queue.law.grid_extent[0]
+    own_mean = queue.mean_own_batch_s
     # The drain runs top down in blocks of the smallest N (all of a plain cap's b at once): at
     # most ⌈n_q/kmin⌉ batches drain the queue ahead; past the horizon the mass is < _WAIT_TAIL
     kmin, nsb = queue.law.min_cut, tables.cut_support
@@ -218,8 +297,16 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
     size = fast_len(max(length, 2 * n_s + 2))
     if size > 4 * MAX_POINTS:
         raise NumericalError("prefill waiting-time grid too large; the load is too close to 1")
+    return length, valid, size
 
-    last = nr - 1
+
+def _drain_rows(queue: BulkQueue, ys: list[np.ndarray], tables: GridTables, n_q: int, busy_mass: float,
+                size: int) -> tuple[np.ndarray, int]:
+    """(P(W = t, m ahead) per (regime, m < m_own), m_own): the drain of the q ahead, by shifted adds
+    when the cut laws are a few bins, else by transforms (:mod:`~qmodel.stations.prefill.drain`)."""
+    regs = queue.regimes
+    nr, last = len(regs), len(regs) - 1
+    ks = [reg.live_k for reg in regs]
     flow = queue.law.cut_flow
     # rows that can carry mass, per regime: its own residual law, and what cuts bring down
     # (fit batches leave nothing waiting, so the fresh regime's rows stop at ~λ max S)
@@ -234,23 +321,27 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
             if f in flow[h]:
                 e = max(e, ext[h] - min(ks[h]))
         ext.append(max(e, 1))
-    m_own = min(b, n_q)
+    m_own = min(queue.b, n_q)
 
     if tables.cut_bins[0] <= _SPARSE_LAW_BINS:
         u = drain_shifts(queue, ys, ext, tables, size, m_own)
     else:
         u = drain_transforms(queue, ys, ext, tables, size, m_own)
     np.maximum(u, 0.0, out=u)
-    s_own = queue.law.own_weights[:, 0, :m_own].ravel()  # P_g(N ≥ m + 1): ours is the next batch
-    ratio = 0.0  # heavy: the tail's ratio of successive bins, e^{−η dx}
+    return u, m_own
+
+
+def _wait_rows(u: np.ndarray, s_own: np.ndarray, heavy: bool, ratio: float, valid: int, n_s: int, busy_mass: float,
+               p_idle: float, wait_prob: float | None, wait_scale: float) -> tuple[np.ndarray, float, float]:
+    """(W's rows by (regime, m ahead) normalised to P(W > 0) and stretched by ``wait_scale``, P(W = 0),
+    the mass of W's exponential tail past the grid (heavy; ``ratio`` = e^{−η dx} per bin))."""
     if heavy:
         # past `valid` bins each row (m ahead, regime) decays at the chain's exact rate η: it is
         # continued geometrically from its last exact bin for n_s + 2 bins (so that W + S_own is
         # exact up to the grid's end), and the rest is the law's exponential tail
-        ratio = math.exp(-eta * dx)
-        ext = n_s + 2
+        cont = n_s + 2
         last_col = u[:, valid - 1 : valid]
-        u = np.concatenate([u[:, :valid], last_col * ratio ** np.arange(1, ext + 1)], axis=1)
+        u = np.concatenate([u[:, :valid], last_col * ratio ** np.arange(1, cont + 1)], axis=1)
     g_mass = float((s_own @ u).sum())
     if heavy:
         g_mass += float(s_own @ u[:, -1]) * ratio / (1.0 - ratio)
@@ -264,116 +355,4 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
     w_tail = float(s_own @ u[:, -1]) * ratio / (1.0 - ratio) if heavy else 0.0
     if wait_scale != 1.0:  # (u.T is column-major: rescaled without a transposing copy)
         u = scale_time(u.T, wait_scale).T
-    size = u.shape[1]
-    wpmf = s_own @ u
-    u3 = u.reshape(nr, m_own, size)
-
-    # own batch: k = min(N', m + 1 + Poisson(λW)), N' ~ N | N ≥ m + 1. h[f, c, i, t] for regime f,
-    # c = 0: a fit batch of i + 1 (P(Poisson(λW) = i − m), times P_f(N ≥ i + 1)), c = 1: a cut
-    # at i + 1 (P(Poisson(λW) > i − m), times P_f(N = i + 1))
-    t = np.arange(1, size) * dx
-    # qt[t, 0] = P(Poisson(λW) = i), qt[t, 1] = P(Poisson > i), i < b, after m_own − 1 zero columns
-    qt = np.zeros((size, 2, m_own - 1 + b))
-    q, tail = qt[:, 0, m_own - 1 :], qt[:, 1, m_own - 1 :]
-    q[0, 0] = 1.0  # W = 0: no arrivals
-    q[1:] = poisson_matrix(lam * t, b)
-    q.cumsum(axis=1, out=tail)
-    np.subtract(1.0, tail, out=tail)
-    np.maximum(tail, 0.0, out=tail)  # (at most 1 already: 1 minus a sum of probabilities)
-    # h[t, i] = Σ_j u[t, j] q[t, i − j], i < b: a linear convolution of m_own and b terms along
-    # the count axis, directly when that is only a few products (plain caps: a band view of the
-    # zero-padded table), else by FFT
-    if m_own * b <= _DIRECT_COUNT_TERMS:
-        st = qt.strides
-        band = np.ndarray((size, 2, m_own, b), buffer=qt, offset=(m_own - 1) * st[2],
-                          strides=(st[0], st[1], -st[2], st[2]))  # band[t, c, j, i] = qt[t, c, m_own − 1 + i − j]
-        h = np.einsum("fjt,tcji->fcit", u3, band)
-    else:
-        lb = fast_len(m_own + b)
-        qh = np.fft.rfft(qt[:, :, m_own - 1 :], lb, axis=2).transpose(1, 2, 0)  # (2, lb/2+1, size)
-        h = np.empty((nr, 2, b, size))
-        for f in range(nr):  # (one regime at a time: a batched product ran 2x slower, on memory)
-            uh = np.fft.rfft(u3[f], lb, axis=0)
-            for c in range(2):
-                h[f, c] = np.fft.irfft(uh * qh[c], lb, axis=0)[:b]
-        np.maximum(h, 0.0, out=h)
-    h *= queue.law.own_weights[..., None]  # (nr, 2, b): [P_f(N ≥ k), P_f(N = k)]
-    h = h.reshape(nr * 2 * b, size)  # rows in the order of tables.own_rows
-    h[0, 0] += p_zero  # an arrival to an idle engine runs alone, fresh
-    # W + S_own: W's support is within `length` (past it the mass is < _WAIT_TAIL), so a transform of
-    # length + n_s does not wrap. Through a pipeline the own batch runs own_stages · S_k.
-    mass = h.sum(axis=1)
-    if heavy:
-        # the rows' mass past the grid's end (their geometric continuation at e^{−η dx/scale}
-        # per bin, from the last n_s + 2 bins: robust to the gaps a stretched grid leaves)
-        r_s = math.exp(-eta * dx / wait_scale)
-        k_end = min(n_s + 2, size)
-        span_w = float(np.sum(r_s ** -np.arange(k_end, dtype=float)))
-        mass = mass + h[:, size - k_end :].sum(axis=1) / span_w * r_s / (1.0 - r_s)
-    own = mass @ tables.own_rows  # (the rows without mass add exact zeros)
-    if own_stages != 1:
-        tables = grid_tables(queue, dx, own_stages)
-        n_s = tables.n_s
-    out_size = fast_len((size if wait_scale != 1.0 or heavy else length) + n_s)
-    most, o_rows, o_bins, o_mass = tables.own_bins
-    if most <= _SPARSE_LAW_BINS:
-        # every own law is a few bins (deterministic batch times): Σ_k h_k ⊛ S_k is the rows of h
-        # shifted by those bins, all added by one bincount (indices wrapped as the transform of
-        # length out_size wraps; size <= out_size, so at most once)
-        idx = o_bins[:, None] + np.arange(size)
-        if int(o_bins.max()) + size > out_size:
-            idx %= out_size
-        joint = np.bincount(idx.ravel(), weights=(h[o_rows] * o_mass).ravel(),
-                            minlength=out_size)[: min(size + n_s, out_size)]
-    else:
-        live = (mass > 0).nonzero()[0]
-        if live.size == mass.size:
-            laws_hat = tables.law_fft(tables.own_rows, out_size)
-        else:  # the transforms of the rows that carry mass, kept as one table (no gather per solve)
-            h = h[live]
-            laws_hat = tables.kept(("own", out_size, live.tobytes()),
-                                   lambda: np.fft.rfft(tables.own_rows[live], out_size, axis=1))
-        hh = np.fft.rfft(h, out_size, axis=1)
-        acc = np.multiply(hh, laws_hat, out=hh).sum(axis=0)  # Σ_k ĥ_k Ŝ_k (faster than einsum)
-        joint = np.fft.irfft(acc, out_size)[: min(size + n_s, out_size)]
-        np.maximum(joint, 0.0, out=joint)
-    if heavy:
-        # W + S_own is exact up to W's grid end (what lies past it comes from W's tail); the rest
-        # of the mass is its tail, at W's rate (S_own is bounded)
-        total = float(joint.sum()) / max(1.0 - w_tail, 1e-300)  # all of W's grid mass, convolved
-        joint = joint[:size] / total
-        d_tail = max(0.0, 1.0 - float(joint.sum()))
-    else:
-        total = joint.sum()
-        joint /= total
-    wpmf[0] += p_zero
-    wpmf /= wpmf.sum() / (1.0 - w_tail) if heavy else wpmf.sum()
-    exact = wait_scale == 1.0 and wait_prob is None
-    w_atoms = d_atoms = None
-    if exact:
-        # Point masses (GridDist.atoms; an exact law only, an approximate one keeps the
-        # conservative reading, docs/methods.md Grids): W has a density past its atom at 0 (an
-        # arrival lands at a uniform age of the batch in progress), so the only point masses
-        # of W + S_own are those of an arrival to an idle engine: its own batch of one, S_1 on
-        # the grid (exactly at a grid point for a batch time on it; rounded up otherwise).
-        s1 = tables.own_rows[0]
-        d_atoms = np.zeros(joint.size)
-        m = min(s1.size, joint.size)
-        d_atoms[:m] = s1[:m] * (p_zero / total)
-        np.minimum(d_atoms, joint, out=d_atoms)
-        w_atoms = zero_atom(wpmf)
-    # The reported mean stays the heavy-traffic-scaled chain mean (validated on its own: within
-    # 10% of the DES at 80% load); the law's own mean is lower by wait_prob/(1 − P(idle)).
-    wq = queue.mean_wait_s * wait_scale
-    own_exit_mean = own_mean if own_stages == 1 else own_stages * own_mean
-    if heavy:  # the exponential tails past the grids' ends (GridDist reads them analytically)
-        rate = eta / wait_scale
-        wait = GridDist(dx, wpmf, wq, tail=w_tail, tail_rate=rate, exact=exact, atoms=w_atoms, tail_exact=True)
-        delay = GridDist(dx, joint, wq + own_exit_mean, tail=d_tail, tail_rate=rate, exact=exact, atoms=d_atoms,
-                         tail_exact=True)
-    else:
-        wait = GridDist.trimmed_from(wpmf, dx, wq, exact, atoms=w_atoms)
-        delay = GridDist.trimmed_from(joint, dx, wq + own_exit_mean, exact, atoms=d_atoms)
-    own /= own.sum()
-    own_d = GridDist.trimmed_from(own, dx, own_mean, exact)
-    return wait, delay, own_d
+    return u, p_zero, w_tail
