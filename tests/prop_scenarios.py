@@ -158,7 +158,7 @@ KNOWN_DEFECTS = {
                       "step that grows with the link's mean delay (qmodel/engine.py _tpot_terms, qmodel/dist.py "
                       "GridDist.cdf): azure-conv 3P+3D 62.5 MB/s layerwise 0.4696 at 0.43 -> 0.4815 at 0.44 lambda_max",
     "prefill-grid": "near a prefill limit (load >= 0.99) the prefill grid step grows with the rate and the CDF read "
-                    "at the SLO target rises (qmodel/stations/prefill.py grids, qmodel/dist.py GridDist.cdf)",
+                    "at the SLO target rises (qmodel/stations/prefill/wait_grids.py grids, qmodel/dist.py GridDist.cdf)",
 }
 
 

@@ -107,7 +107,7 @@ def test_attainment_non_increasing_near_the_limit_wide(v, f1, f2):
 @pytest.mark.slow  # ~10 s: solves near saturation on the largest prefill chain
 @pytest.mark.needs_data("splitwise_sim/perf_model.csv")
 @pytest.mark.xfail(strict=True, reason=(
-    "prefill station grid (qmodel/stations/prefill.py BulkQueue.grids, default dx = max(min_mean/16, "
+    "prefill station grid (qmodel/stations/prefill/wait_grids.py BulkQueue.grids, default dx = max(min_mean/16, "
     "1e-12 horizon/8192)) read by GridDist.cdf rounding x down to a grid point (qmodel/dist.py): near "
     "saturation dx grows with the rate (0.105 s at 0.993, 0.122 s at 0.994 of λmax), so floor(x/dx)·dx "
     "slides towards the 2 s TTFT target and the read CDF rises. llama2-70b-disagg-splitwise: A = 0.0554120 "

@@ -483,7 +483,7 @@ def test_sparse_batch_time_correlation_equals_fft(load: float, monkeypatch) -> N
     law = BatchServiceLaw.deterministic_times([0.2 + 0.25 * k for k in range(1, 5)])
     lam = load * law.mean_drain[0] / law.mean_drain[1]
     sparse = BulkQueue(lam, law).grids(0.013)
-    monkeypatch.setattr(prefill, "_SPARSE_LAW_BINS", -1)
+    monkeypatch.setattr(prefill.wait_grids, "_SPARSE_LAW_BINS", -1)
     dense = BulkQueue(lam, law).grids(0.013)
     for a, b in zip(sparse, dense):
         assert a.dx == b.dx and a.n == b.n
@@ -500,7 +500,7 @@ def test_direct_count_convolution_equals_fft(load: float, monkeypatch) -> None:
     law = BatchServiceLaw.deterministic_times([0.2 + 0.25 * k for k in range(1, 5)])
     lam = load * law.mean_drain[0] / law.mean_drain[1]
     direct = BulkQueue(lam, law).grids(0.013)
-    monkeypatch.setattr(prefill, "_DIRECT_COUNT_TERMS", 0)
+    monkeypatch.setattr(prefill.wait_grids, "_DIRECT_COUNT_TERMS", 0)
     fft = BulkQueue(lam, law).grids(0.013)
     for a, b in zip(direct, fft):
         assert a.dx == b.dx and a.n == b.n
@@ -518,7 +518,7 @@ def test_wait_horizon_folds_at_most_its_tail(load: float, monkeypatch) -> None:
     law = PrefillStation(2, LinearPrefill(), prompts, max_batch_tokens=8192).law
     lam = load * law.mean_drain[0] / law.mean_drain[1]
     short = BulkQueue(lam, law).grids()
-    monkeypatch.setattr(prefill, "_WAIT_TAIL", 1e-12)
+    monkeypatch.setattr(prefill.wait_grids, "_WAIT_TAIL", 1e-12)
     long_ = BulkQueue(lam, law).grids()
     for a, b in zip(short, long_):
         assert a.dx == b.dx and a.n <= b.n
@@ -538,8 +538,8 @@ def test_sparse_drain_and_own_batch_equal_fft_when_scaled(load: float, monkeypat
     lam = load * law.mean_drain[0] / law.mean_drain[1]
     kw = dict(wait_scale=0.37, wait_prob=0.6 * load)
     fast = BulkQueue(lam, law).grids(0.013, **kw)
-    monkeypatch.setattr(prefill, "_SPARSE_LAW_BINS", -1)
-    monkeypatch.setattr(prefill, "_TOEPLITZ_COUNTS", 0)
+    monkeypatch.setattr(prefill.wait_grids, "_SPARSE_LAW_BINS", -1)
+    monkeypatch.setattr(prefill.wait_grids, "_TOEPLITZ_COUNTS", 0)
     slow = BulkQueue(lam, law).grids(0.013, **kw)
     for a, b in zip(fast, slow):
         assert a.dx == b.dx and a.n == b.n

@@ -57,7 +57,7 @@ def test_far_states_in_closed_form_equal_explicit_states(monkeypatch) -> None:
     q = BulkQueue(0.9995 * lim, LAW)
     q._pi_flags  # (sets the implicit states' mass)
     assert q._size == 16384 and q._far and 0.0 < q._far_mass < 1.0
-    monkeypatch.setattr(prefill, "_STATES_MAX", 10**6)
+    monkeypatch.setattr(prefill.chain, "_STATES_MAX", 10**6)
     full = BulkQueue(0.9995 * lim, LAW)
     assert full._size > 16384 and not full._far
     for key, v in q._cycle.items():
@@ -70,7 +70,7 @@ def test_mm1_wait_at_0_9999_has_the_exact_exponential_tail(monkeypatch) -> None:
     # holds the first 512 counts ahead (monkeypatched: the default 4096 takes ~10 s with b = 1) and the
     # tail the rest. Tolerances: the grid part rounds each service time up to its step (measured
     # 7.0e-5 / 2.1e-5 / 1.1e-5 on p50 / p90 / p99; on the CDF -3.5e-6 at 10 s, -1.8e-5 at 1e4 s, -4.9e-8 at 1.5 p99).
-    monkeypatch.setattr(prefill, "_COUNT_MAX", 512)
+    monkeypatch.setattr(prefill.wait_grids, "_COUNT_MAX", 512)
     rho = 0.9999
     q = BulkQueue(rho, BatchServiceLaw.exponential(1.0, 1))
     w, d, _ = q.grids()
@@ -109,7 +109,7 @@ def test_heavy_wait_grid_equals_the_full_grid_where_both_run(monkeypatch, frac) 
     st = Solver(load_scenario(EXAMPLES / "llama3-70b-disagg-h100.yaml"))._prefill
     rate = frac * st.max_stable_rate_per_s()
     w, d, _ = st.queue(rate).grids(st.dx)
-    monkeypatch.setattr(prefill, "_COUNT_MAX", 10**6)
+    monkeypatch.setattr(prefill.wait_grids, "_COUNT_MAX", 10**6)
     w_full, d_full, _ = st.queue(rate).grids(st.dx)
     assert w.tail_exact and w.tail > 0 and not w_full.tail_exact
     tol = {0.992: 1e-5, 0.995: 3e-3}[frac]
