@@ -19,7 +19,7 @@ _DATA_REF = re.compile(r"data:[\w./-]+")
 
 
 class Example(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # schema built on first use
     name: str
     file: str
     summary: str

@@ -13,7 +13,7 @@ __all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "Result"
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schema built on first use
 
 
 class DistSummary(_Out):

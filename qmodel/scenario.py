@@ -66,7 +66,8 @@ class Strict(BaseModel):
     :data:`~qmodel.units.Real` / :data:`~qmodel.units.Count`: booleans, NaN and inf are refused.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
+                              defer_build=True)  # schema built on first use: a fresh process pays only for the models it validates
 
 
 #: Domains shared by several fields (see :class:`Strict`): the largest prompt/output/budget in tokens

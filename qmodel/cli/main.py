@@ -1,27 +1,60 @@
 """``qmodel`` command line: one sub-command module per verb (``qmodel.cli.cmd_<verb>``).
 
-Each module defines ``register(subparsers)`` which adds its parser and sets ``func``. Errors
+Each module defines ``register(subparsers)`` which adds its parser and sets ``func``. A run imports
+only its own verb's module: the others appear in ``qmodel --help`` as placeholders carrying the
+one-line help of :data:`VERB_HELP` (a test checks it against each module's own), so ``qmodel solve``
+does not load the planner, the importers, the replay or the TUI. Errors
 derived from :class:`~qmodel.errors.QmodelError` print as one line on stderr with their exit code
 (2 for bad input, 3 for an unstable configuration); argparse usage errors also exit 2.
+
+A ``qmodel`` process runs BLAS on one thread unless the environment names a thread count
+(``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS``, ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS``): the
+solver's dense systems are small, so more threads only add start-up and contention (a fresh
+``qmodel solve examples/llama3-70b-disagg-h100.yaml`` 0.70 -> 0.40 s on 2 cores, output
+byte-identical on every example). It is set here, before numpy loads: ``import qmodel`` does not
+load numpy (tests/test_cli_lazy.py checks both).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from qmodel.errors import QmodelError
+#: environment variables that set the BLAS thread count; none set: one thread (module doc)
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+if "numpy" not in sys.modules and not any(os.environ.get(v) for v in BLAS_THREAD_VARS):
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
-__all__ = ["main", "build_parser", "VERBS"]
+from qmodel.errors import QmodelError  # noqa: E402 - after the BLAS default, which must precede numpy
 
-#: Sub-commands in help order; each lives in qmodel/cli/cmd_<verb>.py
-VERBS = ["solve", "goodput", "sweep", "compare", "plan", "replay", "validate", "trace", "catalog",
-         "calibrate", "perf", "examples", "tui"]
+__all__ = ["main", "build_parser", "VERBS", "VERB_HELP", "BLAS_THREAD_VARS"]
+
+#: Sub-commands in help order, each with the one-line help ``qmodel --help`` lists; each verb lives in
+#: qmodel/cli/cmd_<verb>.py, whose ``register`` passes the same help to ``add_parser``
+VERB_HELP: dict[str, str] = {
+    "solve": "solve a scenario analytically (milliseconds)",
+    "goodput": "largest rate whose SLO attainment meets the goal",
+    "sweep": "attainment and TTFT/TPOT percentiles over a range of rates",
+    "compare": "colocated vs chunked vs disaggregated on the same GPUs",
+    "plan": "search deployments: fewest GPUs, lowest $/h, or most goodput in a budget",
+    "replay": "replay a scenario with the event-driven simulator (seconds)",
+    "validate": "analytic engine vs replay over a suite of scenarios (error table)",
+    "trace": "inspect and download request traces",
+    "catalog": "list and show models, GPUs, links and workload presets; import HF configs",
+    "calibrate": "fit roofline factors (mfu, mbu, overheads) to a measured table",
+    "perf": "step-time tables: import measured data (perf import SOURCE ...)",
+    "examples": "list or copy the bundled example scenarios",
+    "tui": "interactive what-if explorer in the terminal",
+}
+VERBS = list(VERB_HELP)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``qmodel`` parser: every verb's full parser, or, with ``only``, that verb's and a placeholder
+    (same name and help, no options) for each other one, so no other verb's module is imported."""
     parser = argparse.ArgumentParser(
         prog="qmodel",
         description="Queueing-theory capacity planner for LLM serving (colocated, chunked prefill, P/D disaggregation).",
@@ -30,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"qmodel {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
-    for verb in VERBS:
+    for verb, help_ in VERB_HELP.items():
+        if only is not None and verb != only:
+            sub.add_parser(verb, help=help_)
+            continue
         try:
             mod = importlib.import_module(f"qmodel.cli.cmd_{verb}")
         except ModuleNotFoundError as err:
@@ -41,8 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _verb_of(argv: Sequence[str]) -> str:
+    """The verb an argument list names: its first word that is not an option (the top-level parser
+    takes only ``-h`` and ``--version``, neither with a value); "" when there is none."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_verb_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -86,7 +86,15 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
     # the schedule does not depend on the times: record the iterations, time them in two calls
     pre: list[tuple[float, float, float]] = []
     runs: list[tuple[int, float, int]] = []
-    pl, Ll, nl, hl = p.tolist(), L.tolist(), need.tolist(), hold.tolist()
+    pl, nl = p.tolist(), need.tolist()
+    # per-request constants of the loop, computed once (the same values it used to compute per admission)
+    sql = [x * x for x in pl]
+    Ll = L.tolist()
+    last = [int(x) - 1 for x in Ll]          # decode steps after the prefill's token
+    leaves = [x <= 1 for x in Ll]            # its only token comes from the prefill
+    c0l = [x + 1.0 for x in hold.tolist()]   # context at the first decode step
+    budget = math.inf if max_batch_tokens is None else max_batch_tokens
+    push, pop = heapq.heappush, heapq.heappop
     ol = order.tolist()
     while qi < total:
         h = ol[qi]
@@ -94,21 +102,22 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
             k, tok, sq, freed = 0, 0.0, 0.0, 0.0
             while qi < total:
                 h = ol[qi]
-                if not (nl[h] <= free and len(heap) < slots):
+                nh = nl[h]
+                if not (nh <= free and len(heap) < slots):
                     break
-                if k and max_batch_tokens is not None and tok + pl[h] > max_batch_tokens:
+                if k and tok + pl[h] > budget:
                     break
-                free -= nl[h]
+                free -= nh
                 tok += pl[h]
-                sq += pl[h] * pl[h]
+                sq += sql[h]
                 k += 1
                 qi += 1
-                if Ll[h] <= 1:  # its only token comes from the prefill: it leaves at the iteration's end
-                    freed += nl[h]
+                if leaves[h]:  # it leaves at the prefill iteration's end
+                    freed += nh
                     done += 1
                 else:
-                    c0 = hl[h] + 1.0
-                    heapq.heappush(heap, (K + int(Ll[h]) - 1, qi, nl[h], c0 - K))
+                    c0 = c0l[h]
+                    push(heap, (K + last[h], qi, nh, c0 - K))
                     S += c0
             if max_batch_tokens is not None:
                 pre.append((tok, sq, float(k)))
@@ -120,7 +129,7 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
             K += steps
             S += n * steps
             while heap and heap[0][0] <= K:
-                _, _, sz, off = heapq.heappop(heap)
+                _, _, sz, off = pop(heap)
                 free += sz
                 S -= off + K
                 done += 1

@@ -28,16 +28,14 @@ def compound_poisson_pmf(jump_pmf: np.ndarray, mu: np.ndarray, size: int,
 
     ``extra``: further independent compound Poisson terms (jump pmf, mu per row) added to the sum.
     """
-    from scipy import fft as sfft  # local: keeps `import qmodel` light
-
     # The callers size the grid at mean + 12 sd + one jump, so the mass that wraps around the
     # cyclic transform is far below 1e-12; a quarter of slack (not a doubling) covers it, and a
     # 5-smooth length is as fast as a power of two.
     nfft = _fast_len(size + size // 4 + 2)
-    expo = np.outer(mu, sfft.rfft(jump_pmf, nfft) - 1.0)
+    expo = np.outer(mu, np.fft.rfft(jump_pmf, nfft) - 1.0)
     for jp, m in extra or []:
-        expo += np.outer(m, sfft.rfft(jp, nfft) - 1.0)
-    out = sfft.irfft(np.exp(expo), nfft, axis=-1)[:, :size]
+        expo += np.outer(m, np.fft.rfft(jp, nfft) - 1.0)
+    out = np.fft.irfft(np.exp(expo), nfft, axis=-1)[:, :size]
     return np.clip(out, 0.0, None)
 
 

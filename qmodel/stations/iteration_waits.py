@@ -88,8 +88,6 @@ def pk_wait(residual: GridDist, rho: float) -> GridDist:
     er = residual.mean_s
     mean_w = rho * er / (1.0 - rho)
     span = mean_w * 60.0 + residual.n * residual.dx * 4.0
-    from scipy import fft as sfft
-
     if span / residual.dx > _PK_MAX_BINS:
         # A wait hundreds of residuals long (high load) does not need the residual's own step: put
         # the residual on a coarser one, each bin's mass split between the two nearest coarse
@@ -101,8 +99,8 @@ def pk_wait(residual: GridDist, rho: float) -> GridDist:
         dxc = residual.dx * 2.0 ** math.ceil(math.log2(span / residual.dx / _PK_MAX_BINS))
         residual = residual.regrid(dxc, keep_mean=True)
     size = min(_fast_len(int(span / residual.dx) + 2), 1 << 18)
-    phi = sfft.rfft(residual.pmf, size)
-    pmf = np.clip(sfft.irfft((1.0 - rho) / (1.0 - rho * phi), size), 0.0, None)
+    phi = np.fft.rfft(residual.pmf, size)
+    pmf = np.clip(np.fft.irfft((1.0 - rho) / (1.0 - rho * phi), size), 0.0, None)
     if pmf[0] > 1.0 - rho:
         # P(W = 0) is exactly 1 - rho. A residual below one coarse step keeps part of its mass at
         # 0, which inflates the atom: that excess is waits shorter than a step, moved to the first.
@@ -237,10 +235,8 @@ def add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump:
     over = 0.0 if shape is None else float((lam * lam * va).max(initial=0.0))
     n = wait.n + int(math.ceil(mu_max * ej + 12.0 * math.sqrt(mu_max * ej2 + over * ej * ej + 1.0))) + len(jump)
     n = min(n, 1 << 16)
-    from scipy import fft as sfft
-
     nfft = _fast_len(n)
-    phi = sfft.rfft(jump, nfft) - 1.0
+    phi = np.fft.rfft(jump, nfft) - 1.0
     # strata with no arrivals (the atom at 0 spans several when P(W = 0) is large) share one factor 1
     zero = mu_s <= 0.0
     rows, mus = share[~zero], mu_s[~zero]
@@ -248,7 +244,7 @@ def add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump:
         lw, ea_s = lam * w_s[~zero], ea[~zero]
         sh, sc = shape[~zero], scale[~zero]
         finite = np.isfinite(sh)
-    acc = sfft.rfft(rows, nfft, axis=1) if len(rows) else np.zeros((0, nfft // 2 + 1), complex)
+    acc = np.fft.rfft(rows, nfft, axis=1) if len(rows) else np.zeros((0, nfft // 2 + 1), complex)
     if kmax is not None and poisson_sf(kmax, 2.0 * mu_max) > 1e-12:
         # E[z^min(K, kmax)] = sum_{j < kmax} P(K = j) z^j + P(K >= kmax) z^kmax, at z = phi_J
         pk = _count_pmf(mus, kmax) if shape is None else _count_pmf(lw, kmax, ea_s, sh, sc, lam)
@@ -274,8 +270,8 @@ def add_arrivals_during(wait: GridDist, lam: float, jump: np.ndarray, mean_jump:
         acc = np.einsum("ij,ij->j", acc, np.exp(expo))
         count = mus
     if np.any(zero):
-        acc += sfft.rfft(share[zero].sum(axis=0), nfft)
-    pmf = np.clip(sfft.irfft(acc, nfft)[:n], 0.0, None)
+        acc += np.fft.rfft(share[zero].sum(axis=0), nfft)
+    pmf = np.clip(np.fft.irfft(acc, nfft)[:n], 0.0, None)
     if age is None and kmax is None:
         mean = wait.mean_s + lam * wait.mean_s * mean_jump
     else:
@@ -359,8 +355,6 @@ def batch_wait(service: np.ndarray, dx: float, rho: float, m: float, c: int,
     service), and ``sides`` = 2 counts the members behind the tagged one as well (two independent
     Geometric_0(q^c) counts, by the symmetry of the geometric batch).
     """
-    from scipy import fft as sfft
-
     mem = service if member is None else member
     q = 1.0 - 1.0 / m
 
@@ -375,15 +369,15 @@ def batch_wait(service: np.ndarray, dx: float, rho: float, m: float, c: int,
     vy = (m - 1.0) * (em2 - em * em) + em * em * m * (m - 1.0)
     eb, eb2 = es + ey, es2 + 2.0 * es * ey + vy + ey * ey
     size = _fast_len(int((eb + 14.0 * math.sqrt(max(eb2 - eb * eb, 0.0))) / dx) + len(service) + len(mem) + 2)
-    phi_s = sfft.rfft(service, size)
-    phi_m = sfft.rfft(mem, size)
-    sb = np.clip(sfft.irfft(phi_s * (1.0 - q) / (1.0 - q * phi_m), size), 0.0, None)
+    phi_s = np.fft.rfft(service, size)
+    phi_m = np.fft.rfft(mem, size)
+    sb = np.clip(np.fft.irfft(phi_s * (1.0 - q) / (1.0 - q * phi_m), size), 0.0, None)
     sb /= sb.sum()
     sf = 1.0 - np.cumsum(sb)
     res = np.concatenate([[0.0], sf[:-1]])
     res = res / res.sum()
     wb = jsq_wait(pk_wait(GridDist(dx, res, eb2 / (2.0 * eb), exact=False), rho), rho, c)
     qc = q ** max(c, 1)
-    ahead = np.clip(sfft.irfft(((1.0 - qc) / (1.0 - qc * phi_m)) ** sides, size), 0.0, None)
+    ahead = np.clip(np.fft.irfft(((1.0 - qc) / (1.0 - qc * phi_m)) ** sides, size), 0.0, None)
     mean_a = sides * qc / (1.0 - qc) * em
     return convolve(wb, GridDist(dx, ahead / ahead.sum(), mean_a, exact=False))
