@@ -1,6 +1,6 @@
 """AIConfigurator static step-time estimates on a fixed grid, cached as CSV (used by roofline_accuracy.py).
 
-    .venv/bin/python benchmarks/_aic_points.py --out /tmp/aic_points.csv
+    .venv/bin/python benchmarks/_aic_points.py --out aic_points.csv
 
 Each row: catalog model, catalog GPU, AIC model key and system, tp, phase, batch, length (prompt for
 prefill, context for decode), compute dtype, and the AIC estimate in seconds (static_ctx ttft for

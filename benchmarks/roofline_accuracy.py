@@ -1,6 +1,6 @@
 """Default roofline (shared efficiency curves, uncalibrated) vs every measured step-time source qmodel can reach.
 
-    .venv/bin/python benchmarks/roofline_accuracy.py [--aic-points /tmp/aic_points.csv] [--no-loo]
+    .venv/bin/python benchmarks/roofline_accuracy.py [--aic-points aic_points.csv] [--no-loo]
 
 Prints markdown tables (docs/step_times.md holds the last run): per source x model x GPU x TP x
 phase, the MAPE, signed bias (mean of predicted/measured - 1) and worst |error| of

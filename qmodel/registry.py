@@ -26,7 +26,7 @@ from qmodel.errors import CatalogError, DataError
 from qmodel.settings import user_catalog_dir
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec, WorkloadPreset, anonymous_link, is_bandwidth_text
 
-__all__ = ["Catalog", "load_catalog", "get_model", "get_gpu", "get_link", "get_workload", "clear_cache"]
+__all__ = ["Catalog", "load_catalog", "get_model", "get_gpu", "get_link", "get_workload", "clear_cache", "parse_toml_cached"]
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -79,7 +79,7 @@ class Catalog:
 def _load_text(cat: Catalog, text: str, origin: str, seen: dict[tuple[str, str], str] | None = None) -> None:
     """Add one file's entries. ``seen`` (kind, name) -> origin catches a name defined twice in one layer
     (bundled or user): a silent last-one-wins there would hide a copy-paste mistake."""
-    data = _parse_toml(text, origin)
+    data = parse_toml_cached(text, origin)
     for kind, cls in _TABLES.items():
         for i, entry in enumerate(data.get(kind, [])):
             try:
@@ -100,7 +100,7 @@ def _load_text(cat: Catalog, text: str, origin: str, seen: dict[tuple[str, str],
         raise DataError(origin, f"unknown top-level tables {sorted(unknown)}; allowed: {sorted(_TABLES)}")
 
 
-def _parse_toml(text: str, origin: str) -> dict:
+def parse_toml_cached(text: str, origin: str) -> dict:
     """``tomllib.loads(text)``, compiled once: the parsed table is kept as JSON in the cache folder
     under the SHA-256 of the text (a changed file has a new key; JSON reads ~30x faster than TOML
     parses, which was most of a cold catalog load). A cache that cannot be read or written is

@@ -30,13 +30,13 @@ def test_cache_is_written_then_read_and_gives_the_same_catalog(monkeypatch, tmp_
 def test_a_changed_text_has_a_new_key_and_a_corrupt_entry_is_reparsed(monkeypatch, tmp_path):
     folder = _fresh(monkeypatch, tmp_path)
     text = '[[link]]\nname = "x"\n'
-    assert registry._parse_toml(text, "t") == {"link": [{"name": "x"}]}
+    assert registry.parse_toml_cached(text, "t") == {"link": [{"name": "x"}]}
     key = folder / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
     assert key.is_file()
     key.write_text("{not json")
-    assert registry._parse_toml(text, "t") == {"link": [{"name": "x"}]}
+    assert registry.parse_toml_cached(text, "t") == {"link": [{"name": "x"}]}
     other = text.replace('"x"', '"y"')
-    assert registry._parse_toml(other, "t") == {"link": [{"name": "y"}]}
+    assert registry.parse_toml_cached(other, "t") == {"link": [{"name": "y"}]}
     assert len(list(folder.glob("*.json"))) == 2
 
 
@@ -44,5 +44,5 @@ def test_an_unwritable_cache_is_skipped(monkeypatch, tmp_path):
     folder = _fresh(monkeypatch, tmp_path)
     folder.parent.mkdir(parents=True)
     folder.write_text("a file where the folder should be")  # mkdir fails: OSError
-    assert registry._parse_toml('a = 1\n', "t") == {"a": 1}
+    assert registry.parse_toml_cached('a = 1\n', "t") == {"a": 1}
     assert os.path.isfile(folder)

@@ -415,7 +415,7 @@ def test_poisson_table_drops_only_negligible_terms(top: float) -> None:
     # Columns past the first m > max μ whose log-pmf is below −60 for the largest mean are left at
     # 0: every dropped term is below e^{-60} and a row's dropped mass below 1e-21 (the chains
     # truncate at 1e-13). Every kept entry is bitwise the direct table's.
-    from qmodel.stations.prefill import _poisson_matrix
+    from qmodel.stations.prefill.kernels import poisson_matrix as _poisson_matrix
 
     mu = np.concatenate([[0.0, top], np.random.default_rng(3).random(40) * top])
     for n in (1, 7, 300, 4000):
@@ -465,7 +465,7 @@ def test_grids_repeat_identically_with_cached_grid_tables() -> None:
 @pytest.mark.parametrize("scale", [0.0, 0.01, 0.3, 0.6747, 1.0, 1.3, 2.7])
 def test_scale_time_equals_scatter_add(scale: float) -> None:
     # the run-by-run sums must be np.add.at's, bit for bit (same order of additions)
-    from qmodel.stations.prefill import _scale_time
+    from qmodel.stations.prefill.kernels import scale_time as _scale_time
 
     g = np.random.default_rng(2).random((700, 5)) ** 6
     idx = np.ceil(np.arange(700) * scale - 1e-9).astype(np.int64)
@@ -550,7 +550,7 @@ def test_sparse_drain_and_own_batch_equal_fft_when_scaled(load: float, monkeypat
 def test_shift_add_is_the_circular_convolution() -> None:
     # shifted adds of a few-bin law (wrapping past the row end) = the circular convolution of the
     # transforms they replace; columns from `reach` on are zero and skipped
-    from qmodel.stations.prefill import _shift_add
+    from qmodel.stations.prefill.kernels import shift_add as _shift_add
 
     rng = np.random.default_rng(4)
     n, reach = 40, 31
@@ -569,7 +569,7 @@ def test_shift_add_is_the_circular_convolution() -> None:
 
 @pytest.mark.parametrize("n,width", [(53, 31), (7, 1), (20, 64), (5, 3)])
 def test_toeplitz_count_convolution_equals_fft(n: int, width: int) -> None:
-    from qmodel.stations.prefill import _convolve_counts, _convolve_rows, _fast_len
+    from qmodel.stations.prefill.kernels import convolve_counts as _convolve_counts, convolve_rows as _convolve_rows, fast_len as _fast_len
 
     rng = np.random.default_rng(n)
     table = rng.random((n, width))
@@ -582,7 +582,7 @@ def test_toeplitz_count_convolution_equals_fft(n: int, width: int) -> None:
 @pytest.mark.parametrize("scale", [0.0, 0.0959, 0.6747, 1.0, 2.7])
 def test_scale_time_column_major_equals_scatter_add(scale: float) -> None:
     # the column-major path (the grids pass u.T) must be np.add.at's sums too, bit for bit
-    from qmodel.stations.prefill import _scale_time
+    from qmodel.stations.prefill.kernels import scale_time as _scale_time
 
     u = np.random.default_rng(3).random((5, 216)) ** 6  # C-ordered: u.T is column-major
     idx = np.ceil(np.arange(216) * scale - 1e-9).astype(np.int64)

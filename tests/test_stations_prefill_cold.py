@@ -16,7 +16,7 @@ from data_needs import EXAMPLES, example_needs
 def test_log_factorials_equal_gammaln() -> None:
     from scipy.special import gammaln
 
-    from qmodel.stations.prefill import _log_factorials
+    from qmodel.stations.prefill.kernels import log_factorials as _log_factorials
 
     for n in (1, 2, 31, 1000, 70000):
         m, lg, lg_list = _log_factorials(n)

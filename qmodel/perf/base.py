@@ -33,9 +33,11 @@ from typing import Union
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["ServiceTimeModel", "ArrayOrFloat"]
+__all__ = ["ServiceTimeModel", "ArrayOrFloat", "SCALAR_TYPES"]
 
 ArrayOrFloat = Union[float, np.ndarray]
+#: Inputs of these exact types take a model's scalar fast path (numpy arrays, lists and 0-d arrays do not).
+SCALAR_TYPES = (int, float, np.float64, np.int64, np.float32, np.int32)
 
 
 class ServiceTimeModel(ABC):

@@ -38,7 +38,6 @@ override is the whole non-kernel overhead, as in the constants roofline).
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -264,11 +263,10 @@ class EfficiencyCurves(_Frozen):
 def load_curves() -> EfficiencyCurves:
     """The bundled catalog/efficiency.toml (installed as qmodel.catalog), parsed and validated once."""
     origin = f"qmodel.catalog/{CURVES_FILE}"
+    from qmodel.registry import parse_toml_cached  # the catalog's TOML reader, with its JSON cache
+
     text = resources.files("qmodel.catalog").joinpath(CURVES_FILE).read_text(encoding="utf-8")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise DataError(origin, f"not valid TOML: {err}") from None
+    data = parse_toml_cached(text, origin)
     if set(data) - {"arch"}:
         raise DataError(origin, f"unknown top-level tables {sorted(set(data) - {'arch'})}; allowed: ['arch']")
     return EfficiencyCurves.from_mapping(data.get("arch", {}), origin)

@@ -331,8 +331,8 @@ HEADER = """\
 # every GPU of an architecture; times are seconds.
 #
 # Generated -- do not edit by hand; reproduce with (needs the optional extra qmodel[aic]):
-#   .venv/bin/python benchmarks/_aic_points.py --out /tmp/aic_points.csv
-#   .venv/bin/python -m qmodel.perf.efficiency_fit --points /tmp/aic_points.csv --write catalog/efficiency.toml
+#   .venv/bin/python benchmarks/_aic_points.py --out aic_points.csv
+#   .venv/bin/python -m qmodel.perf.efficiency_fit --points aic_points.csv --write catalog/efficiency.toml
 #
 # Sources: the AIConfigurator silicon database (aiconfigurator-core, Apache-2.0, NVIDIA): per-kernel
 # measurements for vLLM (gemm, context/generation attention, moe) and NCCL/vLLM all-reduce, per system

@@ -9,12 +9,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from qmodel.errors import InputError
-from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel, SCALAR_TYPES
 
 __all__ = ["FixedModel"]
 
 # Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
-_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
 
 
 class FixedModel(ServiceTimeModel):
@@ -42,7 +41,7 @@ class FixedModel(ServiceTimeModel):
         self.decode_step_s = float(decode_step_s)
 
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
-        if type(n_requests) in _SCALARS and type(sum_tokens) in _SCALARS:
+        if type(n_requests) in SCALAR_TYPES and type(sum_tokens) in SCALAR_TYPES:
             return n_requests * self.prefill_s
         t, q, k = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
@@ -50,7 +49,7 @@ class FixedModel(ServiceTimeModel):
         return float(out) if out.ndim == 0 else out
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
-        if type(n_seqs) in _SCALARS:
+        if type(n_seqs) in SCALAR_TYPES:
             return self.decode_step_s if n_seqs > 0 else 0.0
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         out = np.where(n > 0, self.decode_step_s, 0.0)

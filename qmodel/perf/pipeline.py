@@ -40,11 +40,10 @@ import json
 import numpy as np
 from numpy.typing import ArrayLike
 
-from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel, SCALAR_TYPES
 
 __all__ = ["PipelineInstance", "pipeline_instance", "stage_model"]
 
-_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
 
 
 class PipelineInstance(ServiceTimeModel):
@@ -67,7 +66,7 @@ class PipelineInstance(ServiceTimeModel):
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
         """pp stage times of a micro-batch of n/m sequences, m = min(pp, max(n, 1)); 0 for n = 0."""
         pp = float(self.pp)
-        if type(n_seqs) in _SCALARS and type(sum_context_tokens) in _SCALARS:
+        if type(n_seqs) in SCALAR_TYPES and type(sum_context_tokens) in SCALAR_TYPES:
             if n_seqs <= 0:
                 return 0.0
             m = min(pp, max(float(n_seqs), 1.0))

@@ -11,7 +11,7 @@ from numpy.typing import ArrayLike
 from typing import Literal
 
 from qmodel.errors import InputError
-from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel, SCALAR_TYPES
 from qmodel.perf.efficiency import EfficiencyCurves, Overrides, load_curves
 from qmodel.perf.efficiency_terms import CurveTerms
 from qmodel.perf.parallel import Parallelism, check_parallelism
@@ -21,7 +21,6 @@ from qmodel.units import dtype_bits
 __all__ = ["RooflineModel", "DEFAULT_ALLREDUCE_LATENCY_S", "expected_distinct_experts"]
 
 # Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
-_SCALARS = (int, float, np.float64, np.int64, np.float32, np.int32)
 
 #: Per-call latency of one NCCL all-reduce (or one pipeline send) inside a node. nccl-tests put
 #: small-message all-reduce on 8 NVLink GPUs at 10-20 us; Vidur's profiles
@@ -280,7 +279,7 @@ class RooflineModel(ServiceTimeModel):
 
     # ---- the two step times --------------------------------------------------------------
     def prefill_time_s(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike, n_requests: ArrayLike) -> ArrayOrFloat:
-        if type(sum_tokens) in _SCALARS and type(sum_sq_tokens) in _SCALARS and type(n_requests) in _SCALARS:
+        if type(sum_tokens) in SCALAR_TYPES and type(sum_sq_tokens) in SCALAR_TYPES and type(n_requests) in SCALAR_TYPES:
             return self._prefill_scalar(float(sum_tokens), float(sum_sq_tokens), float(n_requests))
         t, q, k = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float),
                                       np.asarray(n_requests, dtype=float))
@@ -296,7 +295,7 @@ class RooflineModel(ServiceTimeModel):
         return float(out) if out.ndim == 0 else out
 
     def decode_step_time_s(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> ArrayOrFloat:
-        if type(n_seqs) in _SCALARS and type(sum_context_tokens) in _SCALARS:
+        if type(n_seqs) in SCALAR_TYPES and type(sum_context_tokens) in SCALAR_TYPES:
             return self._decode_scalar(float(n_seqs), float(sum_context_tokens))
         n, s = np.broadcast_arrays(np.asarray(n_seqs, dtype=float), np.asarray(sum_context_tokens, dtype=float))
         p = self.decode_breakdown(n, s)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qmodel.perf.base import SCALAR_TYPES
+
 __all__ = [
     "SCALAR_TYPES",
     "TablePoint",
@@ -31,8 +33,6 @@ __all__ = [
     "drop_non_monotone",
 ]
 
-#: Inputs of these exact types take the scalar fast path (numpy arrays, lists and 0-d arrays do not).
-SCALAR_TYPES = (int, float, np.float64, np.int64, np.float32, np.int32)
 
 @dataclass(frozen=True)
 class TablePoint:

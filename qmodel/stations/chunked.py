@@ -387,7 +387,7 @@ class ChunkedStation:
             exact=False,
             notes=notes,
             extra={"rho_c": rho_c, "mean_n_decode": mean_n, "mean_tpot_s": tpot.mean_s,
-                   "busy_fraction": rho_c + (1 - rho_c) * busy_dec, "lam_fluid_per_instance": self.lam_fluid,
+                   "lam_fluid_per_instance": self.lam_fluid,
                    "mean_slot_wait_s": adm.mean_s if adm is not None else 0.0},
         )
 

@@ -700,7 +700,7 @@ class ColocatedStation:
             exact=False,
             notes=tuple(lam_notes),
             extra={"rho_p": rho_p, "mean_prefill_batch": kbar, "mean_n_decode": mean_n, "x": tok * self.chain.slope_inf,
-                   "mean_tpot_s": float(mean_tpot), "busy_fraction": rho_p + busy_dec,
+                   "mean_tpot_s": float(mean_tpot),
                    "prefill_cost_saturated_s": self.prefill_cost_sat,
                    "mean_slot_wait_s": adm.mean_s if adm is not None else 0.0},
         )

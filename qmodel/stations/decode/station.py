@@ -308,7 +308,7 @@ class DecodeStation:
                 "a_s": self.a_s, "beta_s": self.beta_s, "mean_context_tokens": self.mean_context,
                 "n_max": self.n_max, "x": lam * self.mean_output * self._slope_per_instance * (
                     1.0 if not self.pooled else 1.0 / self.instances),
-                "rho_cap": rc if capped else None, "busy_fraction": busy,
+                "rho_cap": rc if capped else None,
                 "mean_n_per_chain": mean_n, "var_n_per_chain": occupancy_variance(n, pi, mean_n, capped, cap, rc, tail),
                 "p_slot_wait": p_wait, "mean_slot_wait_s": mean_slot, "mean_residual_s": mean_resid,
                 "mean_tpot_s": mean_tpot, "tpot_quantiles_s": quant,

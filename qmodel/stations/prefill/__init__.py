@@ -82,34 +82,9 @@ DistServe (Zhong et al., OSDI 2024) for the M/D/1 special case D + λD²/(2(1−
 
 from __future__ import annotations
 
-from qmodel.stations.prefill import (chain, drain, grid_tables, kernels, law, own_batch, regimes, sampling, station,
-                                     wait_exact, wait_grids)
 from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.law import BatchServiceLaw
 from qmodel.stations.prefill.sampling import DEFAULT_MAX_BATCH_SIZE, batch_cap
 from qmodel.stations.prefill.station import Dispatch, PrefillStation, instance_wait_scale
-
-# The names the single module had, kept importable from here (tests import some of them). The
-# tunables (_SPARSE_LAW_BINS, _COUNT_MAX, ...) are deliberately not copied here: patching a copy
-# would change nothing; they live in the module that reads them (wait_grids, chain, law, ...).
-_fast_len = kernels.fast_len
-_log_factorials = kernels.log_factorials
-_poisson_matrix = kernels.poisson_matrix
-_band = kernels.band_view
-_log_drain_transform = kernels.log_drain_transform
-_convolve_rows = kernels.convolve_rows
-_shift_add = kernels.shift_add
-_convolve_counts = kernels.convolve_counts
-_unit = kernels.unit_vector
-_balance_matrix = kernels.balance_matrix
-_balance_view = kernels.balance_view
-_solve_balance = kernels.solve_balance
-_scale_time = kernels.scale_time
-_prompt_sample = sampling.prompt_sample
-_base_indices = sampling.base_indices
-_strata = sampling.strata
-_Regime = regimes.Regime
-_MixTables = regimes.MixTables
-_GridTables = grid_tables.GridTables
 
 __all__ = ["BatchServiceLaw", "BulkQueue", "PrefillStation", "batch_cap", "instance_wait_scale", "DEFAULT_MAX_BATCH_SIZE"]
