@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from qmodel.errors import DataError, InputError
 from qmodel.toml_out import toml_value
 
-__all__ = ["read_raw", "dump_scenario", "write_scenario", "to_toml", "write_json", "write_csv", "SCENARIO_SUFFIXES"]
+__all__ = ["read_raw", "dump_scenario", "write_scenario", "to_toml", "write_json", "write_csv", "export_results", "SCENARIO_SUFFIXES"]
 
 SCENARIO_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
@@ -105,3 +105,16 @@ def write_csv(header: list[str], rows: Iterable[list[Any]], path: str | Path) ->
         w.writerow(["" if v is None else (f"{v:.10g}" if isinstance(v, float) else v) for v in r])
     _write(p, buf.getvalue())
     return p
+
+
+def export_results(path: str | Path, kind: str, current: Any, pinned: list[tuple[str, Any]], replay_check: Any) -> Path:
+    """Write the current analysis, the pinned ones and the replay check: ``kind`` "json" (the whole
+    payload, :func:`~qmodel.tui.report.export_payload`) or "csv" (one row per entry and metric)."""
+    from .report import export_payload, metric_rows
+
+    if kind == "json":
+        return write_json(export_payload(current, pinned, replay_check), path)
+    entries = ([("current", current)] if current else []) + pinned
+    rows = [[label, a.scenario.name, m, "" if v is None else v, shown]
+            for label, a in entries for m, v, shown in metric_rows(a)]
+    return write_csv(["entry", "scenario", "metric", "value", "shown"], rows, path)
