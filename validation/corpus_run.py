@@ -42,12 +42,15 @@ RUN_LENGTHS: dict[str, Suite] = {
 }
 
 
-def run_corpus_case(case: CorpusCase, lengths: Suite) -> dict[str, Any]:
-    """One corpus case through the analytic engine and the replay (see the module docstring)."""
+def run_corpus_case(case: CorpusCase, lengths: Suite, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One corpus case through the analytic engine and the replay (see the module docstring);
+    ``reuse``: an earlier row of this case whose replay is kept if it ran at the same rate
+    (:func:`~qmodel.validation.harness.compare_scenario`)."""
     rec: dict[str, Any] = {"id": case.id, "topology": case.features["topology"], "band": load_band(case.utilization),
                            "utilization": case.utilization, "features": dict(case.features)}
     try:
-        rec.update(compare_scenario(case.scenario, case.utilization, lengths.n_requests(case.utilization), lengths.seeds))
+        rec.update(compare_scenario(case.scenario, case.utilization, lengths.n_requests(case.utilization), lengths.seeds,
+                                    reuse=reuse))
     except Exception as err:  # noqa: BLE001 -- a limit or replay failure is a row saying why, never a crash
         rec["analytic"] = None
         rec["error"] = f"{type(err).__name__}: {err}"

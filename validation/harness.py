@@ -33,7 +33,7 @@ from qmodel.errors import QmodelError
 from qmodel.validity import BANDS, band_of
 from qmodel.validation.suites import Case, Config, Suite
 
-__all__ = ["LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "compare_scenario", "run_case", "run_goodput",
+__all__ = ["REPLAY_FIELDS", "LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "compare_scenario", "run_case", "run_goodput",
            "replay_goodput", "abs_error_stats", "summarize", "run_suite", "round_sig"]
 
 LATENCY_METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"]
@@ -80,13 +80,22 @@ def _mean_and_noise(values: list[float]) -> tuple[float, float]:
     return m, se / abs(m)
 
 
-def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int, ...] | list[int]) -> dict[str, Any]:
+#: replay fields of a :func:`compare_scenario` record (what ``reuse`` copies)
+REPLAY_FIELDS = ("replay", "replay_noise", "replay_requests", "replay_seeds", "replay_station_utilization",
+                 "replay_warnings")
+
+
+def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int, ...] | list[int],
+                     reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     """Analytic solve and replays (one per seed, ``n_requests`` each) of ``sc0`` at ``utilization``
     x its analytic stability limit: rate, limit, analytic/replay metrics, replay noise and
     ``error_rel``; an analytic failure becomes ``error`` (never a crash). Shared by the suites and
-    the generated corpus (:mod:`qmodel.validation.corpus_run`)."""
+    the generated corpus (:mod:`qmodel.validation.corpus_run`).
+
+    ``reuse``: an earlier record of the same scenario; its replay is taken instead of replaying again
+    when it ran at the same rate (relative 1e-9), the same requests and seeds (the replay is
+    deterministic in those), so an analytic change is re-scored without re-running the replays."""
     from qmodel.engine import Solver
-    from qmodel.validation.engine import replay
 
     rec: dict[str, Any] = {}
     solver = Solver(sc0)
@@ -99,19 +108,13 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
         # says why, summary["failures"] lists it (and the CI test fails on it)
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
-    runs = [replay(sc0.with_rate(rate), n_requests=n_requests, seed=s) for s in seeds]
-    per_seed = [latency_metrics(r) for r in runs]
-    rep: dict[str, float] = {}
-    noise: dict[str, float] = {}
-    for k in per_seed[0]:
-        rep[k], noise[k] = _mean_and_noise([p[k] for p in per_seed])
-    rec["replay"] = rep
-    rec["replay_noise"] = noise
-    rec["replay_requests"] = n_requests
-    rec["replay_seeds"] = list(seeds)
-    rec["replay_station_utilization"] = {s.name: float(np.mean([[t.utilization for t in r.stations if t.name == s.name][0]
-                                                                for r in runs])) for s in runs[0].stations}
-    rec["replay_warnings"] = sorted({w for r in runs for w in r.warnings})
+    if (reuse is not None and reuse.get("replay") and abs(reuse.get("rate_per_s", -1.0) / rate - 1.0) <= 1e-9
+            and reuse.get("replay_requests") == n_requests and list(reuse.get("replay_seeds", ())) == list(seeds)):
+        rec.update({k: reuse[k] for k in REPLAY_FIELDS})
+        rec["replay_reused"] = True
+    else:
+        rec.update(_replays(sc0.with_rate(rate), n_requests, seeds))
+    rep = rec["replay"]
     if rec["analytic"] is not None:
         a = rec["analytic"]
         err = {k: _rel(a[k], rep[k]) for k in LATENCY_METRICS + ["ttft_mean", "tpot_mean"]}
@@ -119,6 +122,22 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
             err[k] = a[k] - rep[k]
         rec["error_rel"] = err
     return rec
+
+
+def _replays(sc, n_requests: int, seeds: tuple[int, ...] | list[int]) -> dict[str, Any]:
+    """The replay fields (:data:`REPLAY_FIELDS`) of ``sc``: one replay per seed, mean and noise per metric."""
+    from qmodel.validation.engine import replay
+
+    runs = [replay(sc, n_requests=n_requests, seed=s) for s in seeds]
+    per_seed = [latency_metrics(r) for r in runs]
+    rep: dict[str, float] = {}
+    noise: dict[str, float] = {}
+    for k in per_seed[0]:
+        rep[k], noise[k] = _mean_and_noise([p[k] for p in per_seed])
+    return {"replay": rep, "replay_noise": noise, "replay_requests": n_requests, "replay_seeds": list(seeds),
+            "replay_station_utilization": {s.name: float(np.mean([[t.utilization for t in r.stations if t.name == s.name][0]
+                                                                  for r in runs])) for s in runs[0].stations},
+            "replay_warnings": sorted({w for r in runs for w in r.warnings})}
 
 
 def run_case(case: Case, suite: Suite) -> dict[str, Any]:

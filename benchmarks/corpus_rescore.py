@@ -1,0 +1,74 @@
+"""Re-score the generated corpus after an analytic change, without re-running unchanged replays.
+
+    python benchmarks/corpus_rescore.py BASE.json [--out NEW.json] [--where axis=value ...] [--jobs J]
+
+BASE.json is a ``qmodel validate --suite corpus --json`` result. The corpus is regenerated from its
+seed, n and data flag (byte-identical per seed); each selected case is solved with the code in the
+working tree, and its stored replay is reused when the case's rate (u x the new analytic limit) is
+unchanged (``compare_scenario(reuse=...)``), otherwise replayed again. Prints the grouped median /
+p90 |error| tables of the selected cases, before (BASE) and after, and how many replays were reused.
+``--where`` filters on the case's feature values (``topology=colocated``, ``arrivals=trace``; repeat
+to AND, ``axis!=value`` to exclude).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+from qmodel.validation.corpus import generate
+from qmodel.validation.corpus_run import RUN_LENGTHS, markdown_tables, run_corpus_case, summarize_corpus
+
+
+def _keep(features: dict[str, str], where: list[str]) -> bool:
+    for w in where:
+        neg = "!=" in w
+        axis, value = w.split("!=" if neg else "=", 1)
+        if (features.get(axis) == value) == neg:
+            return False
+    return True
+
+
+def _job(item):
+    case, base_row = item
+    return run_corpus_case(case, RUN_LENGTHS["full"], reuse=base_row)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("base")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--where", action="append", default=[])
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args(argv)
+    for w in a.where:
+        if "=" not in w:
+            print(f"--where: {w!r}: expected axis=value or axis!=value", file=sys.stderr)
+            return 2
+    base = json.load(open(a.base))
+    rows = {r["id"]: r for r in base["scenarios"]}
+    corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
+    items = [(c, rows.get(c.id)) for c in corpus.cases if _keep(dict(c.features), a.where)]
+    if a.jobs > 1:
+        with ProcessPoolExecutor(max_workers=a.jobs) as ex:
+            new = list(ex.map(_job, items))
+    else:
+        new = [_job(i) for i in items]
+    old = [r for _, r in items if r is not None]
+    reused = sum(bool(r.get("replay_reused")) for r in new)
+    print(f"{len(new)} cases selected ({' and '.join(a.where) or 'all'}); {reused} replays reused, "
+          f"{len(new) - reused} re-run")
+    for title, rs in (("BEFORE (" + a.base + ")", old), ("AFTER (working tree)", new)):
+        print(f"\n## {title}\n")
+        print(markdown_tables({"summary": summarize_corpus(rs)}).split("**by load band**")[0])
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({**{k: base[k] for k in ("schema_version", "suite", "seed", "n", "data") if k in base},
+                       "where": a.where, "summary": summarize_corpus(new), "scenarios": new}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
