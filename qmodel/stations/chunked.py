@@ -74,7 +74,7 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
-from qmodel.stations.colocated import check_pool_inputs, held_prompt_tokens
+from qmodel.stations.pool_inputs import check_pool_inputs, held_prompt_tokens
 from qmodel.stations.iteration_stalls import L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes, stall_tpot
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens

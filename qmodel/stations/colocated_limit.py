@@ -1,0 +1,131 @@
+"""Stability side of the colocated station: the prefill batch fixed point, the joint stability limit,
+the saturated schedule and the heavy-traffic batch (docs/methods.md, "Colocated stability limit").
+
+Model (the formulas are in :mod:`qmodel.stations.colocated`'s docstring, "Joint stability"): a
+prefill iteration takes every waiting prompt, so the mean batch k solves k = e^{-lam T(k)} / (1 - rho_p)
+with rho_p = lam T(k)/k, capped at the token budget's b; the pool is stable while
+lam E[L] d + rho_p(lam) < 1 (d the decode cost per token at the slot cap or the asymptotic slope);
+where KV or max_batch caps the batch, the saturated schedule's capacity (an endless backlog) is the
+limit and the KV soft wall is centred on its mean batch.
+
+:class:`ColocatedLimits` is a mixin of :class:`qmodel.stations.colocated.ColocatedStation`: it reads
+the attributes that ``ColocatedStation.__post_init__`` sets (``service``, ``p``, ``L``, ``held``,
+``mean_output``, ``mean_t1``, ``n_max``, ``b_max``, ``prefill_cost_sat``, ``decode_cost_per_token``,
+``_ep``, ``_ep2``, ``_lam_max``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+from qmodel.stations.admission import KVWall, kv_wall
+
+__all__ = ["ColocatedLimits"]
+
+
+class ColocatedLimits:
+    """Prefill batch, stability limit and saturated schedule of a colocated pool (module doc)."""
+
+    def batch_time_s(self, k: float) -> float:
+        """Mean time of a prefill iteration of k prompts (k may be fractional: a mean batch)."""
+        return float(self.service.prefill_time_s(k * self._ep, k * self._ep2, k))
+
+    def prefill_share(self, lam: float) -> tuple[float, float]:
+        """(rho_p, mean prompts per prefill iteration) at per-instance rate lam.
+
+        Arrivals that find a prefill running (probability rho_p, PASTA) all join the next iteration,
+        which exists unless no one arrived: follow-up iterations occur at rate lam_b (1 - e^{-lam T});
+        the others start one alone. So lam_b = lam (1 - rho_p) e^{lam T}, k = lam/lam_b, and
+        rho_p = lam T(k)/k with T(k) the mean iteration time; solved by damped iteration, k <= b.
+        """
+        k = 1.0
+        for _ in range(200):
+            t = self.batch_time_s(k)
+            rho = lam * t / k
+            if rho >= 1.0:
+                k_new = float(self.b_max)
+            else:
+                k_new = min(max(math.exp(-lam * t) / (1.0 - rho), 1.0), float(self.b_max))
+            if abs(k_new - k) < 1e-10:
+                break
+            k = 0.5 * (k + k_new)
+        return lam * self.batch_time_s(k) / k, k
+
+    def _regulated_batch(self, lam: float, rho: float, k: float) -> tuple[float, float]:
+        """(rho_p, k) with :func:`qmodel.stations.capacity.heavy_traffic_batch` (slot-capped pools only)."""
+        if not self._raised:
+            return rho, k
+        from qmodel.stations.capacity import heavy_traffic_batch
+
+        return heavy_traffic_batch(lam, rho, k, self.mean_output * self.decode_cost_per_token, self._lam_sat,
+                                   self.b_max, self.batch_time_s)
+
+    @cached_property
+    def _onset(self) -> tuple[float, float, float]:
+        """(rate, rho_p, k) where the heavy-traffic batch starts (per instance)."""
+        from qmodel.stations.capacity import heavy_traffic_onset
+
+        lam = heavy_traffic_onset(self.mean_output * self.decode_cost_per_token, self._lam_sat, self.prefill_share)
+        return (lam, *self.prefill_share(lam))
+
+    @cached_property
+    def _limit_parts(self) -> tuple[float, bool]:
+        """(per-instance limit, regulated): where KV or slots cap the batch, the saturated schedule's
+        capacity (docs/methods.md, "Colocated stability limit"), at most the full-budget bound, with
+        the heavy-traffic batch of :meth:`_regulated_batch`; else the fixed point's own limit."""
+        sat = self.saturated_rate_per_s
+        if not math.isfinite(sat):
+            return self._lam_max, False
+        full = 1.0 / (self.mean_output * self.decode_cost_per_token + self.prefill_cost_sat)
+        return min(sat, full * (1.0 - 1e-9)), True
+
+    @property
+    def _raised(self) -> bool:
+        return self._limit_parts[1]
+
+    @property
+    def _lam_sat(self) -> float:
+        return self._limit_parts[0]
+
+    def _find_lam_max(self) -> float:
+        """Largest per-instance rate with lam E[L] d + rho_p(lam) < 1 (decode at capacity 1 - rho_p)."""
+        d = self.mean_output * self.decode_cost_per_token
+
+        def ok(lam: float) -> bool:
+            return lam * d + self.prefill_share(lam)[0] < 1.0
+
+        lo = 1.0 / (d + self.mean_t1)  # unbatched: stable below this
+        hi = 1.0 / (d + self.prefill_cost_sat)  # full batches: unstable above this
+        if hi <= lo or ok(hi * (1 - 1e-12)):
+            return hi if ok(hi * (1 - 1e-12)) else lo
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        return lo
+
+    @cached_property
+    def _saturated(self) -> tuple[float, float]:
+        """(requests/s, mean decode batch) of one instance under an endless backlog
+        (:func:`qmodel.stations.capacity.saturated_schedule`)."""
+        from qmodel.stations.capacity import saturated_schedule
+
+        return saturated_schedule(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
+                                  self.max_batch_tokens, cached_tokens=self.cached_tokens)
+
+    @property
+    def saturated_rate_per_s(self) -> float:
+        """Per-instance capacity under an endless backlog (:func:`qmodel.stations.capacity.saturated_rate_per_s`)."""
+        return self._saturated[0]
+
+    @cached_property
+    def _wall(self) -> KVWall | None:
+        """KV admission's soft wall (:mod:`qmodel.stations.admission`), centred on the saturated
+        schedule's mean batch; None without a KV capacity."""
+        if self.kv_capacity_tokens is None or self.n_max is None:
+            return None
+        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1])
+
+    def max_stable_rate_per_s(self) -> float:
+        """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""
+        return self.instances * self._limit_parts[0]
