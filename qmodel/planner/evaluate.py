@@ -188,7 +188,7 @@ class EngineEvaluator(Evaluator):
         return {"scenario": self.scenario, "_key": self._key}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.scenario, self._key = state["scenario"], state["_key"]
         self._init_caches()
 
     @property
