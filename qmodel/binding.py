@@ -33,7 +33,7 @@ from qmodel.dist import GridDist, convolve
 from qmodel.errors import QmodelError, UnstableError
 from qmodel.result import LinkReport
 
-__all__ = ["diagnose", "binding_at", "link_report", "contributions", "LINK_SHARE"]
+__all__ = ["diagnose", "binding_at", "largest_part", "link_report", "contributions", "LINK_SHARE"]
 
 LINK_SHARE = 0.10  # the link's allowed share of each SLO target at the SLO percentile
 _BW_REL_TOL = 0.02  # bandwidth search precision (relative)
@@ -80,23 +80,27 @@ def diagnose(solver: Any, c: Any) -> str:
     """The binding constraint at composition ``c`` in words (see the module doc)."""
     slo = solver.scenario.slo
     q = slo.percentile / 100.0
-    topology = solver.scenario.deployment.topology
     if c.ttft_attainment <= c.tpot_attainment:
         metric, dist, target, att = "TTFT", c.ttft, slo.ttft_s, c.ttft_attainment
         culprit = f"{c.stations[0].name} prefill wait behind other iterations"
     else:
         metric, dist, target, att = "TPOT", c.tpot, slo.tpot_s, c.tpot_attainment
         culprit = f"{c.stations[0].name}: decode steps stretched by prefill work on the same GPUs"
-    if topology == "disaggregated":
-        parts = contributions(solver, c)[metric]
-        name = max(parts, key=lambda k: parts[k])
-        others = ", ".join(f"{k.split(' (')[0]} {_fmt_s(v)}" for k, v in sorted(parts.items(), key=lambda t: -t[1])
-                           if k != name)
-        culprit = f"{name} (adds {_fmt_s(parts[name])} to p{slo.percentile:g}; {others})"
+    culprit = solver.topology.binding_part(solver, c, metric) or culprit
     busiest = max(c.stations, key=lambda s: s.utilization)
     return (f"{metric} binds: p{slo.percentile:g} {_fmt_s(dist.quantile(q))} vs target {_fmt_s(target)} "
             f"({att * 100:.1f}% meet it); largest part: {culprit}; busiest station {busiest.name} "
             f"at utilization {busiest.utilization:.2f}")
+
+
+def largest_part(solver: Any, c: Any, metric: str) -> str:
+    """The part adding most to ``metric``'s SLO percentile at ``c``, with the others' shares
+    (:func:`contributions`; disaggregated)."""
+    parts = contributions(solver, c)[metric]
+    name = max(parts, key=lambda k: parts[k])
+    others = ", ".join(f"{k.split(' (')[0]} {_fmt_s(v)}" for k, v in sorted(parts.items(), key=lambda t: -t[1])
+                       if k != name)
+    return f"{name} (adds {_fmt_s(parts[name])} to p{solver.scenario.slo.percentile:g}; {others})"
 
 
 def binding_at(solver: Any, g: float, station: str) -> str:

@@ -18,7 +18,6 @@ the analysis (the app shows them), never exceptions, except :class:`Cancelled`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -211,26 +210,10 @@ def _station_key(sc: Scenario) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
-def _solver_class():
+def _new_solver(sc: Scenario, resolved: Any = None, stations: Any = None):
     from qmodel.engine import Solver
 
-    class MemoSolver(Solver):
-        """A Solver that remembers its last composition: ``solve(rate)`` right after ``compose(rate)``
-        (the TUI needs both the distributions and the Result) composes once, not twice."""
-
-        _memo: tuple[Any, Any] | None = None
-
-        def compose(self, rate: float, laws: bool = False):
-            slo = self.scenario.slo
-            key = (float(rate), slo.ttft_s, slo.tpot_s, slo.percentile)
-            if self._memo is not None and self._memo[0] == key:
-                return self._memo[1]  # (its laws are built on first use if not yet)
-            c = super().compose(rate, laws=laws)
-            self._memo = (key, c)
-            return c
-
-    return MemoSolver
+    return Solver(sc, resolved, stations=stations)
 
 
 class Engine:
@@ -281,7 +264,7 @@ class Engine:
                 base = self._by_stations.get(skey)
         s = self._derive(base, sc) if base is not None else None
         if s is None:
-            s = _solver_class()(sc)
+            s = _new_solver(sc)
         with self._lock:
             if variant:
                 self._remember(self._variants, key, s, self._variant_size)
@@ -290,26 +273,20 @@ class Engine:
                 self._remember(self._by_stations, skey, s, self._size)
         return s
 
-    # Station objects a Solver builds lazily (functools.cached_property) from the deployment, the
-    # service model, the length mix and the arrival SCV only. Other cached values (the inputs hash,
-    # ...) belong to the scenario and are not carried over. If the engine renames these, nothing is
-    # carried and the new solver simply builds its own stations.
-    _STATION_ATTRS = ("_prefill", "_transfer", "_decode", "_single_pool")
+    @staticmethod
+    def _derive(base, sc: Scenario):
+        """A solver for ``sc`` sharing ``base``'s stations (same station key), or None if unsafe.
 
-    @classmethod
-    def _derive(cls, base, sc: Scenario):
-        """A solver for ``sc`` sharing ``base``'s stations (same station key), or None if unsafe."""
+        The stations depend on the deployment, the service model, the length mix and the arrival
+        SCV only (:func:`_station_key`); other cached values (the inputs hash, ...) belong to the
+        scenario and are not carried over."""
         from qmodel.workload import arrival_stats
 
         rate, ca2 = arrival_stats(sc.workload)
         if ca2 != base.resolved.ca2:
             return None
-        s = _solver_class()(sc, dataclasses.replace(base.resolved, scenario=sc, base_rate_per_s=rate))
-        carried = {k: base.__dict__[k] for k in cls._STATION_ATTRS if k in base.__dict__}
-        s.__dict__.update(carried)
-        if carried and isinstance(getattr(base, "_notes", None), list):
-            s._notes = list(base._notes)  # warnings written while the carried stations were built
-        return s
+        return _new_solver(sc, dataclasses.replace(base.resolved, scenario=sc, base_rate_per_s=rate),
+                           stations=base.built_stations)
 
     def _goodput(self, sc: Scenario, check: Check, variant: bool = True) -> tuple[float, float, Any]:
         from qmodel.goodput import goodput_search
@@ -336,7 +313,7 @@ class Engine:
             mean_out = float(solver.resolved.lengths.mean_output)
             base = dataclasses.replace(base, max_stable=(float(lam_max[0]), lam_max[1]), mean_output_tokens=mean_out)
             c = solver.compose(solver.resolved.base_rate_per_s or _missing_rate())
-            res = solver.solve(c.rate_per_s)
+            res = solver.solve(c.rate_per_s, composition=c)  # composed once for the plots and the Result
         except UnstableError as err:
             info = UnstableInfo(err.station, err.rate_per_s, err.max_stable_rate_per_s, str(err))
             return dataclasses.replace(base, unstable=info, timings_s={"solve": time.perf_counter() - t0})

@@ -36,6 +36,8 @@ from qmodel.errors import NumericalError, QmodelError
 from qmodel.planner.space import PlanSpec
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PoolConfig,
                              PrefillPool, Scenario, scenario_sha256)
+from qmodel.stations.base import MemoizedStation
+from qmodel.topology import topology_named
 
 __all__ = ["Evaluator", "EngineEvaluator", "PlanMetrics", "deployment_for", "scenario_for"]
 
@@ -158,32 +160,7 @@ def scenario_for(scenario: Scenario, plan: PlanSpec) -> Scenario:
 
 # ---- the engine-backed evaluator ---------------------------------------------------------------
 
-def _memoize_solve(station: Any) -> Any:
-    """Memoise ``station.solve(rate)`` per rate on the instance itself (stations are pure functions
-    of the rate). Calls with further arguments go straight through, and ``dataclasses.replace``
-    (which the engine applies to some stations) builds a fresh instance without the memo."""
-    solve = station.solve
-    memo: OrderedDict[float, Any] = OrderedDict()
-
-    def memo_solve(rate_per_s: float, *args: Any, **kwargs: Any):
-        if args or kwargs:
-            return solve(rate_per_s, *args, **kwargs)
-        key = float(rate_per_s)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = solve(key)
-            if len(memo) > _MEMO_RATES:
-                memo.popitem(last=False)
-        return hit
-
-    object.__setattr__(station, "solve", memo_solve)  # stations are frozen dataclasses
-    return station
-
-
 _MEMO_RATES = 64
-
-
-_STATION_ATTR = {"prefill": "_prefill", "kv_transfer": "_transfer", "decode": "_decode", "pool": "_single_pool"}
 
 
 class EngineEvaluator(Evaluator):
@@ -203,6 +180,7 @@ class EngineEvaluator(Evaluator):
         self._issues: dict[tuple, str | None] = {}
         self._caps: dict[tuple, tuple[float, str]] = {}
         self._solvers: OrderedDict[PlanSpec, Any] = OrderedDict()
+        self._inputs: OrderedDict[PlanSpec, tuple[Scenario, Any]] = OrderedDict()
         self._stations: dict[tuple, Any] = {}
 
     # pickling: ship the inputs only; a worker rebuilds (or reuses) the caches
@@ -210,7 +188,7 @@ class EngineEvaluator(Evaluator):
         return {"scenario": self.scenario, "_key": self._key}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.scenario, self._key = state["scenario"], state["_key"]
         self._init_caches()
 
     @property
@@ -263,41 +241,28 @@ class EngineEvaluator(Evaluator):
         model, workload = self._workload_parts()
         return resolve(sc, model=model, workload=workload, pool=self._pool_for)
 
-    @staticmethod
-    def _station_keys(plan: PlanSpec) -> dict[str, tuple]:
-        """Solver attribute -> what that station depends on (beyond the scenario, fixed per evaluator)."""
-        f, d = plan.family, plan.decode
-        if f.topology == "disaggregated":
-            p = plan.prefill
-            assert p is not None
-            return {"_prefill": ("prefill", p.gpu, p.tp, p.instances),
-                    "_transfer": ("kv", f.link, f.transfer_mode, p.gpu, p.tp, p.instances),
-                    "_decode": ("decode", d.gpu, d.tp, d.instances)}
-        return {"_single_pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
-
-    def _bare(self, plan: PlanSpec):
-        """The plan's Solver (LRU-cached), stations not yet attached."""
-        s = self._solvers.get(plan)
-        if s is not None:
-            self._solvers.move_to_end(plan)
-            return s
+    def _plan_inputs(self, plan: PlanSpec) -> tuple[Scenario, Any]:
+        """(the plan's scenario, its resolved inputs assembled from the cached pools), LRU-cached."""
+        hit = self._inputs.get(plan)
+        if hit is not None:
+            self._inputs.move_to_end(plan)
+            return hit
         sc = scenario_for(self.scenario, plan)
-        from qmodel.engine import Solver
+        hit = self._inputs[plan] = (sc, self._resolved(sc, plan))
+        if len(self._inputs) > self.MAX_SOLVERS:
+            self._inputs.popitem(last=False)
+        return hit
 
-        s = Solver(sc, self._resolved(sc, plan))
-        self._solvers[plan] = s
-        if len(self._solvers) > self.MAX_SOLVERS:
-            self._solvers.popitem(last=False)
-        return s
-
-    def _station(self, plan: PlanSpec, attr: str):
-        """One station of ``plan``, shared by every plan with the same pool (QmodelError if it cannot run)."""
-        key = self._station_keys(plan)[attr]
+    def _station(self, plan: PlanSpec, role: str):
+        """One station of ``plan``, shared by every plan with the same inputs
+        (:meth:`qmodel.topology.Topology.station_keys`; QmodelError if it cannot run)."""
+        topology = topology_named(plan.family.topology)
+        key = topology.station_keys(plan)[role]
         st = self._stations.get(key)
         if st is None:
-            st = getattr(self._bare(plan), attr)  # builds only this station
-            if attr == "_prefill":  # the dearest station; the engine passes it only the rate
-                st = _memoize_solve(st)
+            st = topology.build_station(role, *self._plan_inputs(plan))  # builds only this station
+            if role == "prefill":  # the dearest station; the engine passes it only the rate
+                st = MemoizedStation(st, _MEMO_RATES)
             if len(self._stations) > self.MAX_STATIONS:
                 self._stations.clear()
             self._stations[key] = st
@@ -309,9 +274,17 @@ class EngineEvaluator(Evaluator):
         A prefill station depends on its own pool only, so the plans (n_p, 1..n_d) share one object,
         and its solution at the target rate (memoised per rate) is computed once for the whole row.
         """
-        s = self._bare(plan)
-        for attr in self._station_keys(plan):
-            s.__dict__[attr] = self._station(plan, attr)  # what functools.cached_property reads first
+        s = self._solvers.get(plan)
+        if s is not None:
+            self._solvers.move_to_end(plan)
+            return s
+        from qmodel.engine import Solver
+
+        roles = topology_named(plan.family.topology).roles
+        s = Solver(*self._plan_inputs(plan), stations={role: self._station(plan, role) for role in roles})
+        self._solvers[plan] = s
+        if len(self._solvers) > self.MAX_SOLVERS:
+            self._solvers.popitem(last=False)
         return s
 
     # ---- the five questions -------------------------------------------------------------------
@@ -349,7 +322,7 @@ class EngineEvaluator(Evaluator):
         hit = self._caps.get(key)
         if hit is None:
             try:
-                st = self._station(plan, _STATION_ATTR[station])
+                st = self._station(plan, station)
                 hit = (float(st.max_stable_rate_per_s()), st.name)
             except QmodelError:
                 hit = (0.0, plan.topology if station == "pool" else station)  # e.g. KV cannot hold one sequence
@@ -360,15 +333,8 @@ class EngineEvaluator(Evaluator):
 
     def exact_limits(self, plan: PlanSpec) -> list[tuple[float, str]]:
         """Station limits read from stations built for ``plan`` itself (what :meth:`limits` scales)."""
-        f = plan.family
-        d = plan.decode
-        if f.topology == "disaggregated":
-            p = plan.prefill
-            assert p is not None
-            return [self._station_cap(("prefill", p.gpu, p.tp, p.instances), plan, "prefill"),
-                    self._station_cap(("kv", f.link, f.transfer_mode, p.gpu, p.tp, p.instances), plan, "kv_transfer"),
-                    self._station_cap(("decode", d.gpu, d.tp, d.instances), plan, "decode")]
-        return [self._station_cap(("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances), plan, "pool")]
+        keys = topology_named(plan.family.topology).station_keys(plan)
+        return [self._station_cap(key, plan, role) for role, key in keys.items()]
 
     def limits(self, plan: PlanSpec) -> list[tuple[float, str]]:
         """Station limits as instances x one instance's limit.

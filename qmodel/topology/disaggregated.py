@@ -1,0 +1,288 @@
+"""Disaggregated deployments: a prefill pool, a KV link, a decode pool.
+
+Each term is counted once (the replay's definitions: TTFT = t_first − arrival,
+TPOT = (t_last − t_first)/(L − 1)):
+    first_token_from = prefill:  TTFT = [W_prefill ⊕ S_own]
+                                 TPOT = the decode station's TPOT ⊕ (X_exposed ⊕ W_admission)/(L − 1)
+    first_token_from = decode:   TTFT = [W_prefill ⊕ S_own] ⊕ X_exposed ⊕ (W_admission ⊕ D_first)
+                                 TPOT = the decode station's TPOT
+    A    = P(TTFT <= x) · P(TPOT <= y)
+The prefill wait and the request's own batch time are kept jointly by the prefill station;
+terms from different stations are convolved as independent (FFT on a common grid). The pools are
+separate, so the product form of A is the model's point estimate; the Fréchet bracket
+max(0, a+b-1) <= A <= min(a, b) holds whatever the dependence and is reported beside it.
+
+The decode pool also loses, at rate λ, the KV that transfers in flight hold (Little: λ E[X · X/C'],
+spread over its instances, in tokens), which lowers its stability limit below its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, sum_cdf
+from qmodel.errors import InputError, UnstableError
+from qmodel.stations.base import StationSolution
+from qmodel.topology.base import Composition, Topology
+
+if TYPE_CHECKING:
+    from qmodel.build import Resolved
+    from qmodel.result import LinkReport
+    from qmodel.scenario import Scenario
+    from qmodel.stations.base import Station
+
+__all__ = ["DisaggregatedTopology"]
+
+_HANDOFF_GROUPS = 8  # output-length groups for the handoff's share of TPOT
+_KV_STEPS_PER_TTFT_STEP = 64  # the link's grid is at least this much finer than the TTFT's
+
+
+class DisaggregatedTopology(Topology):
+    """Prefill pool -> KV link -> decode pool (see the module doc)."""
+
+    name = "disaggregated"
+    roles = ("prefill", "kv_transfer", "decode")
+
+    def __init__(self) -> None:
+        self._groups: tuple[np.ndarray, np.ndarray] | None = None  # handoff groups of this solver's lengths
+
+    # ---- stations ------------------------------------------------------------------------------
+    def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
+        return {"prefill": self._prefill, "kv_transfer": self._transfer, "decode": self._decode}[role](scenario, resolved)
+
+    @staticmethod
+    def _prefill(scenario: Scenario, r: Resolved) -> Station:
+        from qmodel.stations.prefill import PrefillStation
+
+        dep = scenario.deployment
+        cached = r.lengths.prompt - r.uncached_prompt
+        return PrefillStation(
+            instances=dep.prefill.instances,
+            service=r.pools["prefill"].service,
+            prompt_tokens=r.uncached_prompt,
+            max_batch_tokens=dep.prefill.max_batch_tokens,
+            dispatch=dep.prefill.dispatch,
+            ca2=r.ca2,
+            cached_tokens=cached if np.any(cached > 0) else None,
+            own_batch_times=dep.transfer_mode == "layerwise",
+        )
+
+    @staticmethod
+    def _transfer(scenario: Scenario, r: Resolved) -> Station:
+        from qmodel.stations.kv_transfer import KVTransferStation
+
+        dep = scenario.deployment
+        svc = r.pools["prefill"].service
+        # what a layer-wise transfer hides behind: the batch's time until it leaves the instance
+        own_prefill_s = np.asarray(svc.prefill_exit_s(svc.prefill_one_s(r.uncached_prompt)), dtype=float)
+        return KVTransferStation(
+            bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
+            bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
+            latency_s=r.link.latency_s,
+            paths=dep.prefill.instances,
+            sharing=dep.link_sharing,
+            mode=dep.transfer_mode,
+            layers=r.model.layers,
+            prefill_time_s=own_prefill_s,
+            ca2=r.ca2,
+        )
+
+    @staticmethod
+    def _decode(scenario: Scenario, r: Resolved) -> Station:
+        from qmodel.stations.decode import DecodeStation
+
+        dep = scenario.deployment
+        pool = r.pools["decode"]
+        return DecodeStation(
+            service=pool.service,
+            prompt_tokens=r.lengths.prompt,
+            output_tokens=r.lengths.output,
+            instances=dep.decode.instances,
+            kv_capacity_tokens=pool.kv_capacity_tokens,
+            max_batch=dep.decode.max_batch,
+            dispatch=dep.decode.dispatch,
+            first_step_in_ttft=dep.first_token_from == "decode",
+        )
+
+    @staticmethod
+    def station_keys(plan: Any) -> dict[str, tuple]:
+        f, d, p = plan.family, plan.decode, plan.prefill
+        assert p is not None
+        return {"prefill": ("prefill", p.gpu, p.tp, p.instances),
+                "kv_transfer": ("kv", f.link, f.transfer_mode, p.gpu, p.tp, p.instances),
+                "decode": ("decode", d.gpu, d.tp, d.instances)}
+
+    # ---- stability -----------------------------------------------------------------------------
+    def limits(self, solver: Any) -> list[tuple[float, str]]:
+        """The stations' own limits, and the decode pool's with the in-flight KV reserved: the λ*
+        where λ meets the limit of the pool less that reservation, below the stations' own limits."""
+        limits = super().limits(solver)
+        reserved = self._reserved_kv_limit(solver, min(limits)[0])
+        if reserved is not None:
+            limits.append((reserved, "decode"))
+        return limits
+
+    @staticmethod
+    def decode_with_in_flight_kv(solver: Any, rate: float):
+        """The decode station at ``rate`` less the KV transfers in flight hold (None: no room left
+        for one sequence, which is past stability)."""
+        decode = solver.station("decode")
+        tokens = (solver.station("kv_transfer").in_flight(rate)[1] / solver.resolved.kv_bytes_per_token
+                  / solver.scenario.deployment.decode.instances)
+        if tokens <= 0:
+            return decode
+        try:
+            return decode.with_reserved_kv(tokens)
+        except InputError:
+            return None
+
+    def _reserved_kv_limit(self, solver: Any, upper: float) -> float | None:
+        """Largest rate below ``upper`` at which the decode pool less the in-flight reservation is
+        stable (the reservation grows and the pool's limit falls with the rate: bisection to 1e-9
+        relative); None when that holds up to ``upper``."""
+        def stable(rate: float) -> bool:
+            dec = self.decode_with_in_flight_kv(solver, rate)
+            return dec is not None and rate < dec.max_stable_rate_per_s()
+
+        hi = upper * (1.0 - 1e-9)
+        if stable(hi):
+            return None
+        lo = 0.0
+        while hi - lo > 1e-9 * upper:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if stable(mid) else (lo, mid)
+        return lo
+
+    # ---- composition ---------------------------------------------------------------------------
+    def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
+        slo = solver.scenario.slo
+        sp = solver.station("prefill").solve(rate)
+        # KV bytes held by transfers in flight (Little: a closed form, before any grid), spread
+        # over the decode instances, in tokens: reserved on the decode side.
+        dec = self.decode_with_in_flight_kv(solver, rate)
+        lim = solver.max_stable_rate()[0]
+        if dec is None or rate >= dec.max_stable_rate_per_s():  # only past the limit (limits)
+            raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
+        sd = dec.solve(rate)
+        st = self.solve_link(solver, rate, sp, sd, wait_law=laws)
+        ttft_terms, tpot_terms = self.latency_terms(solver, sp, st, sd)
+        if laws:
+            ttft = convolve(*ttft_terms)
+            tpot = convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]
+            a, b = float(ttft.cdf(slo.ttft_s)), float(tpot.cdf(slo.tpot_s))
+        else:
+            a = sum_cdf(ttft_terms, slo.ttft_s)
+            b = sum_cdf(tpot_terms, slo.tpot_s)
+            ttft = LazyGridDist(lambda: convolve(*ttft_terms))
+            tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
+        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, (max(0.0, a + b - 1.0), min(a, b)))
+
+    def latency_terms(self, solver: Any, sp: StationSolution, st: StationSolution,
+                      sd: StationSolution) -> tuple[list[GridDist], list[GridDist]]:
+        """(TTFT terms, TPOT terms) from the prefill, link and decode solutions: each metric is the
+        sum of its independent terms. The binding diagnosis (:mod:`qmodel.binding`) calls this with
+        one station's part replaced to measure its share."""
+        from_decode = solver.scenario.deployment.first_token_from == "decode"
+        # Each term is counted once (docs/methods.md, Conventions): with the first token from
+        # prefill, TTFT ends at the prefill pass, and the link and the decode admission wait fall
+        # in TPOT (below); from decode, they and the first step end TTFT instead.
+        parts = [sp.delay, st.delay, sd.delay] if from_decode else [sp.delay]
+        # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
+        # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
+        # TTFT, so the finer terms move to the common step with their mean kept.
+        step = max(p.dx for p in parts)
+        ttft_terms = [p.regrid(step, keep_mean=True) for p in parts]
+        tpot_terms = [sd.tpot]
+        if not from_decode:
+            # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
+            # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
+            # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
+            # resolved as finely as TPOT reads them (moved there with their means kept).
+            h = self._handoff_step(solver, sd)
+            handoff = convolve(*(x.regrid(h, keep_mean=True) if h > x.dx else x for x in (st.delay, sd.wait or sd.delay)))
+            tpot_terms = self._tpot_terms(solver, sd.tpot, handoff)
+        return ttft_terms, tpot_terms
+
+    def solve_link(self, solver: Any, rate: float, sp: StationSolution, sd: StationSolution,
+                   wait_law: bool = False, bandwidth_bytes_per_s: float | None = None) -> StationSolution:
+        """The KV link at ``rate``, fed by the prefill solution ``sp``, read by the TTFT (first
+        token from decode) or by the handoff in TPOT (from prefill), together with the decode
+        solution ``sd`` (``wait_law``: see :meth:`KVTransferStation.solve`; ``bandwidth_bytes_per_s``:
+        each path's bandwidth set to it, for the binding diagnosis's bandwidth search)."""
+        tr = solver.station("kv_transfer")
+        if bandwidth_bytes_per_s is not None:
+            tr = dataclasses.replace(tr, bandwidth_bytes_per_s=bandwidth_bytes_per_s)
+        dep = solver.scenario.deployment
+        batch: dict = {}
+        if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and dep.link_sharing == "fcfs":
+            # Prefill releases whole batches onto the link: an M^X/G/1 wait, not M/G/1.
+            batch = dict(batch_rate_per_s=float(sp.extra["batch_rate_per_s"]),
+                         batch_size_pmf=tr.batch_pmf_from_prefill(sp.extra["own_batch_pmf"]))
+        # The link keeps its own fine grid (not the prefill's): its exposed time also enters TPOT
+        # (the handoff spread over L-1 tokens), where a prefill-sized step would be coarse. It need
+        # not be finer than what reads it, though: from prefill, the handoff is summed with the
+        # decode wait on the coarser of that wait's step and the handoff's own
+        # (:meth:`_handoff_step`); from decode, the TTFT re-bins it to its step with the mean kept
+        # (a 64th of that step keeps the rounding-up bias under 2% of a TTFT step). From prefill
+        # the link's own report (its wait quantiles) keeps at most a 64th of the prefill step too.
+        ttft_step = max(sp.delay.dx, sd.delay.dx) if dep.first_token_from == "decode" else sp.delay.dx
+        floor = ttft_step / _KV_STEPS_PER_TTFT_STEP
+        if dep.first_token_from == "prefill":
+            floor = min(floor, max(self._handoff_step(solver, sd), (sd.wait or sd.delay).dx))
+        # Layer-wise overlap hides the transfer behind the request's own *batch* time at this rate.
+        return tr.solve(rate, prefill_time_s=sp.extra.get("own_batch_time_per_prompt_s"), dx_floor=floor,
+                        wait_law=wait_law, **batch)
+
+    def _handoff_groups(self, solver: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(1/(L-1) per output-length group, weight) over requests with L >= 2 (L = 1 has no TPOT)."""
+        if self._groups is None:
+            out = solver.resolved.lengths.output
+            inv = 1.0 / (out[out >= 2] - 1.0)
+            if inv.size == 0:
+                self._groups = (np.zeros(0), np.zeros(0))
+            else:
+                # Equal-mass groups of 1/(L-1); each represented by its mean (the handoff enters linearly).
+                order = np.sort(inv)
+                groups = np.array_split(order, min(_HANDOFF_GROUPS, order.size))
+                self._groups = (np.array([g.mean() for g in groups]), np.array([g.size for g in groups], dtype=float))
+        return self._groups
+
+    def _handoff_step(self, solver: Any, sd: StationSolution) -> float:
+        """The step on which the handoff (exposed transfer + decode admission wait) is as fine as
+        TPOT reads it: the TPOT grid's step times the smallest L - 1 (the handoff's largest share,
+        1/(L - 1), puts it on exactly that grid; 0 when no request has a TPOT)."""
+        scale = self._handoff_groups(solver)[0]
+        return sd.tpot.dx / float(scale.max()) if scale.size else 0.0
+
+    def _tpot_terms(self, solver: Any, decode_tpot: GridDist, handoff: GridDist) -> list[GridDist]:
+        """TPOT = decode TPOT + handoff/(L-1), mixed over output-length groups (independent terms),
+        as the list of terms to convolve."""
+        scale, weight = self._handoff_groups(solver)
+        if scale.size == 0 or handoff.mean_s <= 0:
+            return [decode_tpot]
+        scaled = [GridDist(handoff.dx * s, handoff.pmf, handoff.mean_s * s, handoff.tail,
+                           handoff.tail_rate / s if math.isfinite(handoff.tail_rate) else math.inf,
+                           handoff.exact) for s in scale]
+        # Convolution is linear: Σ w_g (T ⊕ H_g) = T ⊕ Σ w_g H_g, one FFT convolution instead of
+        # one per group (all on the grid max(T.dx, max_g H_g.dx) either way). Both terms are put on
+        # that grid here, once, where sum_cdf and the lazy convolution would each re-bin them.
+        mix = mixture(scaled, weight)
+        dx = max(decode_tpot.dx, mix.dx)
+        return [decode_tpot.regrid(dx), mix.regrid(dx)]
+
+    # ---- explanations --------------------------------------------------------------------------
+    def binding_part(self, solver: Any, c: Composition, metric: str) -> str | None:
+        from qmodel.binding import largest_part
+
+        return largest_part(solver, c, metric)
+
+    def link_report(self, solver: Any, c: Composition) -> LinkReport | None:
+        if solver.resolved.link_bandwidth_bytes_per_s is None:
+            return None
+        from qmodel.binding import link_report
+
+        return link_report(solver, c)

@@ -1,0 +1,79 @@
+"""Colocated and chunked deployments: one pool of GPUs serving both prefill and decode.
+
+One station (role ``"pool"``) returns TTFT and TPOT on the same GPUs. They are positively
+associated (both suffer when prefill is busy), so a·b is a lower bound on A = P(TTFT <= x,
+TPOT <= y) and min(a, b) an upper bound; the point estimate is the lower bound (conservative for
+goodput). Colocated batches whole prompts up to ``max_batch_tokens``
+(:class:`~qmodel.stations.colocated.ColocatedStation`); chunked splits them into ``chunk_tokens``
+pieces mixed with decode steps (:class:`~qmodel.stations.chunked.ChunkedStation`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qmodel.topology.base import Composition, Topology
+
+if TYPE_CHECKING:
+    from qmodel.build import Resolved
+    from qmodel.scenario import Scenario
+    from qmodel.stations.base import Station
+
+__all__ = ["ChunkedTopology", "ColocatedTopology", "SinglePoolTopology", "cached_tokens"]
+
+
+def cached_tokens(resolved: Resolved) -> np.ndarray | None:
+    """Prefix-cache hits per request (None when there are none): held in KV, not computed."""
+    cached = resolved.lengths.prompt - resolved.uncached_prompt
+    return cached if np.any(cached > 0) else None
+
+
+class SinglePoolTopology(Topology):
+    """What colocated and chunked share: one station, its TTFT and TPOT read directly."""
+
+    roles = ("pool",)
+
+    def _common(self, scenario: Scenario, resolved: Resolved) -> dict[str, Any]:
+        dep = scenario.deployment
+        pool = resolved.pools["pool"]
+        return dict(service=pool.service, prompt_tokens=resolved.uncached_prompt,
+                    output_tokens=resolved.lengths.output, instances=dep.pool.instances,
+                    kv_capacity_tokens=pool.kv_capacity_tokens, max_batch=dep.pool.max_batch,
+                    ca2=resolved.ca2, dispatch=dep.pool.dispatch, cached_tokens=cached_tokens(resolved))
+
+    def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
+        slo = solver.scenario.slo
+        s = solver.station("pool").solve(rate)
+        a = float(s.delay.cdf(slo.ttft_s))
+        b = float(s.tpot.cdf(slo.tpot_s))
+        return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, (a * b, min(a, b)))
+
+    @staticmethod
+    def station_keys(plan: Any) -> dict[str, tuple]:
+        f, d = plan.family, plan.decode
+        return {"pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
+
+
+class ColocatedTopology(SinglePoolTopology):
+    """Prefill batches and decode steps alternate on the same GPUs (prefill first)."""
+
+    name = "colocated"
+
+    def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
+        from qmodel.stations.colocated import ColocatedStation
+
+        return ColocatedStation(max_batch_tokens=scenario.deployment.max_batch_tokens,
+                                **self._common(scenario, resolved))
+
+
+class ChunkedTopology(SinglePoolTopology):
+    """Each iteration mixes one prefill chunk with the running decode batch."""
+
+    name = "chunked"
+
+    def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
+        from qmodel.stations.chunked import ChunkedStation
+
+        return ChunkedStation(chunk_tokens=scenario.deployment.chunk_tokens, **self._common(scenario, resolved))
