@@ -243,8 +243,12 @@ def perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:
     return out
 
 
-def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None = None) -> list[Sensitivity]:
-    """Elasticity of goodput to each input; inputs whose perturbation is invalid are reported, not skipped."""
+def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None = None,
+                  goodput_of: Callable[[Scenario], float] | None = None) -> list[Sensitivity]:
+    """Elasticity of goodput to each input; inputs whose perturbation is invalid are reported, not skipped.
+
+    ``goodput_of``: the goodput of a perturbed scenario (default :func:`goodput`); the TUI passes its
+    cached solvers and a cancel check (an exception other than QmodelError ends the loop)."""
     from qmodel.errors import QmodelError
     from qmodel.scenario import apply_overrides, parse_scenario
 
@@ -256,7 +260,7 @@ def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None =
             progress(i, len(todo), "sensitivities")
         try:
             sc = parse_scenario(apply_overrides(raw, sets))
-            g = goodput(sc).goodput_rps
+            g = goodput_of(sc) if goodput_of is not None else goodput(sc).goodput_rps
         except QmodelError as err:
             out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
             continue

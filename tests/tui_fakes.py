@@ -13,7 +13,8 @@ import math
 from qmodel.errors import UnstableError
 from qmodel.result import DistSummary, Goodput, LinkReport, Result, Sensitivity, StationReport
 from qmodel.scenario import scenario_sha256
-from qmodel.tui.compute import Analysis, Curve, DistCurve, Heatmap, ReplayCheck, UnstableInfo, usd_per_million_tokens
+from qmodel.tui.analysis import Analysis, Curve, DistCurve, Heatmap, ReplayCheck, UnstableInfo
+from qmodel.tui.compute import usd_per_million_tokens
 
 CAPACITY_PER_GPU = 1.5  # req/s one GPU sustains in the fake
 

@@ -29,7 +29,8 @@ from textual.worker import get_current_worker
 
 from qmodel.errors import QmodelError
 
-from .compute import STAGES, Analysis, Cancelled, Engine, ReplayCheck
+from .analysis import Analysis, Cancelled, ReplayCheck
+from .compute import STAGES, Engine
 from .screenshots import Screenshots
 from .form import DEFAULT_RAW, FormBuild, build, error_field, values_from_raw
 from .panes import TABS, TOPOLOGY_STYLES, ComparePane, PlanPane, PlotsPane, ReplayPane, ResultsPane

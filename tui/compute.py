@@ -24,13 +24,14 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from qmodel.errors import QmodelError, UnstableError
-from qmodel.result import Goodput, Result, Sensitivity
+from qmodel.result import Goodput, Result
+
+from .analysis import Analysis, Cancelled, Curve, DistCurve, Heatmap, ReplayCheck, UnstableInfo
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
                              Scenario, scenario_sha256)
 
@@ -38,97 +39,6 @@ __all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "Engine", "
            "iso_gpu_variants", "ReplayCheck"]
 
 Check = Callable[[], bool]
-
-
-class Cancelled(Exception):
-    """The inputs changed while a stage ran; its answer is no longer wanted."""
-
-
-@dataclass(frozen=True)
-class DistCurve:
-    """A latency distribution sampled for plotting: CDF on a uniform grid over [0, x_max_s]."""
-
-    x_s: tuple[float, ...]
-    cdf: tuple[float, ...]
-    p50_s: float
-    p90_s: float
-    p99_s: float
-    target_s: float
-
-
-@dataclass(frozen=True)
-class Curve:
-    """Attainment vs arrival rate for one topology on the scenario's GPUs."""
-
-    topology: str
-    layout: str
-    rates: tuple[float, ...]
-    attainment: tuple[float, ...]
-    goodput_rps: float
-    knee_rps: float
-    max_stable_rate_per_s: float
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Heatmap:
-    """Goodput (req/s) on a prefill-instances x decode-instances grid; None marks a failed cell."""
-
-    gpu: str
-    tp: int
-    prefill: tuple[int, ...]
-    decode: tuple[int, ...]
-    goodput: tuple[tuple[float | None, ...], ...]  # [i_decode][j_prefill]
-    current: tuple[int, int] | None
-    best_per_gpu: tuple[int, int, float] | None  # (P, D, goodput per GPU)
-    complete: bool = True  # False while rows are still being computed (``goodput`` has the rows so far)
-
-
-@dataclass(frozen=True)
-class UnstableInfo:
-    station: str
-    rate_per_s: float
-    max_stable_rate_per_s: float
-    message: str
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """Everything the results, plots and compare views show for one scenario."""
-
-    scenario: Scenario
-    sha256: str
-    result: Result | None = None
-    error: str | None = None
-    error_path: str | None = None
-    unstable: UnstableInfo | None = None
-    max_stable: tuple[float, str] | None = None
-    ttft: DistCurve | None = None
-    tpot: DistCurve | None = None
-    goodput: Goodput | None = None
-    usd_per_mtok: float | None = None
-    mean_output_tokens: float | None = None
-    curves: tuple[Curve, ...] | None = None
-    heatmap: Heatmap | None = None
-    sensitivities: tuple[Sensitivity, ...] | None = None
-    stage_errors: dict[str, str] = field(default_factory=dict)
-    timings_s: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class ReplayCheck:
-    """Analytic vs replay at the scenario's rate (rows: metric, analytic, replay, difference)."""
-
-    rate_per_s: float
-    requests: int
-    seed: int
-    rows: tuple[tuple[str, float, float, float], ...]
-    stations: tuple[tuple[str, float, float, float], ...]
-    elapsed_s: float
 
 
 def usd_per_million_tokens(cost_per_hour_usd: float | None, goodput_rps: float, mean_output_tokens: float) -> float | None:
@@ -439,22 +349,13 @@ class Engine:
         return dataclasses.replace(a, heatmap=Heatmap(gpu, tp, ps, ds, tuple(rows), current, best))
 
     def sensitivities(self, a: Analysis, check: Check) -> Analysis:
-        """Elasticities d ln(goodput) / d ln(input), as :func:`qmodel.goodput.sensitivities` defines them
-        (same perturbations, same one-sided difference), computed here so an edit can interrupt them."""
-        from qmodel.goodput import elasticity, perturbations
-        from qmodel.scenario import apply_overrides, parse_scenario
+        """Elasticities d ln(goodput) / d ln(input): :func:`qmodel.goodput.sensitivities` on this
+        engine's cached solvers, interrupted (:class:`Cancelled`) when an edit makes them stale."""
+        from qmodel.goodput import sensitivities
 
         sc = a.scenario
         base = a.goodput.goodput_rps if a.goodput else self._goodput(sc, check, variant=False)[0]
-        raw = sc.model_dump(mode="json")
-        out: list[Sensitivity] = []
-        for name, sets, rel in perturbations(sc):
-            try:
-                g = self._goodput(parse_scenario(apply_overrides(raw, sets)), check)[0]
-            except QmodelError as err:
-                out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
-                continue
-            out.append(elasticity(name, sets, rel, base, g))
+        out = sensitivities(sc, base, goodput_of=lambda s: self._goodput(s, check)[0])
         return dataclasses.replace(a, sensitivities=tuple(out))
 
     # ---- replay -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from qmodel.units import format_bandwidth, format_duration
 
-from .compute import Analysis, ReplayCheck
+from .analysis import Analysis, ReplayCheck
 from .layout import keep_whole
 
 __all__ = ["REPLAY_KEY", "in_app_terms", "render_results", "render_compare", "metric_rows", "export_payload",
