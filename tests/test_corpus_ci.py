@@ -37,19 +37,11 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99
 #: scenario moved. All groups re-measured again when the measured-efficiency roofline became the
 #: default step times (stations unchanged; the corpus draws perf: roofline): overall TTFT p90/p99 p90
 #: 1.66/2.24 -> 1.31/1.34, TPOT p90/p99 median 0.020/0.065 -> 0.044/0.129 (docs/validation.md).
-#: All groups re-measured when the length sample became stratified in solver and replay alike
-#: (qmodel.workload.lognormal_pairs): every replay of a lognormal/preset scenario is a new
-#: realisation and every rate moves with its limit (<= 3%). Overall TTFT p90 p90 1.309 -> 0.907,
-#: TTFT p50 median 0.151 -> 0.110; worse: chunked TTFT p99 median 0.247 -> 0.461 and chunked
-#: attainment p90 0.151 -> 0.237, colocated TPOT p90/p99 p90 0.313/0.750 -> 0.338/0.802. The chunked
-#: moves are the replay's p99 at 0.95-0.97 of the limit (c0014: analytic 12.3 -> 12.5 s, replay
-#: 11.6 -> 25.2 s; c0027: 6.86 -> 6.48 s vs 7.08 -> 4.10 s), a realisation effect larger than the
-#: two-seed noise estimate there, not an analytic change.
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.1096, 2.0857), "ttft_p90": (0.2875, 0.9066), "ttft_p99": (0.3840, 1.0454), "tpot_p50": (0.0156, 0.2331), "tpot_p90": (0.0429, 0.5495), "tpot_p99": (0.1115, 0.9497), "attainment": (0.0683, 0.2684)},
-    "chunked": {"ttft_p50": (0.1323, 2.1215), "ttft_p90": (0.3603, 0.9677), "ttft_p99": (0.4610, 1.0303), "tpot_p50": (0.0184, 0.1187), "tpot_p90": (0.0407, 0.4911), "tpot_p99": (0.0951, 0.2819), "attainment": (0.0657, 0.2369)},
-    "colocated": {"ttft_p50": (0.3061, 1.8252), "ttft_p90": (0.3118, 0.7805), "ttft_p99": (0.3503, 0.8404), "tpot_p50": (0.0219, 0.0756), "tpot_p90": (0.0385, 0.3382), "tpot_p99": (0.1259, 0.8023), "attainment": (0.0461, 0.2885)},
-    "disaggregated": {"ttft_p50": (0.0859, 0.3202), "ttft_p90": (0.1266, 0.7901), "ttft_p99": (0.1918, 1.0180), "tpot_p50": (0.0110, 0.5217), "tpot_p90": (0.0525, 2.1864), "tpot_p99": (0.1137, 6.1448), "attainment": (0.1091, 0.2761)},
+    "all": {"ttft_p50": (0.1506, 2.3607), "ttft_p90": (0.2868, 1.3093), "ttft_p99": (0.3111, 1.3391), "tpot_p50": (0.0192, 0.2402), "tpot_p90": (0.0443, 0.5934), "tpot_p99": (0.1286, 0.9235), "attainment": (0.0717, 0.2837)},
+    "chunked": {"ttft_p50": (0.1757, 3.7398), "ttft_p90": (0.3462, 1.3288), "ttft_p99": (0.2465, 1.2771), "tpot_p50": (0.0186, 0.2062), "tpot_p90": (0.0441, 0.5683), "tpot_p99": (0.1173, 0.2783), "attainment": (0.0674, 0.1513)},
+    "colocated": {"ttft_p50": (0.2651, 1.8683), "ttft_p90": (0.2802, 1.1504), "ttft_p99": (0.2875, 1.2524), "tpot_p50": (0.0236, 0.0812), "tpot_p90": (0.0311, 0.3127), "tpot_p99": (0.1286, 0.7497), "attainment": (0.0487, 0.2825)},
+    "disaggregated": {"ttft_p50": (0.0792, 0.5486), "ttft_p90": (0.1354, 0.8121), "ttft_p99": (0.3475, 1.0223), "tpot_p50": (0.0133, 0.5217), "tpot_p90": (0.0684, 2.1693), "tpot_p99": (0.1089, 6.1448), "attainment": (0.1102, 0.2761)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit
 #: that raises: docs/validation.md, "Generated corpus")

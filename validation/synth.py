@@ -21,9 +21,8 @@ Arrivals (first request at t = 0, then ``n - 1`` inter-arrival gaps):
 Lengths:
 
 * ``fixed``: every request the same.
-* ``lognormal`` and ``preset``: :func:`qmodel.workload.lognormal_pairs` with ``seed`` (the one,
-  stratified, definition of a parametric length sample), exactly the pairs
-  :func:`qmodel.workload.length_mix` draws for the same ``n`` and seed.
+* ``lognormal`` and ``preset``: :func:`qmodel.workload.lognormal_pairs` with ``seed``, exactly the
+  pairs :func:`qmodel.workload.length_mix` draws for the same ``n`` and seed.
 * ``empirical``: (prompt, output) pairs resampled jointly (with replacement, uniform indices from
   ``default_rng(seed)``), keeping their correlation. When arrivals come from the *same* trace file,
   the trace's own pairing is kept in order instead (replaying the trace itself), with its Mooncake
