@@ -12,6 +12,7 @@ class Pane(TabPane):
     """A tab of the TUI; subclasses compose its content and say how to draw the current answer."""
 
     TITLE = ""
+    _ticker = None  # the elapsed-time line's timer while a background job runs (plan, replay)
     SCOPED_CSS = False  # the rules name the pane type themselves (a scoped ".-wide" could not reach the screen)
     DEFAULT_CSS = """
     Pane {
@@ -40,3 +41,13 @@ class Pane(TabPane):
         padding-top: 0;
     }
     """
+
+    def start_ticker(self, tick) -> None:
+        """Call ``tick`` every 0.5 s until :meth:`stop_ticker`: the planner and the replay report no
+        progress of their own, so an elapsed-time line shows they are alive."""
+        self._ticker = self.set_interval(0.5, tick)
+
+    def stop_ticker(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None

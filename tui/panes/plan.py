@@ -38,7 +38,6 @@ class PlanPane(Pane):
     def __init__(self) -> None:
         super().__init__(self.TITLE, id="tab-plan")
         self.rows: list = []
-        self._ticker = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="pane"):
@@ -86,8 +85,8 @@ class PlanPane(Pane):
         status.update(Text(f"planning ({objective})…", style="dim"))
         self.query_one("#plan-run", Button).disabled = True
         t0 = time.perf_counter()
-        self._ticker = self.set_interval(
-            0.5, lambda: status.update(Text(f"planning ({objective})… {time.perf_counter() - t0:.0f} s", style="dim")))
+        self.start_ticker(lambda: status.update(
+            Text(f"planning ({objective})… {time.perf_counter() - t0:.0f} s", style="dim")))
         threading.Thread(target=self._thread, args=(fb.scenario, objective, target), daemon=True,
                          name="qmodel-plan").start()
 
@@ -105,9 +104,7 @@ class PlanPane(Pane):
         app.call_if_running(self._done, rows, "", time.perf_counter() - t0)
 
     def _done(self, rows, error: str, elapsed: float) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
+        self.stop_ticker()
         self.query_one("#plan-run", Button).disabled = False
         status = self.query_one("#plan-status", Static)
         if rows is None:

@@ -38,7 +38,6 @@ class ReplayPane(Pane):
         super().__init__(self.TITLE, id="tab-replay")
         self.requests = requests
         self.check = None  # the last ReplayCheck
-        self._ticker = None
         self._t0 = 0.0
         self._what = ""
 
@@ -81,8 +80,7 @@ class ReplayPane(Pane):
         self.query_one("#replay-progress", ProgressBar).update(progress=0)
         self.query_one("#replay-table", TableView).update("")
         self._t0, self._what = time.perf_counter(), "starting"
-        # The simulation itself reports no progress; an elapsed-time line shows it is alive.
-        self._ticker = self.set_interval(0.5, self._tick)
+        self.start_ticker(self._tick)
         threading.Thread(target=self._thread, args=(a, n, seed), daemon=True, name="qmodel-replay").start()
 
     def _tick(self) -> None:
@@ -111,9 +109,7 @@ class ReplayPane(Pane):
         self._tick()
 
     def _done(self, check, error: str) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
+        self.stop_ticker()
         self.query_one("#replay-run", Button).disabled = False
         status = self.query_one("#replay-status", Static)
         if check is None:
