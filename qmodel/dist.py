@@ -32,11 +32,23 @@ import numpy as np
 from qmodel.convolution import fast_len, linear_convolution, shift_sum
 
 __all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "zero_atom", "fast_len",
-           "linear_convolution", "shift_sum", "MAX_POINTS"]
+           "linear_convolution", "shift_sum", "pow2_grid", "MAX_POINTS"]
 
 MAX_POINTS = 1 << 16
 # trimmed() sums this many trailing bins before it sums the whole law
 _TRIM_PROBE = 64
+
+
+def pow2_grid(base: float, span: float, max_points: float) -> float:
+    """``base``·2^k with the smallest k >= 0 that covers ``span`` in ``max_points`` steps.
+
+    A station whose grid step must grow with the rate takes it from this ladder: steps on it nest
+    (each a whole multiple of the finer ones), so a law re-binned onto a coarser one only moves mass
+    up, and a CDF read at a fixed target (an SLO) cannot rise when the step changes; a step that
+    grew continuously would slide ``floor(x/dx)·dx`` towards the target and the read would rise
+    (docs/methods.md, Grids)."""
+    base = max(base, 1e-12)
+    return base * 2.0 ** max(0, math.ceil(math.log2(max(span, base) / (max_points * base)) - 1e-9))
 
 
 @dataclass(frozen=True, init=False)

@@ -152,36 +152,19 @@ def _resolved(name: str, sets: tuple[str, ...]):
 KNOWN_DEFECTS = {
     "bursty-colocated": "colocated TTFT attainment not monotone in the rate under ca2 > 1 "
                         "(qmodel/stations/colocated.py); the goodput search then raises 'attainment rose'",
-    "slow-link-tpot": "disaggregated, link-bound (a link of ~0.5-1 Gbps): TPOT attainment rises with the rate. First "
-                      "cause fixed (round-off batch sizes set the link's M^X/G/1 decay: rises of 0.0136/0.0076/0.0021 on "
-                      "azure-conv 3P+3D at 62.5/62.5/250 MB/s -> 0). Left: the TPOT CDF read at floor(slo/dx)*dx on a "
-                      "step that grows with the link's mean delay (qmodel/engine.py _tpot_terms, qmodel/dist.py "
-                      "GridDist.cdf): azure-conv 3P+3D 62.5 MB/s layerwise 0.4696 at 0.43 -> 0.4815 at 0.44 lambda_max",
-    "prefill-grid": "near a prefill limit (load >= 0.99) the prefill grid step grows with the rate and the CDF read "
-                    "at the SLO target rises (qmodel/stations/prefill/wait_grids.py grids, qmodel/dist.py GridDist.cdf)",
 }
 
 
-def known_defect(sc: Scenario, message: str, station: str | None = None, load: float | None = None) -> str | None:
-    """The KNOWN_DEFECTS key explaining ``message`` (an error from a verb or a property) on ``sc``,
-    at ``load`` of the limit set by ``station`` where known; None when nothing known explains it."""
+def known_defect(sc: Scenario, message: str) -> str | None:
+    """The KNOWN_DEFECTS key explaining ``message`` (an error from a verb or a property) on ``sc``;
+    None when nothing known explains it."""
     from qmodel.workload import arrival_stats
 
     if "attainment rose" not in message:
         return None
     if sc.deployment.topology == "colocated" and arrival_stats(sc.workload)[1] > 1.0:
         return "bursty-colocated"
-    if isinstance(sc.deployment, DisaggregatedDeployment) and _link_bound(sc):
-        return "slow-link-tpot"
-    if station == "prefill" and load is not None and load >= 0.99:
-        return "prefill-grid"
     return None
-
-
-def _link_bound(sc: Scenario) -> bool:
-    from qmodel.engine import Solver
-
-    return Solver(sc).max_stable_rate()[1] == "kv_transfer"
 
 
 def goodput_or_reject(sc: Scenario):

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from qmodel import dist
 from qmodel.convolution import direct_sum
-from qmodel.dist import GridDist, LazyGridDist, convolve, fast_len, sum_cdf
+from qmodel.dist import GridDist, LazyGridDist, convolve, fast_len, pow2_grid, sum_cdf
 
 
 def _law(rng: np.random.Generator, n: int, dx: float, tail: float = 0.0) -> GridDist:
@@ -199,3 +199,18 @@ def test_linear_convolution_first_points_need_no_full_length():
         want = np.convolve(a, b)[:n]
         assert got.shape == (n,)
         assert np.max(np.abs(got - want)) <= 1e-12 * want.max()
+
+
+def test_pow2_grid_is_a_nested_ladder():
+    # base·2^k, the smallest k >= 0 covering the span in max_points steps (exact powers of two)
+    assert pow2_grid(0.01, 1.0, 100) == 0.01
+    assert pow2_grid(0.01, 1.0001, 100) == 0.02
+    assert pow2_grid(0.01, 5.0, 100) == 0.08
+    assert pow2_grid(0.01, 0.5, 100) == 0.01  # never finer than the base
+    # a span exactly on a rung, up to round-off, stays on it (the TPOT sum's step, a product of
+    # steps that are powers of two apart, lands within 1e-16 of one)
+    assert pow2_grid(0.003, 0.012 * (1 + 1e-15), 1.0) == 0.012
+    # the steps nest: each a whole multiple of every finer one on the same ladder
+    steps = [pow2_grid(0.0037, s, 64) for s in np.linspace(0.01, 40.0, 500)]
+    assert all(b / a == round(b / a) for a, b in zip(steps, steps[1:]))
+    assert sorted(steps) == steps

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from hypothesis import given, reject, settings, strategies as st
 
+import numpy as np
 import pytest
 
 from qmodel.engine import Solver
@@ -41,7 +42,7 @@ def _check(name: str, sets: tuple[str, ...], f1: float, f2: float, known: bool =
 def _fail(s: Solver, load: float, message: str, known: bool) -> None:
     """Fail, unless (``known``) the rise is a known station defect on its class of scenarios (kept as
     an xfail(strict) example below; tests/prop_scenarios.py KNOWN_DEFECTS): then reject the draw."""
-    if known and known_defect(s.scenario, message, s.max_stable_rate()[1], load):
+    if known and known_defect(s.scenario, message):
         reject()
     raise AssertionError(message)
 
@@ -106,13 +107,12 @@ def test_attainment_non_increasing_near_the_limit_wide(v, f1, f2):
 
 @pytest.mark.slow  # ~10 s: solves near saturation on the largest prefill chain
 @pytest.mark.needs_data("splitwise_sim/perf_model.csv")
-@pytest.mark.xfail(strict=True, reason=(
-    "prefill station grid (qmodel/stations/prefill/wait_grids.py BulkQueue.grids, default dx = max(min_mean/16, "
-    "1e-12 horizon/8192)) read by GridDist.cdf rounding x down to a grid point (qmodel/dist.py): near "
-    "saturation dx grows with the rate (0.105 s at 0.993, 0.122 s at 0.994 of λmax), so floor(x/dx)·dx "
-    "slides towards the 2 s TTFT target and the read CDF rises. llama2-70b-disagg-splitwise: A = 0.0554120 "
-    "at 9.509059 req/s, 0.0554542 at 9.509426 (λmax 9.573741, prefill)"))
-def test_attainment_rises_on_the_prefill_grid_near_saturation():
+def test_attainment_does_not_rise_on_the_prefill_grid_near_saturation():
+    # The prefill wait grid's step grows with the horizon near saturation. It grew continuously
+    # (0.1085 s at 0.99324, 0.1091 s at 0.99328 of λmax), so floor(2 s/dx)·dx slid towards the 2 s
+    # TTFT target and the read CDF rose: A = 0.0554120 at 9.509059 req/s, 0.0554542 at 9.509426
+    # (λmax 9.573741). On the ladder (min mean batch/16)·2^k (qmodel/dist.py pow2_grid) the step is
+    # the same at both rates (0.0648 s) and A falls, 0.05794 -> 0.05762.
     _check_near_limit("llama2-70b-disagg-splitwise.toml", (), 0.9932438, 0.9932822, known=False)
 
 
@@ -145,3 +145,21 @@ def test_link_wait_does_not_follow_round_off_batch_sizes():
     assert b.stations[1].delay.quantile(0.9) == pytest.approx(a.stations[1].delay.quantile(0.9), rel=1e-6)
     assert b.tpot_attainment == pytest.approx(a.tpot_attainment, abs=1e-6)
     assert s.compose(0.08375 * lam).tpot_attainment <= b.tpot_attainment + TOL
+
+
+@pytest.mark.needs_data("azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "splitwise_sim/perf_model.csv")
+def test_tpot_attainment_falls_steadily_on_a_slow_link():
+    """The 'slow-link-tpot' defect's second cause. TPOT = decode TPOT + handoff/(L - 1); the link's
+    step grows with its wait, and the sum was put on max(decode step, handoff step), a step that
+    moved with the rate. The decode TPOT is a discrete law (a step time per batch size), so each
+    of its values crossed the 100 ms target as the step moved: on main (4e41308) TPOT attainment rose
+    at 83 of 120 steps of 0.0025·λmax between 0.30 and 0.60 (0.4696 at 0.43 -> 0.4815 at 0.44, up to
+    +0.0099 in one step). On the ladders of qmodel/dist.py pow2_grid (the handoff's terms on h·2^k,
+    the sum on decode's step·2^k) it falls at every step."""
+    s = Solver(variant("azure-conv-trace-disagg-a100.yaml", _SLOW_LINK))
+    lam = s.max_stable_rate()[0]
+    a = [s.compose(f * lam).tpot_attainment for f in np.arange(0.30, 0.6001, 0.02)]
+    # (on main, 5 of these 15 steps rose)
+    rises = [(round(0.30 + 0.02 * i, 2), x, y) for i, (x, y) in enumerate(zip(a, a[1:])) if y > x + TOL]
+    assert not rises, rises
+    assert a[0] - a[-1] > 0.1  # it does fall: 0.522 -> 0.389

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, sum_cdf
+from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
 from qmodel.topology.base import Composition, Topology
@@ -202,8 +202,12 @@ class DisaggregatedTopology(Topology):
             # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
             # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
             # resolved as finely as TPOT reads them (moved there with their means kept).
+            # Each term goes onto the ladder h·2^k (pow2_grid; the finest step not below its own),
+            # with its mean kept: the link's step grows with its wait, and were it used as it is,
+            # the handoff/(L - 1), and with it the decode TPOT it is summed with, would be re-binned
+            # onto a step that moves with the rate, and P(TPOT <= target) would rise and fall with it.
             h = self._handoff_step(solver, sd)
-            handoff = convolve(*(x.regrid(h, keep_mean=True) if h > x.dx else x for x in (st.delay, sd.wait or sd.delay)))
+            handoff = convolve(*(x.regrid(pow2_grid(h, x.dx, 1.0), keep_mean=True) for x in (st.delay, sd.wait or sd.delay)))
             tpot_terms = self._tpot_terms(solver, sd.tpot, handoff)
         return ttft_terms, tpot_terms
 
@@ -271,7 +275,9 @@ class DisaggregatedTopology(Topology):
         # one per group (all on the grid max(T.dx, max_g H_g.dx) either way). Both terms are put on
         # that grid here, once, where sum_cdf and the lazy convolution would each re-bin them.
         mix = mixture(scaled, weight)
-        dx = max(decode_tpot.dx, mix.dx)
+        # on decode's own step times 2^k: the discrete decode TPOT is never re-binned onto a step
+        # that moves with the link's (pow2_grid)
+        dx = pow2_grid(decode_tpot.dx, mix.dx, 1.0)
         return [decode_tpot.regrid(dx), mix.regrid(dx)]
 
     # ---- explanations --------------------------------------------------------------------------

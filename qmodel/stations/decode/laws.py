@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from qmodel.dist import GridDist
-from qmodel.stations.decode.slot_wait import pow2_grid
+from qmodel.dist import pow2_grid
 
 __all__ = ["uniform_mixture_cdf", "discrete_dist", "occupancy_quantiles", "occupancy_variance"]
 

@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from qmodel.dist import GridDist
+from qmodel.dist import GridDist, pow2_grid
 
-__all__ = ["SLOT_WAIT_NEGLIGIBLE", "slot_wait", "slot_wait_span_s", "admission_wait", "wait_law", "pow2_grid"]
+__all__ = ["SLOT_WAIT_NEGLIGIBLE", "slot_wait", "slot_wait_span_s", "admission_wait", "wait_law"]
 
 #: a slot-wait probability below this adds nothing any reported quantile or attainment can see
 SLOT_WAIT_NEGLIGIBLE = 1e-10
@@ -73,9 +73,3 @@ def wait_law(p_wait: float, rate: float, dx: float) -> GridDist | None:
     x = np.arange(int(math.ceil(span / step)) + 2) * step
     cdf = (1.0 - p_wait) + p_wait * -np.expm1(-rate * x)
     return GridDist.from_cdf_values(cdf, step, p_wait / rate, tail_rate=rate, exact=False)
-
-
-def pow2_grid(base: float, span: float, max_points: int) -> float:
-    """base * 2^k with the smallest k >= 0 that covers ``span`` in ``max_points`` steps."""
-    base = max(base, 1e-12)
-    return base * 2.0 ** max(0, math.ceil(math.log2(max(span, base) / (max_points * base))))

@@ -52,7 +52,8 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import StationSolution
 from qmodel.stations.decode.chain import MAX_STATES, GPSChain, fit_affine, mean_context_tokens
 from qmodel.stations.decode.laws import discrete_dist, occupancy_quantiles, occupancy_variance, uniform_mixture_cdf
-from qmodel.stations.decode.slot_wait import pow2_grid, slot_wait, slot_wait_span_s
+from qmodel.dist import pow2_grid
+from qmodel.stations.decode.slot_wait import slot_wait, slot_wait_span_s
 
 __all__ = ["DecodeStation", "Dispatch"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist
+from qmodel.dist import MAX_POINTS, GridDist, pow2_grid
 from qmodel.errors import InputError, NumericalError
 from qmodel.stations.prefill.drain import drain_shifts, drain_transforms
 from qmodel.stations.prefill.grid_tables import GridTables, grid_tables
@@ -167,7 +167,10 @@ def _time_step(queue: BulkQueue, dx: float | None, eta: float) -> tuple[float, f
         # times the step stops growing: the grid then ends short of the 1e-9 horizon and the
         # rest of the law is its exponential tail (below).
         horizon_dx = min(reach(math.log(1e12)), reach(0.0) + _DX_HORIZON_BATCHES * esn)
-        dx = max(min_mean / _STEPS_PER_SHORTEST, horizon_dx / _GRID_POINTS)
+        # On the ladder (min_mean/16)·2^k (pow2_grid), never coarser than horizon_dx/_GRID_POINTS:
+        # the step then changes with the rate only by doubling, and a CDF read at the SLO target
+        # cannot rise with it (a step growing continuously slid floor(x/dx)·dx towards the target).
+        dx = pow2_grid(min_mean / _STEPS_PER_SHORTEST, horizon_dx, 2.0 * _GRID_POINTS)
     return dx, horizon
 
 
