@@ -60,7 +60,7 @@ Frac = Field(gt=0, le=1.5)  # all-reduce can exceed the nominal per-direction li
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class GemmCurve(_Frozen):
