@@ -16,10 +16,10 @@ load numpy (tests/test_cli_lazy.py checks both).
 
 A ``qmodel`` process (``main()`` reading ``sys.argv``, as the console script calls it) freezes the
 garbage collector's objects at exit (``gc.freeze``, registered first so it runs after the exit
-handlers the run itself registers): the interpreter's
-shutdown collections then skip the ~50,000 objects numpy, pydantic and the solver leave alive,
-which took about a sixth of a fresh ``qmodel solve`` (docs/startup.md). Output is flushed and
-the exit handlers run as before; a caller passing ``argv`` (tests, scripts) is left alone.
+handlers the run itself registers): the interpreter's shutdown collections then skip the ~50,000
+objects numpy, pydantic and the solver leave alive, which took about a sixth of a fresh
+``qmodel solve`` (docs/startup.md). Output is flushed and the exit handlers run as before; a
+caller passing ``argv`` (tests, scripts) is left alone.
 """
 
 from __future__ import annotations
