@@ -8,13 +8,12 @@ trees that expand past :data:`MAX_SCENARIO_VALUES` (a YAML alias bomb) or nest p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from qmodel.errors import DataError, shorten
 
-__all__ = ["MAX_SCENARIO_VALUES", "MAX_SCENARIO_DEPTH", "read_text", "yaml_loader", "load_yaml_cached", "check_size"]
+__all__ = ["MAX_SCENARIO_VALUES", "MAX_SCENARIO_DEPTH", "read_text", "yaml_loader", "check_size"]
 
 #: The most values (mappings, lists and scalars, counted with aliases expanded) and the deepest
 #: nesting a scenario may have. A real scenario has ~100 values; a YAML alias bomb expands a
@@ -65,71 +64,6 @@ def yaml_loader():
             return super().construct_mapping(node, deep)
 
     return Loader
-
-
-def load_yaml_cached(text: str) -> Any:
-    """``yaml.load(text, Loader=yaml_loader())``, parsed once per text: the tree is kept as JSON in
-    ``<cache_dir>/parsed/yaml-1/<key>.json`` (docs: README "Caches"), so a repeated ``qmodel`` run on
-    the same file neither imports PyYAML (~10 ms of a cold CLI start) nor parses.
-
-    The key is the SHA-256 of the text, the installed PyYAML's ``__init__.py`` and this module
-    (path, size, mtime), so a changed file, PyYAML or loader gets a new entry. Only a tree JSON
-    reproduces exactly is stored: str-keyed mappings, lists, str/int/float/bool/None scalars and no
-    subtree used twice (a YAML alias shares one object, which ``--set`` would edit in both places).
-    Parse errors are raised as ``yaml.load`` raises them (nothing is stored); a cache that cannot be
-    read or written is skipped, never an error."""
-    import hashlib
-    import importlib.util
-    import json
-
-    from qmodel.settings import cache_dir
-
-    path = None
-    try:
-        spec = importlib.util.find_spec("yaml")
-        stamp = "".join(f"{f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}\0"
-                        for f in (spec.origin if spec else "", __file__))
-        key = hashlib.sha256(f"{stamp}{text}".encode()).hexdigest()
-        path = cache_dir() / "parsed" / "yaml-1" / f"{key}.json"
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError, ImportError):
-        pass
-    import yaml
-
-    data = yaml.load(text, Loader=yaml_loader())
-    if path is not None and _json_exact(data):
-        try:
-            blob = json.dumps(data)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(blob, encoding="utf-8")
-            os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
-        except (OSError, ValueError, RecursionError):  # read-only cache folder, or too deep to write
-            pass
-    return data
-
-
-def _json_exact(data: Any) -> bool:
-    """Whether ``json.loads(json.dumps(data))`` rebuilds ``data`` with the same types and no shared
-    subtrees (see :func:`load_yaml_cached`)."""
-    seen: set[int] = set()
-    stack = [data]
-    while stack:
-        node = stack.pop()
-        kind = type(node)
-        if kind is dict or kind is list:
-            if id(node) in seen:
-                return False
-            seen.add(id(node))
-            if kind is dict:
-                if any(type(k) is not str for k in node):
-                    return False
-                stack.extend(node.values())
-            else:
-                stack.extend(node)
-        elif kind not in (str, int, float, bool, type(None)):
-            return False
-    return True
 
 
 def check_size(data: Any, source: str) -> None:

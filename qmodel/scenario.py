@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from qmodel.errors import DataError, InputError
-from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, load_yaml_cached, read_text
+from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
 from qmodel.units import BytesPerSecond, Count, RatePerSecond, Real, Seconds
 
 __all__ = [
@@ -420,7 +420,9 @@ def read_scenario_data(path: Path) -> dict[str, Any]:
     suffix = path.suffix.lower()
     try:
         if suffix in (".yaml", ".yml"):
-            data = load_yaml_cached(text)
+            import yaml
+
+            data = yaml.load(text, Loader=yaml_loader())
         elif suffix == ".toml":
             import tomllib
 
