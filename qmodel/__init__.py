@@ -9,6 +9,8 @@ first use of the names below.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -62,9 +64,19 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-# ``goodput`` names both a submodule and its verb: loading the submodule (by any import of it) sets
-# the package attribute to the module, so the verb is bound here, after that load, once for all.
-from qmodel.goodput import goodput  # noqa: E402
+class _Package(types.ModuleType):
+    """The package's module type: ``goodput`` names both a submodule and its verb, and loading the
+    submodule (by any import of it) sets the package attribute to the module; this keeps the verb
+    there instead, so ``qmodel.goodput`` is the function without importing the submodule (and
+    pydantic with it) at ``import qmodel``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "goodput" and isinstance(value, types.ModuleType):
+            value = value.goodput
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

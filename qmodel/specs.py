@@ -40,7 +40,7 @@ __all__ = [
 class Frozen(BaseModel):
     """Base for catalog values: immutable, unknown keys rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class MLAConfig(Frozen):

@@ -72,3 +72,15 @@ def test_cli_runs_blas_on_one_thread_unless_told(given: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARS} | given
     code = "import os; import qmodel.cli.main; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
     assert _fresh(code, env) == (given.get("OPENBLAS_NUM_THREADS", "None") if given else "1")
+
+
+def test_import_qmodel_does_not_load_pydantic_and_goodput_stays_the_verb() -> None:
+    """``qmodel --help`` pays for no models: ``import qmodel`` leaves qmodel.goodput (and pydantic)
+    unloaded, yet ``qmodel.goodput`` is the function before and after its submodule loads."""
+    code = ("import sys, types, qmodel\n"
+            "print('pydantic' in sys.modules, 'qmodel.goodput' in sys.modules)\n"
+            "f = qmodel.goodput\n"
+            "import qmodel.goodput\n"
+            "from qmodel.goodput import goodput_search\n"
+            "print(callable(f), f is qmodel.goodput, not isinstance(qmodel.goodput, types.ModuleType))\n")
+    assert _fresh(code, dict(os.environ)).split() == ["False", "False", "True", "True", "True"]

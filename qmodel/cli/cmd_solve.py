@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qmodel.cli.common import add_scenario_args, scenario_from_args
+from qmodel.cli.common import add_scenario_args, gc_paused, scenario_from_args
 from qmodel.cli.output import print_json, print_table, say, to_plain
 from qmodel.units import format_bandwidth, format_duration, parse_rate
 
@@ -28,11 +28,12 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from qmodel.engine import Solver
 
-    sc = scenario_from_args(args, warn=False)  # its output lists the warnings
-    rate = parse_rate(args.rate, "--rate") if args.rate else None
-    solver = Solver(sc)
-    res = solver.solve(rate)
-    out = to_plain(res)
+    with gc_paused():  # one load and one solve: bounded work
+        sc = scenario_from_args(args, warn=False)  # its output lists the warnings
+        rate = parse_rate(args.rate, "--rate") if args.rate else None
+        solver = Solver(sc)
+        res = solver.solve(rate)
+        out = to_plain(res)
     check = None
     if args.check:
         from qmodel.validation.compare import compare_with_replay

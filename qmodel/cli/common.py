@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from qmodel.cli.output import add_set_option, add_width_option
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, load_scenario
 from qmodel.units import parse_rate
 
-__all__ = ["add_scenario_args", "scenario_from_args", "parse_rate_range"]
+__all__ = ["add_scenario_args", "scenario_from_args", "parse_rate_range", "gc_paused"]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for one bounded piece of work (a scenario load and one
+    solve): its collections during the lazy imports and the first solve were ~8% of a fresh
+    ``qmodel solve`` (docs/startup.md). Collection resumes after it (if it was on), so the cycles
+    the piece left are collected then."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:

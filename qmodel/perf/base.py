@@ -28,10 +28,12 @@ which every running sequence advances one token, pp stage times of a micro-batch
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
-from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["ServiceTimeModel", "ArrayOrFloat", "SCALAR_TYPES"]
 

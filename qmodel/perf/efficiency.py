@@ -40,15 +40,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qmodel.errors import DataError, InputError
 from qmodel.specs import GPUSpec
 from qmodel.units import dtype_bits
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["GemmCurve", "AttentionCurve", "AllReduceCurve", "MoECurve", "OverheadCurve", "ArchCurves",
            "EfficiencyCurves", "ResolvedCurves", "Overrides", "load_curves", "gemm_dtype_key", "CURVES_FILE"]
@@ -58,7 +60,7 @@ Frac = Field(gt=0, le=1.5)  # all-reduce can exceed the nominal per-direction li
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class GemmCurve(_Frozen):

@@ -21,9 +21,9 @@ and results are floored at 1% of the smallest grid time.
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from qmodel.errors import DataError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
@@ -35,6 +35,9 @@ from qmodel.perf.table_interp import (
     median_groups,
     medians_as_points,
 )
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["GridTableModel"]
 

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel, SCALAR_TYPES
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["PipelineInstance", "pipeline_instance", "stage_model"]
 

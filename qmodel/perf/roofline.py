@@ -6,9 +6,8 @@ import hashlib
 import json
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from typing import Literal
+from typing import Literal, TYPE_CHECKING
 
 from qmodel.errors import InputError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel, SCALAR_TYPES
@@ -17,6 +16,9 @@ from qmodel.perf.efficiency_terms import CurveTerms
 from qmodel.perf.parallel import Parallelism, check_parallelism
 from qmodel.specs import GPUSpec, ModelSpec
 from qmodel.units import dtype_bits
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["RooflineModel", "DEFAULT_ALLREDUCE_LATENCY_S", "expected_distinct_experts"]
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
 from qmodel.perf.table_interp import SCALAR_TYPES, TablePoint
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["DistServeModel"]
 

@@ -43,9 +43,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from qmodel.errors import InputError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
@@ -53,6 +53,9 @@ from qmodel.perf.parallel import Parallelism, check_parallelism
 from qmodel.perf.table_interp import SCALAR_TYPES, TablePoint
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.units import dtype_bits
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["PipelinedTableModel", "stage_link", "check_overhead", "check_measured_overhead"]
 

@@ -29,9 +29,9 @@ than a smaller one) are left out and listed under ``suspect_rows`` in ``describe
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from qmodel.errors import DataError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
@@ -44,6 +44,9 @@ from qmodel.perf.table_interp import (
     median_groups,
     medians_as_points,
 )
+
+if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
+    from numpy.typing import ArrayLike
 
 __all__ = ["SweepTableModel"]
 
