@@ -12,8 +12,9 @@ they are continuous but for an atom at 0 (a Poisson-arrival wait, ``from_cdf(con
 say so; sums keep the split exactly for atom ⊕ atom (an atom) and atom ⊕ continuous (continuous
 in the right bin), while continuous ⊕ continuous stays rounded up by at most one more bin
 (conservative). A sojourn W + D, for instance, keeps W's atom at 0 as an atom at D (docs/methods.md,
-Grids). The CDF is exact at the grid points either way, and reads a point between them at the
-grid point below (conservative).
+Grids). The CDF is exact at the grid points either way; between them it reads the continuous part
+by the same linear interpolation, so ``cdf`` and ``quantile`` are inverses (an SLO attainment and
+the percentiles of one law agree), and without ``atoms`` it reads the grid point below.
 
 Sums of independent terms are FFT convolutions (zero-padded, negatives from round-off clipped);
 mixtures are weighted sums. Means are kept exactly alongside the grid (``mean_s``) so reported means
@@ -135,21 +136,38 @@ class GridDist:
         return np.minimum(self.pmf.cumsum(), 1.0)
 
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
-        """P(X <= x) on the grid (x rounded down to a grid point: conservative); past the grid's
-        end 1 − tail, or with ``tail_exact`` 1 − tail·e^{−tail_rate (x − end)} (the exponential
-        tail :meth:`quantile` reads)."""
+        """P(X <= x): exact at the grid points; between two, the bin's continuous part (its mass
+        less ``atoms``) is read by linear interpolation, as :meth:`quantile` places it, so ``cdf``
+        and ``quantile`` are inverses and the read does not jump when the grid step changes; with
+        ``atoms`` None every bin's mass sits at its upper edge and x reads the grid point below
+        (conservative). Past the grid's end 1 − tail, or with ``tail_exact``
+        1 − tail·e^{−tail_rate (x − end)} (the exponential tail :meth:`quantile` reads)."""
         c = self._cum
         if isinstance(x, (float, int)):  # one point (an SLO target): no array round trip
             if not math.isfinite(x):
                 return float(c[-1]) if x > 0 else 0.0
-            k = math.floor(x / self.dx + 1e-9)
+            u = x / self.dx
+            k = math.floor(u + 1e-9)
             if k >= self.n and self.tail_exact:
                 return float(c[-1]) + self.tail * -math.expm1(-self.tail_rate * (x - (self.n - 1) * self.dx))
-            return 0.0 if k < 0 else float(c[min(k, self.n - 1)])
+            if k < 0:
+                return 0.0
+            if k >= self.n - 1:
+                return float(c[-1])
+            out = float(c[k])
+            if self.atoms is not None and u - k > 1e-9:
+                out += float(self.pmf[k + 1] - self.atoms[k + 1]) * (u - k)
+            return out
         # (capped before the cast: an infinite x would wrap around the integer range)
         xa = np.asarray(x, dtype=float)
-        k = np.floor(np.minimum(xa / self.dx + 1e-9, self.n)).astype(np.int64)
+        u = np.minimum(xa / self.dx, self.n)
+        k = np.floor(u + 1e-9).astype(np.int64)
         out = np.where(k < 0, 0.0, c[np.clip(k, 0, self.n - 1)])
+        if self.atoms is not None:
+            inside = (k >= 0) & (k < self.n - 1)
+            nxt = np.clip(k + 1, 0, self.n - 1)
+            frac = np.where(inside, np.maximum(u - k, 0.0), 0.0)
+            out = out + (self.pmf[nxt] - self.atoms[nxt]) * np.where(frac > 1e-9, frac, 0.0)
         if self.tail_exact:
             past = (k >= self.n) & np.isfinite(xa)
             if np.any(past):
@@ -384,6 +402,15 @@ def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
     # F_b at k − i for i = 0..m, its last value past b's end
     idx = np.minimum(k - np.arange(m + 1), b.n - 1)
     p = float(np.dot(np.maximum(a.pmf[: m + 1], 0.0), cb[idx]))
+    theta = x / dx - k
+    if theta > 1e-9 and k + 1 < n_out and (a.atoms is not None or b.atoms is not None):
+        # x between grid points: the sum's bin k + 1 contributes its continuous part (its mass less
+        # its point masses, as convolve() splits them) by linear interpolation, as GridDist.cdf reads
+        j = k + 1
+        i = np.arange(max(0, j - (b.n - 1)), min(j, a.n - 1) + 1)
+        mass = float(np.dot(np.maximum(a.pmf[i], 0.0), b.pmf[j - i]))
+        atom = float(np.dot(np.maximum(a.point_masses[i], 0.0), b.point_masses[j - i]))
+        p += theta * max(mass - min(atom, mass), 0.0)
     # as convolve: the on-grid mass is the product of the terms' (1 − tail)
     mass = (1.0 - a.tail) * (1.0 - b.tail)
     s = float(a.pmf.sum()) * float(cb[-1])
@@ -393,8 +420,8 @@ def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
 def stochastic_max(a: GridDist, b: GridDist) -> GridDist:
     """The law with CDF min(F_a, F_b) on a's grid: the larger of two approximations of one quantity in
     the usual stochastic order (a minimum of CDFs is non-decreasing and right-continuous, so a law;
-    it is that of max(X_a, X_b) for comonotone X_a, X_b). ``b`` is read at a's grid points (its CDF
-    rounds down there: conservative)."""
+    it is that of max(X_a, X_b) for comonotone X_a, X_b). ``b`` is read at a's grid points by its
+    :meth:`GridDist.cdf` (its continuous part interpolated, else the grid point below)."""
     n = max(a.n, int(math.ceil((b.n - 1) * b.dx / a.dx)) + 1)
     x = np.arange(n) * a.dx
     fa = np.concatenate([a._cum, np.full(n - a.n, a._cum[-1])]) if n > a.n else a._cum

@@ -214,3 +214,32 @@ def test_pow2_grid_is_a_nested_ladder():
     steps = [pow2_grid(0.0037, s, 64) for s in np.linspace(0.01, 40.0, 500)]
     assert all(b / a == round(b / a) for a, b in zip(steps, steps[1:]))
     assert sorted(steps) == steps
+
+
+def test_cdf_reads_the_continuous_part_between_grid_points_as_quantile_places_it() -> None:
+    # a law with point masses (atoms) and a continuous part: cdf and quantile are inverses, and
+    # sum_cdf of such laws is their convolution's cdf between grid points too
+    rng = np.random.default_rng(3)
+    laws = []
+    for n in (40, 25, 60):
+        pmf = rng.random(n)
+        pmf /= pmf.sum()
+        atoms = pmf * rng.choice([0.0, 0.3, 1.0], n)
+        laws.append(GridDist(0.01, pmf, float(np.dot(np.arange(n) * 0.01, pmf)), atoms=atoms))
+    a = laws[0]
+    for q in np.linspace(0.01, 0.99, 37):
+        x = a.quantile(q)
+        k = round(x / a.dx)
+        if abs(x / a.dx - k) > 1e-6:  # inside a bin's continuous part: exactly q back
+            assert a.cdf(x) == pytest.approx(q, abs=1e-12)
+        else:  # on a point mass: the cdf there covers q
+            assert a.cdf(x) >= q - 1e-12
+    xs = np.concatenate([np.arange(130) * 0.01, rng.uniform(-0.01, 1.3, 300)])
+    np.testing.assert_allclose(a.cdf(xs), [a.cdf(float(x)) for x in xs], rtol=0, atol=1e-15)
+    full = convolve(*laws)
+    np.testing.assert_allclose([sum_cdf(laws, float(x)) for x in xs], full.cdf(xs), rtol=0, atol=1e-12)
+    np.testing.assert_allclose([sum_cdf(laws[:2], float(x)) for x in xs], convolve(*laws[:2]).cdf(xs),
+                               rtol=0, atol=1e-12)
+    # without atoms every bin's mass sits at its upper edge: between grid points, the point below
+    b = GridDist(0.01, laws[1].pmf, laws[1].mean_s)
+    assert b.cdf(0.055) == b.cdf(0.05)

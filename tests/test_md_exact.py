@@ -62,3 +62,18 @@ def test_ttft_is_the_exact_md_sojourn(rate: float, d: float, c: int) -> None:
     assert res.ttft.mean == pytest.approx(d + mdc_mean_wait(rate, d, c), rel=TOL)
     for name, q in QS:
         assert getattr(res.ttft, name) == pytest.approx(mdc_sojourn_quantile(rate, d, c, q), rel=TOL), name
+
+
+@pytest.mark.parametrize("rate,d,c", [(5.0, 0.1, 1), (4.0, 0.2, 1), (8.0, 0.1, 1), (16.0, 0.1, 2), (32.0, 0.1, 4)])
+@pytest.mark.parametrize("w", [0.0123, 0.0371, 0.123, 0.31])
+def test_ttft_attainment_is_the_exact_md_sojourn_cdf(rate: float, d: float, c: int, w: float) -> None:
+    """SLO attainment P(TTFT <= target) at targets between grid points equals the closed-form
+    sojourn CDF P(W <= target − D) (measured |error| <= 4.2e-5; tolerance 1e-4, a D/16 bin's
+    linear interpolation of the density). Before, GridDist.cdf read the law at the grid point below
+    the target while its quantiles interpolated: up to −0.0174 (M/D/1, 5 req/s, D = 0.1 s, target
+    D + 37.1 ms: 0.5846 against 0.6019), always conservative, never consistent with the p50/p90/p99
+    the same solve printed."""
+    s = _scenario(rate, d, c)
+    sc = s.model_copy(update={"slo": s.slo.model_copy(update={"ttft_s": d + w})})
+    got = Solver(sc).compose(rate).ttft_attainment
+    assert got == pytest.approx(mdc_wait_cdf(rate, d, c, w), abs=1e-4)
