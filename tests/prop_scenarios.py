@@ -150,8 +150,6 @@ def _resolved(name: str, sets: tuple[str, ...]):
 #: its class of scenarios rejects that draw (counted in hypothesis' statistics as invalid) instead of
 #: failing on it again. Remove an entry when its station is fixed: the strict xfails will say so.
 KNOWN_DEFECTS = {
-    "bursty-colocated": "colocated TTFT attainment not monotone in the rate under ca2 > 1 "
-                        "(qmodel/stations/colocated.py); the goodput search then raises 'attainment rose'",
     "slow-link-tpot": "disaggregated, link-bound (a link of ~0.5-1 Gbps): TPOT attainment rises with the rate. First "
                       "cause fixed (round-off batch sizes set the link's M^X/G/1 decay: rises of 0.0136/0.0076/0.0021 on "
                       "azure-conv 3P+3D at 62.5/62.5/250 MB/s -> 0). Left: the TPOT CDF read at floor(slo/dx)*dx on a "
@@ -165,12 +163,8 @@ KNOWN_DEFECTS = {
 def known_defect(sc: Scenario, message: str, station: str | None = None, load: float | None = None) -> str | None:
     """The KNOWN_DEFECTS key explaining ``message`` (an error from a verb or a property) on ``sc``,
     at ``load`` of the limit set by ``station`` where known; None when nothing known explains it."""
-    from qmodel.workload import arrival_stats
-
     if "attainment rose" not in message:
         return None
-    if sc.deployment.topology == "colocated" and arrival_stats(sc.workload)[1] > 1.0:
-        return "bursty-colocated"
     if isinstance(sc.deployment, DisaggregatedDeployment) and _link_bound(sc):
         return "slow-link-tpot"
     if station == "prefill" and load is not None and load >= 0.99:
