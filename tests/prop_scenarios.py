@@ -25,7 +25,7 @@ from qmodel.scenario import DisaggregatedDeployment, Scenario, apply_overrides, 
 from tests.data_needs import missing_data
 from tests.fuzz.cases import BASES
 
-__all__ = ["KNOWN_DEFECTS", "known_defect", "goodput_or_reject", "PROP", "SCENARIOS", "CHEAP", "scenario", "variant", "knobs", "link_bandwidth", "variants", "label"]
+__all__ = ["PROP", "SCENARIOS", "CHEAP", "scenario", "variant", "knobs", "link_bandwidth", "variants", "label"]
 
 #: the properties' hypothesis settings: deterministic (derandomize: the same examples on every run and in
 #: CI), no deadline (a solve near saturation takes seconds), and the first failing example reported as
@@ -143,42 +143,6 @@ def _resolved(name: str, sets: tuple[str, ...]):
     from qmodel.build import resolve
 
     return resolve(variant(name, sets))
-
-
-#: Station defects the properties found, each kept as an xfail(strict) example with its numbers
-#: (tests/test_prop_attainment.py, tests/test_prop_goodput.py); a property that meets one of them on
-#: its class of scenarios rejects that draw (counted in hypothesis' statistics as invalid) instead of
-#: failing on it again. Remove an entry when its station is fixed: the strict xfails will say so.
-KNOWN_DEFECTS = {
-    "bursty-colocated": "colocated TTFT attainment not monotone in the rate under ca2 > 1 "
-                        "(qmodel/stations/colocated.py); the goodput search then raises 'attainment rose'",
-}
-
-
-def known_defect(sc: Scenario, message: str) -> str | None:
-    """The KNOWN_DEFECTS key explaining ``message`` (an error from a verb or a property) on ``sc``;
-    None when nothing known explains it."""
-    from qmodel.workload import arrival_stats
-
-    if "attainment rose" not in message:
-        return None
-    if sc.deployment.topology == "colocated" and arrival_stats(sc.workload)[1] > 1.0:
-        return "bursty-colocated"
-    return None
-
-
-def goodput_or_reject(sc: Scenario):
-    """:func:`qmodel.goodput`, or a rejected draw where a known station defect makes it raise."""
-    from hypothesis import reject
-
-    import qmodel
-
-    try:
-        return qmodel.goodput(sc)
-    except qmodel.QmodelError as err:
-        if known_defect(sc, str(err)):
-            reject()
-        raise
 
 
 def finite(*xs: float) -> bool:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, reject, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import qmodel
 from qmodel.engine import Solver
 from tests.fuzz.cases import Case
 from tests.fuzz.runner import run_case
-from tests.prop_scenarios import CHEAP, PROP, SCENARIOS, finite, known_defect, label, variant, variants
+from tests.prop_scenarios import CHEAP, PROP, SCENARIOS, finite, label, variant, variants
 
 _FRAC = st.one_of(st.sampled_from([1e-9, 1e-3, 0.5, 0.9, 0.99, 0.999, 0.99999]), st.floats(1e-6, 0.99999))
 
@@ -35,8 +35,6 @@ def _case(verb: str, name: str, sets: tuple[str, ...], extra: list[str]) -> Case
 def _run(tmp_path, verb: str, name: str, sets: tuple[str, ...], extra: list[str]) -> None:
     o = run_case(_case(verb, name, sets, extra), tmp_path)
     msg = (o.error.strip().splitlines() or [""])[-1] if o.error else o.stderr.strip()[-300:]
-    if o.failures == ["exit"] and o.rc == 4 and known_defect(variant(name, sets), msg):
-        reject()  # a station defect kept as an xfail(strict) example (tests/prop_scenarios.py KNOWN_DEFECTS)
     assert not o.failures, f"{verb} {' '.join(extra)} on {label(name, sets)}: {o.failures} rc={o.rc}: {msg}"
 
 

@@ -23,36 +23,34 @@ _INCREMENT_POINTS = 8192
 
 
 def burst_increment(base: GridDist, burst: GridDist, limit: GridDist) -> GridDist:
-    """The law with quantile function Q_base(u) + (Q_burst(u) - Q_limit(u))^+ (made non-decreasing):
-    ``base`` plus, comonotonically, what ``burst`` adds over its own Poisson ``limit``; exactly
-    ``base`` when burst = limit, continuous and non-decreasing in ``burst`` (usual stochastic order).
+    """The law of Q_base(U) + (Q_burst(U) - Q_limit(U))^+, U uniform: ``base`` plus, comonotonically,
+    what ``burst`` adds over its own Poisson ``limit``; exactly ``base`` when burst = limit, and a
+    larger increment at every u gives a stochastically larger result.
 
-    Evaluated at 8192 equal-probability midpoints u of base's grid mass, plus one midpoint in every
-    grid cell of base too light to hold one of them. Each cell's mass is shared equally by the points
-    that fall in it and moves with them from the cell to cell + increment (split between the two
-    neighbouring grid points, so a small increment moves a little mass, not a whole step). The mass
-    moved is exactly base's, point by point, so the result is a law (no negative mass to clip) and a
-    larger increment at every u gives a stochastically larger result; base's tail past its grid is kept.
+    The probability axis of base's grid mass is cut at its cells' edges and at 8192 equal steps; each
+    piece keeps its length as mass and moves from its cell to cell + increment, the increment read at
+    the piece's midpoint (split between the two neighbouring grid points). The mass moved is exactly
+    base's, so the result is a law, and every piece's mass, midpoint and increment move continuously
+    with the laws, hence with the rate. Q_burst and Q_limit are read continuously (:func:`_quantiles`),
+    so the increment is not a whole number of grid steps. Where the increment falls with u faster than
+    Q_base rises (the burst law reaching a density step, e.g. the longest prompts' prefill, before the
+    limit does), the pieces keep their own values: the result is the law of that sum, its quantile
+    function the sum rearranged, not a running maximum, which would pile that stretch of u onto one
+    value and put the grid's mean above the stated one. Base's tail past its grid is kept.
     """
     c = np.cumsum(base.pmf)
-    u = (np.arange(_INCREMENT_POINTS) + 0.5) / _INCREMENT_POINTS * (1.0 - base.tail)
-    cell = np.minimum(np.searchsorted(c, u - 1e-12), base.n - 1)
-    counts = np.bincount(cell, minlength=base.n)
-    lone = np.flatnonzero((counts == 0) & (base.pmf > 0))
-    if lone.size:
-        lo = np.concatenate(([0.0], c[:-1]))
-        u = np.concatenate((u, 0.5 * (lo[lone] + c[lone])))
-        cell = np.concatenate((cell, lone))
-        order = np.argsort(u, kind="stable")
-        u, cell = u[order], cell[order]
-        counts = np.bincount(cell, minlength=base.n)
-    weight = base.pmf[cell] / counts[cell]
+    top = float(c[-1])
+    edges = np.union1d(np.linspace(0.0, top, _INCREMENT_POINTS + 1), np.clip(c, 0.0, top))
+    mass = np.diff(edges)
+    keep = mass > 0
+    mass, u = mass[keep], 0.5 * (edges[:-1] + edges[1:])[keep]
+    cell = np.minimum(np.searchsorted(c, u), base.n - 1)
     qb = cell * base.dx
     qm, q1 = (_quantiles(d, u) for d in (burst, limit))
-    vals = np.maximum.accumulate(qb + np.maximum(qm - q1, 0.0))
+    vals = qb + np.maximum(qm - q1, 0.0)
     if not np.any(vals > qb):
         return base
-    pmf = split_pmf(vals, base.dx, weights=weight)
+    pmf = split_pmf(vals, base.dx, weights=mass)
     # the mean from the exact means kept beside the grids (E[(Q_m - Q_1)^+] = E[burst] - E[limit]
     # where burst >= limit in the usual stochastic order, as a larger burst is)
     return GridDist(base.dx, pmf, base.mean_s + max(burst.mean_s - limit.mean_s, 0.0), tail=base.tail,
@@ -60,10 +58,16 @@ def burst_increment(base: GridDist, burst: GridDist, limit: GridDist) -> GridDis
 
 
 def _quantiles(d: GridDist, u: np.ndarray) -> np.ndarray:
-    """GridDist.quantile at every u (sorted), vectorised: grid points, then the exponential tail."""
+    """Quantiles of ``d`` at every u (sorted), vectorised, continuous in u and in the pmf: bin k's mass
+    (k >= 1) spread evenly over ((k - 1) dx, k dx] as in GridDist.quantile's continuous part, the
+    mass at 0 kept there, then the exponential tail."""
     c = np.cumsum(d.pmf)
     k = np.searchsorted(c, u - 1e-12)
-    out = k * d.dx
+    inside = np.minimum(k, d.n - 1)
+    below = np.where(inside > 0, c[np.maximum(inside - 1, 0)], 0.0)
+    mass = d.pmf[inside]
+    frac = np.clip((u - below) / np.maximum(mass, 1e-300), 0.0, 1.0)
+    out = np.where(inside > 0, (inside - 1 + frac) * d.dx, 0.0)
     past = k >= d.n
     if np.any(past):
         end = (d.n - 1) * d.dx
