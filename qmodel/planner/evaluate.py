@@ -346,7 +346,7 @@ class EngineEvaluator(Evaluator):
         """
         f = plan.family
         d = plan.decode
-        if f.topology == "disaggregated":
+        if f.separate_prefill:
             p = plan.prefill
             assert p is not None
             one = self.exact_limits(f.plan(1, 1))

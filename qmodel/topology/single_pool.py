@@ -34,6 +34,7 @@ class SinglePoolTopology(Topology):
     """What colocated and chunked share: one station, its TTFT and TPOT read directly."""
 
     roles = ("pool",)
+    pool_roles = ("pool",)
 
     def _common(self, scenario: Scenario, resolved: Resolved) -> dict[str, Any]:
         dep = scenario.deployment
@@ -55,6 +56,25 @@ class SinglePoolTopology(Topology):
         f, d = plan.family, plan.decode
         return {"pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
 
+    @staticmethod
+    def family_group_key(fam: Any) -> tuple:
+        return (fam.topology, fam.decode_gpu, fam.decode_tp, fam.chunk_tokens)  # shares nothing with another family
+
+    def family_label(self, fam: Any) -> str:
+        return f"{fam.topology} {fam.decode_gpu} TP{fam.decode_tp}"
+
+    def plan_label(self, plan: Any) -> str:
+        f = plan.family
+        return f"{plan.decode.instances}x {f.decode_gpu} TP{f.decode_tp} {f.topology}"
+
+    def layout(self, deployment: Any) -> str:
+        return f"{deployment.pool.instances}x {deployment.pool.gpu} TP{deployment.pool.tp}"
+
+    def perturbations(self, deployment: Any) -> list[tuple[str, list[str], float]]:
+        n = deployment.pool.instances
+        return [("instances", [f"deployment.pool.instances={n + 1}"], 1.0 / n),
+                ("tp", [f"deployment.pool.tp={deployment.pool.tp * 2}"], 1.0)]
+
 
 class ColocatedTopology(SinglePoolTopology):
     """Prefill batches and decode steps alternate on the same GPUs (prefill first)."""
@@ -67,13 +87,26 @@ class ColocatedTopology(SinglePoolTopology):
         return ColocatedStation(max_batch_tokens=scenario.deployment.max_batch_tokens,
                                 **self._common(scenario, resolved))
 
+    def prefill_token_budget(self, deployment: Any) -> int:
+        return deployment.max_batch_tokens
+
 
 class ChunkedTopology(SinglePoolTopology):
     """Each iteration mixes one prefill chunk with the running decode batch."""
 
     name = "chunked"
+    chunked_prefill = True
 
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
         from qmodel.stations.chunked import ChunkedStation
 
         return ChunkedStation(chunk_tokens=scenario.deployment.chunk_tokens, **self._common(scenario, resolved))
+
+    def chunk_budget(self, deployment: Any) -> int:
+        return deployment.chunk_tokens
+
+    def family_label(self, fam: Any) -> str:
+        return f"{super().family_label(fam)}, {fam.chunk_tokens}-token chunks"
+
+    def plan_label(self, plan: Any) -> str:
+        return f"{super().plan_label(plan)} chunk {plan.family.chunk_tokens}"
