@@ -40,7 +40,12 @@ if TYPE_CHECKING:
     from qmodel.scenario import Scenario
     from qmodel.scenario_deployment import PoolConfig
 
-__all__ = ["Composition", "Topology"]
+__all__ = ["Composition", "Topology", "user_dtypes"]
+
+
+def user_dtypes(cfg: PoolConfig) -> dict[str, Any]:
+    """A pool's KV dtype and compute precision, where the user set them (re-targeted plans keep them)."""
+    return {k: getattr(cfg, k) for k in ("kv_dtype", "compute_dtype") if getattr(cfg, k) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +144,17 @@ class Topology(ABC):
     @abstractmethod
     def family_group_key(fam: Any) -> tuple:
         """Planner families with the same key share their costliest station (solved once per rate)."""
+
+    # ---- re-targeting (the planner's candidates) -----------------------------------------------
+    @abstractmethod
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(prefill pool, decode pool, deployment) settings of ``deployment`` that a plan of any
+        shape re-targeted from it keeps: batch limits, dispatch, KV fraction, dtypes, link options."""
+
+    @abstractmethod
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        """This shape's deployment at a planner ``plan``'s pools, with settings from :meth:`kept_settings`
+        (of the scenario's own shape)."""
 
     # ---- names and words -----------------------------------------------------------------------
     @abstractmethod

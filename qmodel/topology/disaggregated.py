@@ -27,7 +27,7 @@ import numpy as np
 from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
-from qmodel.topology.base import Composition, Topology
+from qmodel.topology.base import Composition, Topology, user_dtypes
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -293,6 +293,32 @@ class DisaggregatedTopology(Topology):
     # ---- the deployment's pools ----------------------------------------------------------------
     def prefill_token_budget(self, deployment: Any) -> int:
         return deployment.prefill.max_batch_tokens
+
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        dep = deployment
+        pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
+               **user_dtypes(dep.prefill)}
+        dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
+               "dispatch": dep.decode.dispatch, **user_dtypes(dep.decode)}
+        top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
+               "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
+               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
+        return pre, dec, top
+
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        """The link's sharing and first-token source are kept, and so is a bandwidth override for a
+        plan over the scenario's own link."""
+        from qmodel.scenario_deployment import DecodePool, DisaggregatedDeployment, PrefillPool
+
+        f = plan.family
+        dpool = DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
+        assert plan.prefill is not None
+        ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
+        extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
+        if top.get("link") == f.link and top.get("link_bandwidth_bytes_per_s") is not None:
+            extra["link_bandwidth_bytes_per_s"] = top["link_bandwidth_bytes_per_s"]
+        return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link,
+                                       transfer_mode=f.transfer_mode or "layerwise", **extra)
 
     # ---- planner keys, names and words ---------------------------------------------------------
     @staticmethod

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.topology.base import Composition, Topology
+from qmodel.topology.base import Composition, Topology, user_dtypes
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -56,6 +56,19 @@ class SinglePoolTopology(Topology):
         f, d = plan.family, plan.decode
         return {"pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
 
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        pool = deployment.pool
+        dec = {"kv_memory_fraction": pool.kv_memory_fraction, "max_batch": pool.max_batch,
+               "dispatch": pool.dispatch, **user_dtypes(pool)}
+        pre = user_dtypes(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
+        return pre, dec, {}
+
+    @staticmethod
+    def _pool(plan: Any, dec: dict[str, Any]) -> Any:
+        from qmodel.scenario_deployment import DecodePool
+
+        return DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
+
     @staticmethod
     def family_group_key(fam: Any) -> tuple:
         return (fam.topology, fam.decode_gpu, fam.decode_tp, fam.chunk_tokens)  # shares nothing with another family
@@ -90,6 +103,17 @@ class ColocatedTopology(SinglePoolTopology):
     def prefill_token_budget(self, deployment: Any) -> int:
         return deployment.max_batch_tokens
 
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        pre, dec, _ = super().kept_settings(deployment)
+        pre = {"max_batch_tokens": deployment.max_batch_tokens, **pre}
+        return pre, dec, {"max_batch_tokens": deployment.max_batch_tokens}
+
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        from qmodel.scenario_deployment import ColocatedDeployment
+
+        return ColocatedDeployment(pool=self._pool(plan, dec),
+                                   **({"max_batch_tokens": top["max_batch_tokens"]} if "max_batch_tokens" in top else {}))
+
 
 class ChunkedTopology(SinglePoolTopology):
     """Each iteration mixes one prefill chunk with the running decode batch."""
@@ -104,6 +128,11 @@ class ChunkedTopology(SinglePoolTopology):
 
     def chunk_budget(self, deployment: Any) -> int:
         return deployment.chunk_tokens
+
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        from qmodel.scenario_deployment import ChunkedDeployment
+
+        return ChunkedDeployment(pool=self._pool(plan, dec), chunk_tokens=plan.family.chunk_tokens or 512)
 
     def family_label(self, fam: Any) -> str:
         return f"{super().family_label(fam)}, {fam.chunk_tokens}-token chunks"
