@@ -20,8 +20,7 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, Deployment, DisaggregatedDeployment, PerfModel,
-                             PoolConfig, RooflinePerf, Scenario, TraceArrivals)
+from qmodel.scenario import Deployment, DisaggregatedDeployment, PerfModel, PoolConfig, RooflinePerf, Scenario, TraceArrivals
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
@@ -185,6 +184,8 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     """The scenario's :class:`Resolved`. A caller that caches pieces (the planner) passes the
     ``model``, the ``workload`` from :func:`resolve_workload` and a ``pool`` factory returning what
     :func:`resolve_pool` returns; the assembly is this function's either way."""
+    from qmodel.topology import topology_named
+
     model = load_catalog().model(scenario.model) if model is None else model
     if scenario.prices:
         from qmodel.cost import check_prices
@@ -197,18 +198,15 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     pools: dict[str, PoolRuntime] = {}
     link = None
     link_bw = None
-    if isinstance(dep, DisaggregatedDeployment):
-        for role, cfg in (("prefill", dep.prefill), ("decode", dep.decode)):
-            pools[role] = pool(role, f"deployment.{role}", cfg, pool_memory_fraction(role, cfg))
+    topo = topology_named(dep.topology)
+    for role, cfg in topo.pool_configs(dep):
+        pools[role] = pool(role, f"deployment.{role}", cfg, pool_memory_fraction(role, cfg))
+    if topo.has_link:
         link, link_bw = resolve_link(dep)
-    elif isinstance(dep, (ColocatedDeployment, ChunkedDeployment)):
-        pools["pool"] = pool("pool", "deployment.pool", dep.pool, pool_memory_fraction("pool", dep.pool))
-    else:  # pragma: no cover - schema admits no other topology
-        raise TypeError(type(dep))
     w = resolve_workload(scenario, model) if workload is None else workload
     # KV moves as the sender stores it: the prefill pool's KV dtype (the blocks are copied by RDMA
     # as they are; a decode pool with another dtype converts on arrival, outside the link).
-    sender = pools["prefill"] if "prefill" in pools else pools["pool"]
+    sender = pools[topo.pool_roles[0]]
     return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
                     sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools))
 
@@ -220,7 +218,9 @@ def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[s
     as one stage time for the engine *and* for the first token, so TTFT leaves out the pp - 1
     further stage times of the request's last prefill iteration (docs/methods.md, "Pipeline
     parallelism"). Disaggregated pools carry the whole pipeline latency and add none."""
-    if isinstance(dep, DisaggregatedDeployment):
+    from qmodel.topology import topology_named
+
+    if topology_named(dep.topology).separate_prefill:
         return ()
     return tuple(f"warning: {p.field}.pp = {p.config.pp} ({dep.topology}): decode steps are pipelined "
                  f"({p.config.pp} stage times of a micro-batch), but a prefill iteration counts one stage time "

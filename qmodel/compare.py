@@ -137,21 +137,21 @@ def compare_topologies(scenario: Scenario | str | Path, progress: ProgressFn | N
     from qmodel.source import as_scenario
 
     scenario = as_scenario(scenario)
+    from qmodel.topology import topology_named
+
     dep = scenario.deployment
-    if isinstance(dep, DisaggregatedDeployment):
-        # the decode pool as the scenario states it (TP, PP, KV fraction, batch cap, dispatch), and
+    topo = topology_named(dep.topology)
+    # the decode pool as the scenario states it (TP, PP, KV fraction, batch cap, dispatch), on all its GPUs
+    pool = topo.decode_config(dep).model_copy(update={"instances": 1})
+    n_inst = dep.gpus // pool.gpus
+    budget, chunk = topo.prefill_token_budget(dep), topo.chunk_budget(dep)
+    if topo.has_link:
         # the link as it states it (bandwidth override, sharing, mode, where the first token comes from)
-        pool = dep.decode.model_copy(update={"instances": 1})
-        n_inst = (dep.prefill.gpus + dep.decode.gpus) // pool.gpus
         link = {"link": dep.link, "link_sharing": dep.link_sharing, "transfer_mode": dep.transfer_mode,
                 "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s, "first_token_from": dep.first_token_from}
-        budget, chunk, dispatch = dep.prefill.max_batch_tokens, 512, dep.prefill.dispatch
+        dispatch = dep.prefill.dispatch
     else:
-        pool = dep.pool.model_copy(update={"instances": 1})
-        n_inst = dep.pool.instances
         link = {"link": DEFAULT_LINK, "link_sharing": "fcfs", "transfer_mode": "layerwise"}
-        budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
-        chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
         dispatch = PrefillPool.model_fields["dispatch"].default
     gpu, tp = pool.gpu, pool.tp
     total = 2 + max(n_inst - 1, 0)

@@ -21,7 +21,7 @@ from typing import Callable
 from qmodel.errors import NumericalError
 from qmodel.progress import ProgressFn
 from qmodel.result import Goodput, Sensitivity
-from qmodel.scenario import DisaggregatedDeployment, Scenario, scenario_sha256
+from qmodel.scenario import Scenario, scenario_sha256
 
 __all__ = ["elasticity", "goodput", "goodput_search", "perturbations", "sensitivities"]
 
@@ -224,22 +224,9 @@ def perturbations(scenario: Scenario) -> list[tuple[str, list[str], float]]:
         ("slo.ttft_s", [f"slo.ttft_s={scenario.slo.ttft_s * 1.1}"], 0.1),
         ("slo.tpot_s", [f"slo.tpot_s={scenario.slo.tpot_s * 1.1}"], 0.1),
     ]
-    if isinstance(dep, DisaggregatedDeployment):
-        from qmodel.registry import get_link
+    from qmodel.topology import topology_named
 
-        bw = dep.link_bandwidth_bytes_per_s or get_link(dep.link).bandwidth_bytes_per_s
-        n_p, n_d = dep.prefill.instances, dep.decode.instances
-        out += [
-            ("link bandwidth", [f"deployment.link_bandwidth_bytes_per_s={bw * 2}"], 1.0),
-            ("prefill instances", [f"deployment.prefill.instances={n_p + 1}"], 1.0 / n_p),
-            ("decode instances", [f"deployment.decode.instances={n_d + 1}"], 1.0 / n_d),
-            ("prefill tp", [f"deployment.prefill.tp={dep.prefill.tp * 2}"], 1.0),
-            ("decode tp", [f"deployment.decode.tp={dep.decode.tp * 2}"], 1.0),
-        ]
-    else:
-        n = dep.pool.instances
-        out += [("instances", [f"deployment.pool.instances={n + 1}"], 1.0 / n),
-                ("tp", [f"deployment.pool.tp={dep.pool.tp * 2}"], 1.0)]
+    out += topology_named(dep.topology).perturbations(dep)
     return out
 
 

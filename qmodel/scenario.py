@@ -3,6 +3,9 @@
 Everything crossing a boundary (files, CLI, TUI, library callers) is one of these pydantic models.
 Fields carry their unit in the name and accept human strings ("500 ms", "400 Gbps").
 
+The base model and shared domains are in :mod:`qmodel.scenario_base`, the pools and deployment
+shapes in :mod:`qmodel.scenario_deployment`; this module re-exports them (``__all__``).
+
 Files: YAML, TOML or JSON (:func:`load_scenario`), with ``--set path.to.field=value`` overrides
 (:func:`apply_overrides`). Validation failures become one-line :class:`~qmodel.errors.InputError`s
 naming the dotted field, the value and what is allowed.
@@ -17,11 +20,15 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
-from qmodel.units import BytesPerSecond, Count, RatePerSecond, Real, Seconds
+from qmodel.scenario_base import (MAX_OVERHEAD_S, MAX_PRICE_USD_PER_GPU_HOUR, MAX_RATE_PER_S, MAX_TOKENS,
+                                   MIN_EFFICIENCY, Strict)
+from qmodel.scenario_deployment import (ChunkedDeployment, ColocatedDeployment, DecodePool, Deployment,
+                                         DisaggregatedDeployment, PoolConfig, PrefillPool)
+from qmodel.units import Count, RatePerSecond, Real, Seconds
 
 __all__ = [
     "read_scenario_data",
@@ -56,29 +63,6 @@ __all__ = [
     "scenario_sha256",
 ]
 
-
-class Strict(BaseModel):
-    """Scenario parts: unknown keys are errors (a typo must never be silently ignored).
-
-    Every number has a declared domain (``Field`` bounds): the realistic range of the quantity, so
-    that a value no deployment has (an MBU of 1e-300, a 9e18 s overhead, a 1e30-token prompt) is
-    refused here, naming the field, instead of overflowing inside a station. Numbers are
-    :data:`~qmodel.units.Real` / :data:`~qmodel.units.Count`: booleans, NaN and inf are refused.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
-                              defer_build=True)  # schema built on first use: a fresh process pays only for the models it validates
-
-
-#: Domains shared by several fields (see :class:`Strict`): the largest prompt/output/budget in tokens
-#: (10M, beyond any model's context), the largest arrival rate, the smallest efficiency factor
-#: (1% of peak: no engine runs slower and still serves) and the largest fixed overhead per step.
-MAX_TOKENS = 10_000_000
-MAX_RATE_PER_S = 1e9
-MIN_EFFICIENCY = 0.01
-MAX_OVERHEAD_S = 10.0
-#: the largest price a scenario may give one GPU-hour (no accelerator rents for more)
-MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
 
 
 # ---- workload ----------------------------------------------------------------------------------
@@ -164,116 +148,7 @@ class SLO(Strict):
     attainment_goal: Real = Field(default=0.9, ge=0.01, lt=1)
 
 
-# ---- deployment --------------------------------------------------------------------------------
-
-class PoolConfig(Strict):
-    """One pool of identical instances (``tp x pp`` GPUs each).
-
-    ``kv_dtype`` and ``compute_dtype`` are per pool, not per scenario, because engines set them
-    per process: vLLM's ``--kv-cache-dtype`` and ``--quantization`` are flags of each ``vllm serve``,
-    so a disaggregated deployment may run FP8 KV on its decode pool only (where KV capacity bounds
-    the batch) and keep BF16 KV on prefill, or FP8 GEMMs on prefill (compute-bound) and BF16 on
-    decode. Both are applied on the one resolution path (:func:`qmodel.build.resolve_pool`): the
-    pool's ModelSpec carries ``kv_dtype`` (KV capacity, roofline KV reads, link bytes, replay) and
-    its roofline runs at ``compute_dtype`` (GEMM rate, weight bytes streamed and held).
-    """
-
-    gpu: str
-    tp: Count = Field(default=1, ge=1, le=64)
-    pp: Count = Field(default=1, ge=1, le=64)
-    instances: Count = Field(default=1, ge=1, le=100000)
-    kv_dtype: str | None = Field(default=None, description="KV-cache dtype of this pool, e.g. 'fp8' (vLLM "
-                                 "--kv-cache-dtype); default: the model's catalog kv_dtype")
-    compute_dtype: str | None = Field(default=None, description="weight/activation precision of this pool, e.g. "
-                                      "'fp8' (W8A8); replaces perf.compute_dtype here; default: perf.compute_dtype")
-
-    @field_validator("kv_dtype", "compute_dtype")
-    @classmethod
-    def _known_pool_dtype(cls, v: str | None, info: ValidationInfo) -> str | None:
-        """An unknown dtype is one InputError naming the field (the loader prefixes the pool's path)."""
-        if v is not None:
-            from qmodel.units import dtype_bits
-
-            dtype_bits(v, info.field_name)
-            v = v.strip().lower()
-        return v
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.instances
-
-
-class PrefillPool(PoolConfig):
-    max_batch_tokens: Count = Field(default=8192, ge=1, le=MAX_TOKENS, description="token budget of one prefill batch")
-    dispatch: Literal["random", "round_robin", "least_loaded"] = "round_robin"
-
-
-class DecodePool(PoolConfig):
-    kv_memory_fraction: Real = Field(default=0.9, ge=0.01, le=1, description="fraction of memory left after weights given to KV")
-    max_batch: Count = Field(default=256, ge=1, le=1_000_000, description="max concurrent sequences per instance")
-    dispatch: Literal["random", "round_robin", "least_loaded"] = "least_loaded"
-
-
-class ColocatedDeployment(Strict):
-    """Each instance does prefill and decode (vLLM-like, prefill-priority iterations)."""
-
-    topology: Literal["colocated"] = "colocated"
-    pool: DecodePool
-    max_batch_tokens: Count = Field(default=8192, ge=1, le=MAX_TOKENS, description="token budget of a prefill iteration")
-
-    @property
-    def gpus(self) -> int:
-        return self.pool.gpus
-
-
-class ChunkedDeployment(Strict):
-    """Sarathi-style chunked prefill: every iteration mixes decode tokens and prefill chunks under a budget."""
-
-    topology: Literal["chunked"] = "chunked"
-    pool: DecodePool
-    chunk_tokens: Count = Field(default=512, ge=16, le=MAX_TOKENS, description="per-iteration token budget (decode tokens + prefill chunk)")
-
-    @property
-    def gpus(self) -> int:
-        return self.pool.gpus
-
-
-class DisaggregatedDeployment(Strict):
-    """Separate prefill and decode pools joined by a KV-transfer link (one link path per prefill instance)."""
-
-    topology: Literal["disaggregated"] = "disaggregated"
-    prefill: PrefillPool
-    decode: DecodePool
-    link: str = Field(description="catalog link name, e.g. 'ib-ndr-400', or a bandwidth such as '400 Gbps': an "
-                                  "anonymous link whose every transfer path (one per prefill instance) has that nominal "
-                                  "bandwidth, efficiency 1 (achieved as written) and latency 0 s")
-    link_sharing: Literal["dedicated", "fcfs", "fair"] = Field(
-        default="fcfs", description="dedicated: no contention; fcfs: one transfer at a time per link; fair: concurrent transfers share it")
-    transfer_mode: Literal["serialized", "layerwise"] = "layerwise"
-    link_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
-        default=None, ge=1e6, le=1e14,
-        description="what-if: the nominal bandwidth of one transfer path (one prefill instance's share, as on the NIC "
-                    "spec sheet), before the link's efficiency, replacing the link's own, e.g. '200 Gbps'")
-    first_token_from: Literal["prefill", "decode"] = Field(
-        default="prefill", description="whether TTFT ends at the prefill pass or at the first decode step")
-
-    @field_validator("link")
-    @classmethod
-    def _link_bandwidth(cls, v: str) -> str:
-        """A bandwidth string must parse and be in range now (a catalog name is checked at resolve)."""
-        from qmodel.specs import anonymous_link, is_bandwidth_text
-
-        if is_bandwidth_text(v):
-            anonymous_link(v, "link")
-        return v
-
-    @property
-    def gpus(self) -> int:
-        return self.prefill.gpus + self.decode.gpus
-
-
-Deployment = Annotated[Union[ColocatedDeployment, ChunkedDeployment, DisaggregatedDeployment], Field(discriminator="topology")]
-
+# ---- deployment: pools and shapes live in qmodel.scenario_deployment (imported above) -----------
 
 # ---- service-time model ------------------------------------------------------------------------
 

@@ -480,3 +480,19 @@ def test_non_finite_statistic_fails_loudly(monkeypatch):
     monkeypatch.setattr(ReplayPrefill, "extra", lambda self: {"mean_batch": float("nan")})
     with pytest.raises(NumericalError, match=r"prefill\.mean_batch is nan"):
         replay_plan(mixed_plan("disaggregated"), busy_trace(200, seed=3), seed=7)
+
+
+def test_replay_wires_every_topology_by_its_name() -> None:
+    """The replay's wiring and its assumption notes cover exactly the deployment shapes the solver
+    knows (issue 19: one Topology name per shape, shared by the solver and its referee), and each
+    shape's pools are fields of its deployment model."""
+    from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment
+    from qmodel.topology import TOPOLOGIES
+    from qmodel.validation.replay_run import WIRING
+    from qmodel.validation.replay_stats import SHAPE_NOTES
+
+    assert set(WIRING) == set(TOPOLOGIES) == set(SHAPE_NOTES)
+    models = {m.model_fields["topology"].default: m for m in (ColocatedDeployment, ChunkedDeployment, DisaggregatedDeployment)}
+    for name, cls in TOPOLOGIES.items():
+        assert set(cls.pool_roles) <= set(models[name].model_fields), name
+        assert cls.separate_prefill == (len(cls.pool_roles) == 2), name

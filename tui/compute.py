@@ -34,6 +34,7 @@ from qmodel.result import Goodput, Result
 from .analysis import Analysis, Cancelled, Curve, DistCurve, Heatmap, ReplayCheck, UnstableInfo
 from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
                              Scenario, scenario_sha256)
+from qmodel.topology import topology_named
 
 __all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "Engine", "STAGES", "usd_per_million_tokens",
            "iso_gpu_variants", "ReplayCheck"]
@@ -64,17 +65,17 @@ def iso_gpu_variants(scenario: Scenario) -> tuple[str, int, int, dict[str, Scena
     the chunk budget and prefill budget carry over where the scenario has them.
     """
     dep = scenario.deployment
-    if isinstance(dep, DisaggregatedDeployment):
-        gpu, tp = dep.decode.gpu, dep.decode.tp
-        n = (dep.prefill.gpus + dep.decode.gpus) // tp
-        pool = DecodePool(gpu=gpu, tp=tp, instances=max(n, 1), kv_memory_fraction=dep.decode.kv_memory_fraction,
-                          max_batch=dep.decode.max_batch)
-        budget, chunk = dep.prefill.max_batch_tokens, 512
+    topo = topology_named(dep.topology)
+    budget, chunk = topo.prefill_token_budget(dep), topo.chunk_budget(dep)
+    if topo.separate_prefill:
+        dec = topo.decode_config(dep)
+        gpu, tp = dec.gpu, dec.tp
+        n = dep.gpus // tp
+        pool = DecodePool(gpu=gpu, tp=tp, instances=max(n, 1), kv_memory_fraction=dec.kv_memory_fraction,
+                          max_batch=dec.max_batch)
     else:
-        pool = dep.pool
+        pool = topo.decode_config(dep)
         gpu, tp, n = pool.gpu, pool.tp, pool.instances
-        budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
-        chunk = dep.chunk_tokens if isinstance(dep, ChunkedDeployment) else 512
     out = {
         "colocated": scenario.model_copy(update={"deployment": ColocatedDeployment(pool=pool, max_batch_tokens=budget)}),
         "chunked": scenario.model_copy(update={"deployment": ChunkedDeployment(pool=pool, chunk_tokens=chunk)}),
@@ -87,12 +88,13 @@ def disaggregated_variant(scenario: Scenario, p: int, d: int) -> Scenario:
     from qmodel.compare import DEFAULT_LINK
 
     dep = scenario.deployment
-    if isinstance(dep, DisaggregatedDeployment):
+    topo = topology_named(dep.topology)
+    if topo.separate_prefill:
         new = dep.model_copy(update={"prefill": dep.prefill.model_copy(update={"instances": p}),
                                      "decode": dep.decode.model_copy(update={"instances": d})})
     else:
-        pool = dep.pool
-        budget = dep.max_batch_tokens if isinstance(dep, ColocatedDeployment) else 8192
+        pool = topo.decode_config(dep)
+        budget = topo.prefill_token_budget(dep)
         new = DisaggregatedDeployment(prefill=PrefillPool(gpu=pool.gpu, tp=pool.tp, instances=p, max_batch_tokens=budget),
                                       decode=pool.model_copy(update={"instances": d}), link=DEFAULT_LINK)
     return scenario.model_copy(update={"deployment": new})
@@ -313,7 +315,7 @@ class Engine:
         sc = a.scenario
         dep = sc.deployment
         gpu, tp, n, _ = iso_gpu_variants(sc)
-        if isinstance(dep, DisaggregatedDeployment):
+        if topology_named(dep.topology).separate_prefill:
             current = (dep.prefill.instances, dep.decode.instances)
             n = max(n, current[0] + current[1])
         else:

@@ -53,13 +53,10 @@ def short_binding(text: str) -> str:
 
 
 def _layout(a: Analysis) -> str:
+    from qmodel.topology import topology_named
+
     dep = a.scenario.deployment
-    if dep.topology == "disaggregated":
-        p, d = dep.prefill, dep.decode
-        if (p.gpu, p.tp) == (d.gpu, d.tp):
-            return f"{p.instances}P+{d.instances}D {d.gpu} TP{d.tp}"
-        return f"{p.instances}P {p.gpu} TP{p.tp} + {d.instances}D {d.gpu} TP{d.tp}"
-    return f"{dep.pool.instances}x {dep.pool.gpu} TP{dep.pool.tp}"
+    return topology_named(dep.topology).layout(dep)
 
 
 #: How each exported metric is labelled on screen.

@@ -37,11 +37,10 @@ from qmodel.perf.base import ServiceTimeModel
 from qmodel.progress import ProgressFn
 from qmodel.scenario import Scenario, TraceArrivals
 from qmodel.validation.replay_plan import ReplayPlan, build_plan, plan_from_resolved
-from qmodel.validation.replay_run import progress_marks, run_disaggregated, run_single
+from qmodel.validation.replay_run import progress_marks, wiring_for
 from qmodel.validation.replay_stats import ENGINE, FCFS_NOTE  # noqa: F401  (importable from here as before)
 from qmodel.validation.replay_stats import LITTLE_TOLERANCE, little_rel_error, summarize
 from qmodel.validation.report import ReplayResult
-from qmodel.validation.stations import ChunkedStation, ColocatedStation
 from qmodel.validation.stations.core import Requests, Sim, StepCache
 from qmodel.validation.trace_types import Trace
 
@@ -165,11 +164,6 @@ def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: 
     sim = Sim()
     rng = np.random.default_rng(seed)
     marks = progress_marks(sim, t_end_arr, progress)
-    if plan.topology == "disaggregated":
-        stations = run_disaggregated(run_plan, trace, req, sim, rng, window)
-    elif plan.topology == "colocated":
-        stations = run_single(run_plan, trace, req, sim, rng, window, ColocatedStation)
-    else:
-        stations = run_single(run_plan, trace, req, sim, rng, window, ChunkedStation)
+    stations = wiring_for(plan.topology)(run_plan, trace, req, sim, rng, window)
     sim.events -= marks  # the progress marks are not events of the system
     return summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from qmodel.build import PoolRuntime, Resolved
-from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment,
-                             Scenario, scenario_sha256)
+from qmodel.scenario import DecodePool, Scenario, scenario_sha256
+from qmodel.topology import topology_named
 
 __all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
 
@@ -95,24 +94,21 @@ def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] 
     base = _slo(scn)
     base["gpus"] = dep.gpus
     base["prefix_hit_ratio"] = float(scn.workload.prefix_hit_ratio)
-    if isinstance(dep, DisaggregatedDeployment):
+    topo = topology_named(dep.topology)
+    if topo.has_link:
         pre, dec = r.pools["prefill"], r.pools["decode"]
         assert r.link is not None and r.link_bandwidth_bytes_per_s is not None
         return ReplayPlan(
-            topology="disaggregated", prefill_model=sm.get("prefill") or pre.service,
+            topology=topo.name, prefill_model=sm.get("prefill") or pre.service,
             prefill_instances=dep.prefill.instances, max_batch_tokens=dep.prefill.max_batch_tokens,
             prefill_dispatch=dep.prefill.dispatch, kv_bytes_per_token=r.kv_bytes_per_token, layers=r.model.layers,
             path_bandwidth_bytes_per_s=float(r.link_bandwidth_bytes_per_s), link_latency_s=float(r.link.latency_s),
             link_sharing=dep.link_sharing, transfer_mode=dep.transfer_mode, first_token_from=dep.first_token_from,
             prefix_cache_blocks=_cache_blocks(pre.kv_capacity_tokens, prefix_cache_blocks),
             **_decode_part(dep.decode, dec, sm.get("decode")), **base)
-    pool = r.pools["pool"]
-    part = _decode_part(dep.pool, pool, sm.get("decode"))
-    blocks = _cache_blocks(pool.kv_capacity_tokens, prefix_cache_blocks)
-    if isinstance(dep, ColocatedDeployment):
-        return ReplayPlan(topology="colocated", max_batch_tokens=dep.max_batch_tokens, **part, **base,
-                          prefix_cache_blocks=blocks)
-    if isinstance(dep, ChunkedDeployment):
-        return ReplayPlan(topology="chunked", chunk_tokens=dep.chunk_tokens, **part, **base, prefix_cache_blocks=blocks)
-    raise InputError("deployment.topology", getattr(dep, "topology", None),
-                     "one of colocated, chunked, disaggregated")  # pragma: no cover
+    # one pool: its prefill token budget (colocated) or chunk budget (chunked); the other keeps its default
+    (role, cfg), = topo.pool_configs(dep)
+    pool = r.pools[role]
+    return ReplayPlan(topology=topo.name, max_batch_tokens=topo.prefill_token_budget(dep),
+                      chunk_tokens=topo.chunk_budget(dep), **_decode_part(cfg, pool, sm.get("decode")), **base,
+                      prefix_cache_blocks=_cache_blocks(pool.kv_capacity_tokens, prefix_cache_blocks))

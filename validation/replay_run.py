@@ -9,6 +9,8 @@ any arrival, so they shift every real event's sequence number alike.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from qmodel.progress import ProgressFn
@@ -19,7 +21,7 @@ from qmodel.validation.stations.core import Requests, Sim
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["progress_marks", "run_disaggregated", "run_single"]
+__all__ = ["WIRING", "progress_marks", "run_disaggregated", "run_single", "wiring_for"]
 
 
 def progress_marks(sim: Sim, t_end: float, progress: ProgressFn | None, steps: int = 100) -> int:
@@ -112,3 +114,26 @@ def run_single(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.
     _feed(sim, req, admit)
     sim.run()
     return [(st, plan.decode_instances)]
+
+
+Wiring = Callable[[ReplayPlan, Trace, Requests, Sim, np.random.Generator, tuple[float, float]], list]
+
+#: deployment shape (a :data:`qmodel.topology.TOPOLOGIES` name) -> how the replay wires and runs its
+#: stations; the replay keeps its own stations (it is the solver's referee), so only the shape's
+#: name is shared with :mod:`qmodel.topology`
+WIRING: dict[str, Wiring] = {
+    "disaggregated": run_disaggregated,
+    "colocated": lambda plan, trace, req, sim, rng, window: run_single(plan, trace, req, sim, rng, window,
+                                                                       ColocatedStation),
+    "chunked": lambda plan, trace, req, sim, rng, window: run_single(plan, trace, req, sim, rng, window,
+                                                                     ChunkedStation),
+}
+
+
+def wiring_for(topology: str) -> Wiring:
+    """The replay's wiring of the deployment shape named ``topology``."""
+    from qmodel.errors import InputError
+
+    if topology not in WIRING:
+        raise InputError("deployment.topology", topology, "one of " + ", ".join(WIRING))
+    return WIRING[topology]

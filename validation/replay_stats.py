@@ -23,7 +23,7 @@ from qmodel.validation.trace_types import Trace
 if TYPE_CHECKING:  # annotations only
     from qmodel.validation.stations.core import Requests, Sim
 
-__all__ = ["ENGINE", "LITTLE_TOLERANCE", "FCFS_NOTE", "little_rel_error", "summarize"]
+__all__ = ["ENGINE", "LITTLE_TOLERANCE", "FCFS_NOTE", "SHAPE_NOTES", "little_rel_error", "summarize"]
 
 ENGINE = "qmodel-replay/1"
 #: the Little's-law identity's relative gap allowed for round-off (see little_rel_error), any run length
@@ -106,29 +106,38 @@ def _batch_se(x: np.ndarray, batches: int = 20) -> float:
     return _f(means.std(ddof=1) / math.sqrt(batches), "batch-means standard error")
 
 
+def _disaggregated_notes(plan: ReplayPlan) -> list[str]:
+    out = [f"prefill: per-instance FCFS queues, {plan.prefill_dispatch} dispatch, batches of <= "
+           f"{plan.max_batch_tokens} new tokens (an oversized request runs alone)",
+           f"KV transfer: {plan.link_sharing} sharing of one path per prefill instance at "
+           f"{plan.path_bandwidth_bytes_per_s:.6g} B/s + {plan.link_latency_s:.3g} s, {plan.transfer_mode}"
+           f"{FCFS_NOTE if plan.link_sharing == 'fcfs' else ''}; "
+           "starts only once a decode instance has reserved the request's KV",
+           f"decode: continuous batching, joins at step boundaries, {plan.decode_dispatch} reservation; "
+           f"first token from {plan.first_token_from}"]
+    if plan.transfer_mode == "layerwise" and plan.link_sharing == "fair":
+        out.append("layerwise with fair sharing: bytes are served once the first layer is ready and the end is "
+                   "clamped to the last layer plus its chunk (exact when link- or compute-bound throughout)")
+    return out
+
+
+#: deployment shape (its :data:`qmodel.topology.TOPOLOGIES` name) -> how its replay stations work, in words
+SHAPE_NOTES = {
+    "disaggregated": _disaggregated_notes,
+    "colocated": lambda plan: [f"colocated: prefill-priority iterations of <= {plan.max_batch_tokens} tokens, "
+                               "decode runs otherwise"],
+    "chunked": lambda plan: [f"chunked: {plan.chunk_tokens}-token iterations = prefill_time_s(chunk + decode "
+                             "tokens, chunk attention terms) + context part of decode_step_time_s"],
+}
+
+
 def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
     """The modelling choices behind the numbers, printed with every result."""
     out = ["KV memory: each request reserves prompt + output tokens and a batch slot (worst case, no preemption)",
            "statistics exclude requests arriving in the warm-up fraction; time averages use warm-up..last arrival",
            "Little's law is checked on the sample path over that window, each sojourn clipped to it: "
            f"exact at any run length, so a gap above {LITTLE_TOLERANCE:g} (round-off) is a replay bug"]
-    if plan.topology == "disaggregated":
-        out += [f"prefill: per-instance FCFS queues, {plan.prefill_dispatch} dispatch, batches of <= "
-                f"{plan.max_batch_tokens} new tokens (an oversized request runs alone)",
-                f"KV transfer: {plan.link_sharing} sharing of one path per prefill instance at "
-                f"{plan.path_bandwidth_bytes_per_s:.6g} B/s + {plan.link_latency_s:.3g} s, {plan.transfer_mode}"
-                f"{FCFS_NOTE if plan.link_sharing == 'fcfs' else ''}; "
-                "starts only once a decode instance has reserved the request's KV",
-                f"decode: continuous batching, joins at step boundaries, {plan.decode_dispatch} reservation; "
-                f"first token from {plan.first_token_from}"]
-        if plan.transfer_mode == "layerwise" and plan.link_sharing == "fair":
-            out.append("layerwise with fair sharing: bytes are served once the first layer is ready and the end is "
-                       "clamped to the last layer plus its chunk (exact when link- or compute-bound throughout)")
-    elif plan.topology == "colocated":
-        out.append(f"colocated: prefill-priority iterations of <= {plan.max_batch_tokens} tokens, decode runs otherwise")
-    else:
-        out.append(f"chunked: {plan.chunk_tokens}-token iterations = prefill_time_s(chunk + decode tokens, chunk "
-                   "attention terms) + context part of decode_step_time_s")
+    out += SHAPE_NOTES[plan.topology](plan)
     if trace.hash_ids is not None and plan.prefix_cache_blocks > 0:
         out.append(f"prefix cache: per-instance LRU of {plan.prefix_cache_blocks} blocks of "
                    f"{trace.block_tokens} tokens keyed by the trace's hash_ids (longest cached leading run)")

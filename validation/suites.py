@@ -69,7 +69,9 @@ class Config:
     @property
     def gpus(self) -> list[str]:
         d = self.deployment
-        pools = [d["prefill"], d["decode"]] if self.topology == "disaggregated" else [d["pool"]]
+        from qmodel.topology import TOPOLOGIES
+
+        pools = [d[role] for role in TOPOLOGIES[self.topology].pool_roles]
         return sorted({p["gpu"] for p in pools})
 
     def scenario(self, arrivals: str, rate_per_s: float = 1.0, empirical: bool | None = None) -> Scenario:

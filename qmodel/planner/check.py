@@ -22,7 +22,9 @@ __all__ = ["check_plans", "spec_of"]
 
 def spec_of(row: PlanRow) -> PlanSpec:
     """The PlanSpec behind a ranked row."""
-    if row.topology == "disaggregated":
+    from qmodel.topology import TOPOLOGIES
+
+    if TOPOLOGIES[row.topology].separate_prefill:
         assert row.prefill is not None
         fam = Family("disaggregated", row.decode.gpu, row.decode.tp, row.prefill.gpu, row.prefill.tp, row.link,
                      row.transfer_mode)

@@ -32,7 +32,7 @@ from qmodel.planner.search import (Budget, FamilyOutcome, Found, SerialExecutor,
                                    warm)
 from qmodel.planner.space import Family, PlanSpec, SearchSpace
 from qmodel.progress import Progress
-from qmodel.scenario import DisaggregatedDeployment, Scenario
+from qmodel.scenario import Scenario
 
 __all__ = ["plan", "make_executor", "Progress", "DEFAULT_LINK"]
 
@@ -107,16 +107,15 @@ def _default_space(scenario: Scenario, space: SearchSpace | None, **kw: Any) -> 
 
 
 def _scenario_defaults(scenario: Scenario) -> tuple[str, str]:
+    from qmodel.topology import topology_named
+
     dep = scenario.deployment
-    if isinstance(dep, DisaggregatedDeployment):
-        return dep.decode.gpu, dep.link
-    return dep.pool.gpu, DEFAULT_LINK
+    topo = topology_named(dep.topology)
+    return topo.decode_config(dep).gpu, (dep.link if topo.has_link else DEFAULT_LINK)
 
 
 def _roles(fam: Family) -> list[tuple[str, str, int]]:
-    if fam.topology == "disaggregated":
-        return [("prefill", fam.prefill_gpu or "", fam.prefill_tp or 1), ("decode", fam.decode_gpu, fam.decode_tp)]
-    return [("pool", fam.decode_gpu, fam.decode_tp)]
+    return fam.shape.family_pools(fam)
 
 
 def _bound(ctx: _Ctx, fam: Family) -> float:
@@ -130,7 +129,7 @@ def _bound(ctx: _Ctx, fam: Family) -> float:
         pts = maximal_points(fam, ctx.space, ctx.budget, ctx.price, ctx.tdp)
         return max((ctx.ev.capacity(p)[0] for p in pts), default=0.0)
     assert ctx.rate is not None
-    if fam.topology == "disaggregated":
+    if fam.separate_prefill:
         one = ctx.ev.limits(fam.plan(1, 1))
         front = min((c for c, st in one if st != "decode"), default=math.inf)
         back = min((c for c, st in one if st == "decode"), default=math.inf)
@@ -153,15 +152,10 @@ def _kth(values: list[float], k: int, reverse: bool) -> float | None:
 
 
 def _group_key(fam: Family) -> tuple:
-    """Families whose costliest station is the same object: one task, so it is solved once.
-
-    A disaggregated family's prefill station (the embedded-chain solve, by far the dearest) depends
-    only on the prefill pool, so every decode pool and link behind it shares that station's solution
-    at each rate; a single-pool family shares nothing with another.
-    """
-    if fam.topology == "disaggregated":
-        return ("prefill", fam.prefill_gpu, fam.prefill_tp)
-    return (fam.topology, fam.decode_gpu, fam.decode_tp, fam.chunk_tokens)
+    """Families whose costliest station is the same object: one task, so it is solved once
+    (:meth:`qmodel.topology.Topology.family_group_key`: a disaggregated family's prefill station is
+    shared by every decode pool and link behind it; a single-pool family shares nothing)."""
+    return fam.shape.family_group_key(fam)
 
 
 def min_cost_group(ev: Evaluator, fams: list[tuple[float, Family]], space: SearchSpace, rate: float,
@@ -395,7 +389,7 @@ def _rank(ctx: _Ctx, found: list[Found], ex: Executor, with_knee: bool,
         fam = p.family
         knee_v = knee if math.isfinite(knee) else None
         path_bw = None
-        if p.topology == "disaggregated":
+        if fam.shape.has_link:
             from qmodel.build import resolve_link
             from qmodel.planner.evaluate import deployment_for
 

@@ -34,8 +34,7 @@ import numpy as np
 
 from qmodel.errors import NumericalError, QmodelError
 from qmodel.planner.space import PlanSpec
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PoolConfig,
-                             PrefillPool, Scenario, scenario_sha256)
+from qmodel.scenario import PoolConfig, Scenario, scenario_sha256
 from qmodel.stations.base import MemoizedStation
 from qmodel.topology import topology_named
 
@@ -105,52 +104,19 @@ class Evaluator(ABC):
 
 # ---- scenario re-targeting ---------------------------------------------------------------------
 
-def _dtypes(cfg: PoolConfig) -> dict[str, Any]:
-    """A pool's KV dtype and compute precision, where the user set them (candidates keep them)."""
-    return {k: getattr(cfg, k) for k in ("kv_dtype", "compute_dtype") if getattr(cfg, k) is not None}
-
-
 def _pool_defaults(scenario: Scenario) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(prefill pool extras, decode pool extras, deployment extras) kept from the user's scenario."""
+    """(prefill pool extras, decode pool extras, deployment extras) kept from the user's scenario
+    (:meth:`qmodel.topology.Topology.kept_settings` of its shape)."""
     dep = scenario.deployment
-    pre: dict[str, Any] = {}
-    dec: dict[str, Any] = {}
-    top: dict[str, Any] = {}
-    if isinstance(dep, DisaggregatedDeployment):
-        pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
-               **_dtypes(dep.prefill)}
-        dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
-               "dispatch": dep.decode.dispatch, **_dtypes(dep.decode)}
-        top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
-               "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
-               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
-    else:
-        dec = {"kv_memory_fraction": dep.pool.kv_memory_fraction, "max_batch": dep.pool.max_batch,
-               "dispatch": dep.pool.dispatch, **_dtypes(dep.pool)}
-        pre = _dtypes(dep.pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
-        if isinstance(dep, ColocatedDeployment):
-            pre = {"max_batch_tokens": dep.max_batch_tokens, **pre}
-            top = {"max_batch_tokens": dep.max_batch_tokens}
-    return pre, dec, top
+    return topology_named(dep.topology).kept_settings(dep)
 
 
 def deployment_for(scenario: Scenario, plan: PlanSpec):
     """The scenario's deployment re-targeted at ``plan``; batch limits, dispatch and KV fraction are kept,
-    and so is a ``link_bandwidth_bytes_per_s`` override for plans over the scenario's own link."""
+    and so is a ``link_bandwidth_bytes_per_s`` override for plans over the scenario's own link
+    (:meth:`qmodel.topology.Topology.plan_deployment` of the plan's shape)."""
     pre, dec, top = _pool_defaults(scenario)
-    f = plan.family
-    dpool = DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
-    if f.topology == "colocated":
-        return ColocatedDeployment(pool=dpool, **({"max_batch_tokens": top["max_batch_tokens"]} if "max_batch_tokens" in top else {}))
-    if f.topology == "chunked":
-        return ChunkedDeployment(pool=dpool, chunk_tokens=f.chunk_tokens or 512)
-    assert plan.prefill is not None
-    ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
-    extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
-    if top.get("link") == f.link and top.get("link_bandwidth_bytes_per_s") is not None:
-        extra["link_bandwidth_bytes_per_s"] = top["link_bandwidth_bytes_per_s"]
-    return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link, transfer_mode=f.transfer_mode or "layerwise",
-                                   **extra)
+    return plan.family.shape.plan_deployment(plan, pre, dec, top)
 
 
 def scenario_for(scenario: Scenario, plan: PlanSpec) -> Scenario:
@@ -346,7 +312,7 @@ class EngineEvaluator(Evaluator):
         """
         f = plan.family
         d = plan.decode
-        if f.topology == "disaggregated":
+        if f.separate_prefill:
             p = plan.prefill
             assert p is not None
             one = self.exact_limits(f.plan(1, 1))

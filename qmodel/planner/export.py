@@ -16,7 +16,8 @@ import shlex
 from typing import Any
 
 from qmodel.planner.result import PlanRow
-from qmodel.scenario import DisaggregatedDeployment, PoolConfig, Scenario
+from qmodel.scenario import PoolConfig, Scenario
+from qmodel.topology import Topology, topology_named
 
 __all__ = ["serving_config", "role_flags", "connector_for", "gpu_memory_utilization"]
 
@@ -39,13 +40,15 @@ def _model_id(scenario: Scenario) -> str:
     return m.hf_id or f"<hf-repo-id-of-{m.name}>"
 
 
+def _shape(scenario: Scenario) -> Topology:
+    return topology_named(scenario.deployment.topology)
+
+
 def _kept(scenario: Scenario) -> dict[str, Any]:
-    dep = scenario.deployment
-    if isinstance(dep, DisaggregatedDeployment):
-        return {"max_num_seqs": dep.decode.max_batch, "mem": dep.decode.kv_memory_fraction,
-                "prefill_tokens": dep.prefill.max_batch_tokens}
-    return {"max_num_seqs": dep.pool.max_batch, "mem": dep.pool.kv_memory_fraction,
-            "prefill_tokens": getattr(dep, "max_batch_tokens", 8192)}
+    """The scenario's decode batch cap, KV memory fraction and prefill token budget (kept by every plan)."""
+    dep, topo = scenario.deployment, _shape(scenario)
+    dec = topo.decode_config(dep)
+    return {"max_num_seqs": dec.max_batch, "mem": dec.kv_memory_fraction, "prefill_tokens": topo.prefill_token_budget(dep)}
 
 
 CUDA_CONTEXT_BYTES = 2**30  # outside vLLM's --gpu-memory-utilization budget (CUDA context, NCCL)
@@ -77,8 +80,7 @@ def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: f
 
 
 def _decode_cfg(scenario: Scenario) -> PoolConfig:
-    dep = scenario.deployment
-    return dep.decode if isinstance(dep, DisaggregatedDeployment) else dep.pool
+    return _shape(scenario).decode_config(scenario.deployment)
 
 
 def _kv_flag(cfg: PoolConfig, scenario: Scenario | None = None) -> list[str]:
@@ -104,10 +106,10 @@ def role_flags(scenario: Scenario, row: PlanRow) -> dict[str, list[str]]:
     ``vllm serve`` lines and the Kubernetes manifests: TP, the prefill token budget, the decode batch
     cap and the memory fraction that gives qmodel's KV capacity. No port, no KV connector."""
     k = _kept(scenario)
-    if row.topology == "disaggregated":
+    row_shape = topology_named(row.topology)
+    if row_shape.separate_prefill:
         assert row.prefill is not None
-        dep = scenario.deployment
-        pre_cfg = dep.prefill if isinstance(dep, DisaggregatedDeployment) else dep.pool
+        pre_cfg = _shape(scenario).prefill_config(scenario.deployment)
         return {"prefill": ["--tensor-parallel-size", str(row.prefill.tp),
                             "--max-num-batched-tokens", str(k["prefill_tokens"])] + _kv_flag(pre_cfg, scenario),
                 "decode": ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
@@ -115,7 +117,7 @@ def role_flags(scenario: Scenario, row: PlanRow) -> dict[str, list[str]]:
                           + _kv_flag(_decode_cfg(scenario), scenario)}
     flags = ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
     flags += _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario), scenario)
-    if row.topology == "chunked":
+    if row_shape.chunked_prefill:
         flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
     else:
         flags += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(k["prefill_tokens"])]
@@ -135,7 +137,7 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
     model = _model_id(scenario)
     flags = role_flags(scenario, row)
     out: dict[str, Any] = {"model": model, "vllm": [], "dynamo": {}, "kserve": {}, "notes": []}
-    if row.topology == "disaggregated":
+    if topology_named(row.topology).has_link:
         assert row.prefill is not None
         conn = connector_for(row.link)
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from qmodel.planner.result import PlanRow
 from qmodel.scenario import Scenario
+from qmodel.topology import TOPOLOGIES
 
 __all__ = ["GPU_PRODUCT_LABELS", "DYNAMO_IMAGE", "dynamo_graph_deployment", "llm_inference_service",
            "manifest_name"]
@@ -52,7 +53,7 @@ def manifest_name(scenario: Scenario) -> str:
 
 
 def _pools(row: PlanRow) -> list[tuple[str, Any]]:
-    if row.topology == "disaggregated":
+    if TOPOLOGIES[row.topology].separate_prefill:
         assert row.prefill is not None
         return [("prefill", row.prefill), ("decode", row.decode)]
     return [("aggregated", row.decode)]
@@ -78,7 +79,7 @@ def dynamo_graph_deployment(scenario: Scenario, row: PlanRow, model_id: str,
                                              "extraPodSpec": {"mainContainer": {"image": DYNAMO_IMAGE}}}}
     for role, pool in _pools(row):
         args = ["--model", model_id, *flags[role]]
-        if row.topology == "disaggregated":
+        if TOPOLOGIES[row.topology].separate_prefill:
             args.append(f"--is-{role}-worker")
         pod: dict[str, Any] = {"mainContainer": {"image": DYNAMO_IMAGE, "workingDir": "/workspace/examples/backends/vllm",
                                                  "command": ["python3", "-m", "dynamo.vllm"], "args": args}}
@@ -107,7 +108,7 @@ def llm_inference_service(scenario: Scenario, row: PlanRow, model_id: str,
                           flags: dict[str, list[str]]) -> tuple[dict[str, Any], list[str]]:
     """(the KServe LLMInferenceService, notes) for ``row``."""
     notes: list[str] = []
-    disagg = row.topology == "disaggregated"
+    disagg = TOPOLOGIES[row.topology].has_link  # KV moves between the pools
     kv = ["--kv_transfer_config", "'{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"] if disagg else []
 
     def pool_spec(role: str, pool: Any) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
             seen[p] = ev.attainment(p, rate)
         return seen[p] >= goal
 
-    if fam.topology != "disaggregated":
+    if not fam.separate_prefill:
         n_max = row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
         out.pruned["over budget or size limits"] += space.grid_size(fam) - n_max
         if n_max < 1:
@@ -226,7 +226,7 @@ def min_cost_family(ev: Evaluator, fam: Family, space: SearchSpace, rate: float,
 def maximal_points(fam: Family, space: SearchSpace, budget: Budget, price: dict[str, float | None],
                    tdp: dict[str, float]) -> list[PlanSpec]:
     """Plans of ``fam`` within the limits to which no instance of either pool can be added."""
-    if fam.topology != "disaggregated":
+    if not fam.separate_prefill:
         n = row_cap(space, budget, fam, fam.decode_tp, 0, 0.0, 0.0, price, tdp, fam.decode_gpu)
         return [fam.plan(n)] if n >= 1 else []
     pts = [(npf, nd) for npf, nd in budget_rows(fam, space, budget, price, tdp) if nd >= 1]

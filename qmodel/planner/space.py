@@ -14,9 +14,12 @@ what crosses a boundary, see :mod:`qmodel.planner.result`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Iterator, Literal
+from typing import TYPE_CHECKING, Annotated, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from qmodel.topology.base import Topology as TopologyShape
 
 __all__ = ["Topology", "Pool", "Family", "PlanSpec", "SearchSpace", "DEFAULT_TPS"]
 
@@ -54,17 +57,27 @@ class Family:
     transfer_mode: str | None = None
     chunk_tokens: int | None = None
 
+    @property
+    def shape(self) -> TopologyShape:
+        """The deployment shape's :class:`qmodel.topology.Topology` (its pools, names, keys)."""
+        from qmodel.topology import topology_named
+
+        return topology_named(self.topology)
+
+    @property
+    def separate_prefill(self) -> bool:
+        """Whether plans of this family have a prefill pool of their own (two instance counts)."""
+        from qmodel.topology import TOPOLOGIES
+
+        return TOPOLOGIES[self.topology].separate_prefill
+
     def plan(self, n_decode: int, n_prefill: int = 0) -> "PlanSpec":
-        pre = None if self.topology != "disaggregated" else Pool(self.prefill_gpu, self.prefill_tp, n_prefill)  # type: ignore[arg-type]
+        pre = Pool(self.prefill_gpu, self.prefill_tp, n_prefill) if self.separate_prefill else None  # type: ignore[arg-type]
         return PlanSpec(self, Pool(self.decode_gpu, self.decode_tp, n_decode), pre)
 
     @property
     def label(self) -> str:
-        if self.topology == "disaggregated":
-            return (f"disagg {self.prefill_gpu} TP{self.prefill_tp} -> {self.decode_gpu} TP{self.decode_tp} "
-                    f"over {self.link} ({self.transfer_mode})")
-        extra = f", {self.chunk_tokens}-token chunks" if self.topology == "chunked" else ""
-        return f"{self.topology} {self.decode_gpu} TP{self.decode_tp}{extra}"
+        return self.shape.family_label(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +101,7 @@ class PlanSpec:
 
     @property
     def label(self) -> str:
-        f = self.family
-        if self.prefill is not None:
-            return (f"{self.prefill.instances}x {f.prefill_gpu} TP{f.prefill_tp} prefill + {self.decode.instances}x "
-                    f"{f.decode_gpu} TP{f.decode_tp} decode, {f.link} {f.transfer_mode}")
-        extra = f" chunk {f.chunk_tokens}" if f.topology == "chunked" else ""
-        return f"{self.decode.instances}x {f.decode_gpu} TP{f.decode_tp} {f.topology}{extra}"
+        return self.family.shape.plan_label(self)
 
 
 class SearchSpace(BaseModel):
@@ -137,7 +145,7 @@ class SearchSpace(BaseModel):
 
     def instance_grid(self, fam: Family) -> Iterator[tuple[int, int]]:
         """(n_decode, n_prefill) pairs within max_instances and max_gpus (n_prefill = 0 for one pool)."""
-        if fam.topology != "disaggregated":
+        if not fam.separate_prefill:
             for n in range(1, min(self.max_instances, self.max_gpus // fam.decode_tp) + 1):
                 yield n, 0
             return
@@ -148,7 +156,7 @@ class SearchSpace(BaseModel):
                 yield nd, npf
 
     def grid_size(self, fam: Family) -> int:
-        if fam.topology != "disaggregated":
+        if not fam.separate_prefill:
             return max(0, min(self.max_instances, self.max_gpus // fam.decode_tp))
         ptp = fam.prefill_tp or 1
         return sum(max(0, min(self.max_instances, (self.max_gpus - k * ptp) // fam.decode_tp))

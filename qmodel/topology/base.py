@@ -10,7 +10,15 @@ A :class:`Topology` owns, for one shape (colocated, chunked, disaggregated, and 
 * :meth:`compose`: the stations solved at one rate, composed into TTFT and TPOT laws and the SLO
   attainment with its bracket (a :class:`Composition`);
 * :meth:`binding_part`, :meth:`link_report`: what the binding explanation adds for this shape;
-* :meth:`station_keys`: what each station depends on in a planner's plan (its cache keys).
+* :meth:`station_keys`, :meth:`family_group_key`: what each station depends on in a planner's plan
+  (its cache keys) and which planner families share their costliest station;
+* ``pool_roles`` and ``separate_prefill``: the GPU pools the deployment has (by role, prefill
+  first) and whether prefill has a pool of its own; :meth:`pool_configs`, :meth:`prefill_config`,
+  :meth:`decode_config` read them from a deployment, :meth:`family_pools` from a planner family;
+* ``has_link``: whether KV crosses a link between pools (link resolution, link bandwidth rows);
+* :meth:`family_label`, :meth:`plan_label`, :meth:`layout`: how the planner, ``compare`` and the
+  TUI name a deployment of this shape; :meth:`explain_blocks`: what ``--explain`` adds for it;
+* :meth:`perturbations`: the deployment inputs the goodput elasticities perturb.
 
 A topology instance belongs to one :class:`~qmodel.engine.Solver` (it may cache values that depend
 on that solver's resolved inputs); the solver passes itself as the context, from which the topology
@@ -30,8 +38,14 @@ if TYPE_CHECKING:
     from qmodel.build import Resolved
     from qmodel.result import LinkReport
     from qmodel.scenario import Scenario
+    from qmodel.scenario_deployment import PoolConfig
 
-__all__ = ["Composition", "Topology"]
+__all__ = ["Composition", "Topology", "user_dtypes"]
+
+
+def user_dtypes(cfg: PoolConfig) -> dict[str, Any]:
+    """A pool's KV dtype and compute precision, where the user set them (re-targeted plans keep them)."""
+    return {k: getattr(cfg, k) for k in ("kv_dtype", "compute_dtype") if getattr(cfg, k) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +72,46 @@ class Topology(ABC):
 
     name: ClassVar[str]
     roles: ClassVar[tuple[str, ...]]
+    #: the deployment's GPU pools by role (its field names), prefill first: ("pool",) when one
+    #: pool serves both phases
+    pool_roles: ClassVar[tuple[str, ...]]
+    #: whether prefill runs on a pool of its own (a planner plan then has two instance counts)
+    separate_prefill: ClassVar[bool] = False
+    #: whether KV crosses a link between pools (the scenario's ``deployment.link``)
+    has_link: ClassVar[bool] = False
+    #: whether prefill runs in chunks mixed into decode iterations (vLLM's --enable-chunked-prefill)
+    chunked_prefill: ClassVar[bool] = False
+
+    # ---- the deployment's pools ----------------------------------------------------------------
+    def pool_configs(self, deployment: Any) -> list[tuple[str, PoolConfig]]:
+        """(role, pool config) per GPU pool of ``deployment``, prefill first."""
+        return [(r, getattr(deployment, r)) for r in self.pool_roles]
+
+    def prefill_config(self, deployment: Any) -> PoolConfig:
+        """The pool that runs prefill (the one pool of a single-pool shape)."""
+        return getattr(deployment, self.pool_roles[0])
+
+    def decode_config(self, deployment: Any) -> PoolConfig:
+        """The pool that runs decode (the one pool of a single-pool shape)."""
+        return getattr(deployment, self.pool_roles[-1])
+
+    def prefill_token_budget(self, deployment: Any) -> int:
+        """The token budget of one prefill batch (a shape without one: the prefill pool's default),
+        carried over when ``compare``, the TUI or the planner re-target the deployment."""
+        from qmodel.scenario_deployment import PrefillPool
+
+        return PrefillPool.model_fields["max_batch_tokens"].default
+
+    def chunk_budget(self, deployment: Any) -> int:
+        """The chunked-prefill token budget per iteration (a shape without one: chunked's default)."""
+        from qmodel.scenario_deployment import ChunkedDeployment
+
+        return ChunkedDeployment.model_fields["chunk_tokens"].default
+
+    def family_pools(self, fam: Any) -> list[tuple[str, str, int]]:
+        """(role, GPU, TP) per pool of a planner family (its ``decode_*`` fields are the one pool's)."""
+        return [(r, fam.prefill_gpu or "", fam.prefill_tp or 1) if r == "prefill" else (r, fam.decode_gpu, fam.decode_tp)
+                for r in self.pool_roles]
 
     @abstractmethod
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
@@ -85,3 +139,41 @@ class Topology(ABC):
     @abstractmethod
     def station_keys(plan: Any) -> dict[str, tuple]:
         """Role -> what that station depends on in a planner ``plan`` (beyond the scenario)."""
+
+    @staticmethod
+    @abstractmethod
+    def family_group_key(fam: Any) -> tuple:
+        """Planner families with the same key share their costliest station (solved once per rate)."""
+
+    # ---- re-targeting (the planner's candidates) -----------------------------------------------
+    @abstractmethod
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(prefill pool, decode pool, deployment) settings of ``deployment`` that a plan of any
+        shape re-targeted from it keeps: batch limits, dispatch, KV fraction, dtypes, link options."""
+
+    @abstractmethod
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        """This shape's deployment at a planner ``plan``'s pools, with settings from :meth:`kept_settings`
+        (of the scenario's own shape)."""
+
+    # ---- names and words -----------------------------------------------------------------------
+    @abstractmethod
+    def family_label(self, fam: Any) -> str:
+        """A planner family (a plan without instance counts) in words."""
+
+    @abstractmethod
+    def plan_label(self, plan: Any) -> str:
+        """A planner plan (a family with instance counts) in words."""
+
+    @abstractmethod
+    def layout(self, deployment: Any) -> str:
+        """The deployment's instances in a few characters ("4x h100-sxm TP2", "2P+3D ...")."""
+
+    def explain_blocks(self, solver: Any, rate: float, model: Any) -> list[str]:
+        """What ``--explain`` shows for this shape before the decode formulas (``model``: the
+        ModelSpec whose KV is sized and sent)."""
+        return []
+
+    @abstractmethod
+    def perturbations(self, deployment: Any) -> list[tuple[str, list[str], float]]:
+        """(input name, --set overrides, relative change) for the deployment's goodput elasticities."""

@@ -27,7 +27,7 @@ import numpy as np
 from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
-from qmodel.topology.base import Composition, Topology
+from qmodel.topology.base import Composition, Topology, user_dtypes
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -46,6 +46,9 @@ class DisaggregatedTopology(Topology):
 
     name = "disaggregated"
     roles = ("prefill", "kv_transfer", "decode")
+    pool_roles = ("prefill", "decode")
+    separate_prefill = True
+    has_link = True
 
     def __init__(self) -> None:
         self._groups: tuple[np.ndarray, np.ndarray] | None = None  # handoff groups of this solver's lengths
@@ -292,3 +295,99 @@ class DisaggregatedTopology(Topology):
         from qmodel.binding import link_report
 
         return link_report(solver, c)
+
+    # ---- the deployment's pools ----------------------------------------------------------------
+    def prefill_token_budget(self, deployment: Any) -> int:
+        return deployment.prefill.max_batch_tokens
+
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        dep = deployment
+        pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
+               **user_dtypes(dep.prefill)}
+        dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
+               "dispatch": dep.decode.dispatch, **user_dtypes(dep.decode)}
+        top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
+               "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
+               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
+        return pre, dec, top
+
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        """The link's sharing and first-token source are kept, and so is a bandwidth override for a
+        plan over the scenario's own link."""
+        from qmodel.scenario_deployment import DecodePool, DisaggregatedDeployment, PrefillPool
+
+        f = plan.family
+        dpool = DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
+        assert plan.prefill is not None
+        ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
+        extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
+        if top.get("link") == f.link and top.get("link_bandwidth_bytes_per_s") is not None:
+            extra["link_bandwidth_bytes_per_s"] = top["link_bandwidth_bytes_per_s"]
+        return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link,
+                                       transfer_mode=f.transfer_mode or "layerwise", **extra)
+
+    # ---- planner keys, names and words ---------------------------------------------------------
+    @staticmethod
+    def family_group_key(fam: Any) -> tuple:
+        """The prefill station (the embedded-chain solve, by far the dearest) depends only on the
+        prefill pool, so every decode pool and link behind it shares that station's solution."""
+        return ("prefill", fam.prefill_gpu, fam.prefill_tp)
+
+    def family_label(self, fam: Any) -> str:
+        return (f"disagg {fam.prefill_gpu} TP{fam.prefill_tp} -> {fam.decode_gpu} TP{fam.decode_tp} "
+                f"over {fam.link} ({fam.transfer_mode})")
+
+    def plan_label(self, plan: Any) -> str:
+        f, p = plan.family, plan.prefill
+        return (f"{p.instances}x {f.prefill_gpu} TP{f.prefill_tp} prefill + {plan.decode.instances}x "
+                f"{f.decode_gpu} TP{f.decode_tp} decode, {f.link} {f.transfer_mode}")
+
+    def layout(self, deployment: Any) -> str:
+        p, d = deployment.prefill, deployment.decode
+        if (p.gpu, p.tp) == (d.gpu, d.tp):
+            return f"{p.instances}P+{d.instances}D {d.gpu} TP{d.tp}"
+        return f"{p.instances}P {p.gpu} TP{p.tp} + {d.instances}D {d.gpu} TP{d.tp}"
+
+    def perturbations(self, deployment: Any) -> list[tuple[str, list[str], float]]:
+        from qmodel.registry import get_link
+
+        dep = deployment
+        bw = dep.link_bandwidth_bytes_per_s or get_link(dep.link).bandwidth_bytes_per_s
+        n_p, n_d = dep.prefill.instances, dep.decode.instances
+        return [
+            ("link bandwidth", [f"deployment.link_bandwidth_bytes_per_s={bw * 2}"], 1.0),
+            ("prefill instances", [f"deployment.prefill.instances={n_p + 1}"], 1.0 / n_p),
+            ("decode instances", [f"deployment.decode.instances={n_d + 1}"], 1.0 / n_d),
+            ("prefill tp", [f"deployment.prefill.tp={dep.prefill.tp * 2}"], 1.0),
+            ("decode tp", [f"deployment.decode.tp={dep.decode.tp * 2}"], 1.0),
+        ]
+
+    def explain_blocks(self, solver: Any, rate: float, model: Any) -> list[str]:
+        """The prefill M/D/1 at the mean prompt, the link's bandwidth need and the exposed
+        layerwise transfer, with the scenario's numbers."""
+        from qmodel.symbolic import explain
+
+        r, dep, m = solver.resolved, solver.scenario.deployment, model
+        blocks: list[str] = []
+        pre = r.pools["prefill"].service
+        d = float(pre.prefill_one_s(r.uncached_prompt).mean())
+        lam_i = rate / dep.prefill.instances
+        if lam_i * d < 1:
+            blocks.append(explain("distserve_ttft", lam=lam_i, d=d)
+                          + "\n  (one-at-a-time M/D/1 per prefill instance at the mean prompt; the reported TTFT "
+                            "uses the exact batched M/G^[1,b]/1 chain, which batching makes lower near the knee)"
+                          + (f"\n  (pp = {dep.prefill.pp}: D is one pipeline stage, the engine's service time; the prompt "
+                             f"leaves after {dep.prefill.pp} stages, so its TTFT adds (pp - 1) D = "
+                             f"{(dep.prefill.pp - 1) * d:.6g} s: docs/methods.md, Pipeline parallelism)"
+                             if dep.prefill.pp > 1 else ""))
+        blocks.append(explain("link_bandwidth", kv_bytes_per_token=r.kv_bytes_per_token,
+                              mean_prompt=float(r.lengths.prompt.mean()), lam=rate)
+                      + f"\n  available: {r.link_bandwidth_bytes_per_s * dep.prefill.instances:.6g} B/s aggregate = "
+                        f"{dep.prefill.instances} path(s) of {r.link.name} x {r.link_bandwidth_bytes_per_s:.6g} B/s "
+                        f"effective ({r.link.bandwidth_bytes_per_s:.6g} nominal x {r.link.efficiency:g})")
+        if dep.transfer_mode == "layerwise":
+            x = r.kv_bytes_per_token * float(r.lengths.prompt.mean())  # the whole prompt's KV moves
+            # the transfer hides behind the prefill until the batch leaves the instance (pp stages)
+            blocks.append(explain("layerwise_exposed", x=x, c=r.link_bandwidth_bytes_per_s, layers=m.layers,
+                                  tp=float(pre.prefill_exit_s(d))))
+        return blocks

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.topology.base import Composition, Topology
+from qmodel.topology.base import Composition, Topology, user_dtypes
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -34,6 +34,7 @@ class SinglePoolTopology(Topology):
     """What colocated and chunked share: one station, its TTFT and TPOT read directly."""
 
     roles = ("pool",)
+    pool_roles = ("pool",)
 
     def _common(self, scenario: Scenario, resolved: Resolved) -> dict[str, Any]:
         dep = scenario.deployment
@@ -55,6 +56,38 @@ class SinglePoolTopology(Topology):
         f, d = plan.family, plan.decode
         return {"pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
 
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        pool = deployment.pool
+        dec = {"kv_memory_fraction": pool.kv_memory_fraction, "max_batch": pool.max_batch,
+               "dispatch": pool.dispatch, **user_dtypes(pool)}
+        pre = user_dtypes(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
+        return pre, dec, {}
+
+    @staticmethod
+    def _pool(plan: Any, dec: dict[str, Any]) -> Any:
+        from qmodel.scenario_deployment import DecodePool
+
+        return DecodePool(gpu=plan.decode.gpu, tp=plan.decode.tp, instances=plan.decode.instances, **dec)
+
+    @staticmethod
+    def family_group_key(fam: Any) -> tuple:
+        return (fam.topology, fam.decode_gpu, fam.decode_tp, fam.chunk_tokens)  # shares nothing with another family
+
+    def family_label(self, fam: Any) -> str:
+        return f"{fam.topology} {fam.decode_gpu} TP{fam.decode_tp}"
+
+    def plan_label(self, plan: Any) -> str:
+        f = plan.family
+        return f"{plan.decode.instances}x {f.decode_gpu} TP{f.decode_tp} {f.topology}"
+
+    def layout(self, deployment: Any) -> str:
+        return f"{deployment.pool.instances}x {deployment.pool.gpu} TP{deployment.pool.tp}"
+
+    def perturbations(self, deployment: Any) -> list[tuple[str, list[str], float]]:
+        n = deployment.pool.instances
+        return [("instances", [f"deployment.pool.instances={n + 1}"], 1.0 / n),
+                ("tp", [f"deployment.pool.tp={deployment.pool.tp * 2}"], 1.0)]
+
 
 class ColocatedTopology(SinglePoolTopology):
     """Prefill batches and decode steps alternate on the same GPUs (prefill first)."""
@@ -67,13 +100,42 @@ class ColocatedTopology(SinglePoolTopology):
         return ColocatedStation(max_batch_tokens=scenario.deployment.max_batch_tokens,
                                 **self._common(scenario, resolved))
 
+    def prefill_token_budget(self, deployment: Any) -> int:
+        return deployment.max_batch_tokens
+
+    def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        pre, dec, _ = super().kept_settings(deployment)
+        pre = {"max_batch_tokens": deployment.max_batch_tokens, **pre}
+        return pre, dec, {"max_batch_tokens": deployment.max_batch_tokens}
+
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        from qmodel.scenario_deployment import ColocatedDeployment
+
+        return ColocatedDeployment(pool=self._pool(plan, dec),
+                                   **({"max_batch_tokens": top["max_batch_tokens"]} if "max_batch_tokens" in top else {}))
+
 
 class ChunkedTopology(SinglePoolTopology):
     """Each iteration mixes one prefill chunk with the running decode batch."""
 
     name = "chunked"
+    chunked_prefill = True
 
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
         from qmodel.stations.chunked import ChunkedStation
 
         return ChunkedStation(chunk_tokens=scenario.deployment.chunk_tokens, **self._common(scenario, resolved))
+
+    def chunk_budget(self, deployment: Any) -> int:
+        return deployment.chunk_tokens
+
+    def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
+        from qmodel.scenario_deployment import ChunkedDeployment
+
+        return ChunkedDeployment(pool=self._pool(plan, dec), chunk_tokens=plan.family.chunk_tokens or 512)
+
+    def family_label(self, fam: Any) -> str:
+        return f"{super().family_label(fam)}, {fam.chunk_tokens}-token chunks"
+
+    def plan_label(self, plan: Any) -> str:
+        return f"{super().plan_label(plan)} chunk {plan.family.chunk_tokens}"
