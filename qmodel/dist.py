@@ -17,7 +17,7 @@ by the same linear interpolation, so ``cdf`` and ``quantile`` are inverses (an S
 the percentiles of one law agree), and without ``atoms`` it reads the grid point below.
 
 Sums of independent terms are FFT convolutions (zero-padded, negatives from round-off clipped);
-mixtures are weighted sums. Means are kept exactly alongside the grid (``mean_s``) so reported means
+mixtures are weighted sums (both in :mod:`qmodel.dist_ops`, re-exported here). Means are kept exactly alongside the grid (``mean_s``) so reported means
 carry no discretisation error.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -129,10 +129,10 @@ class GridDist:
         return len(self.pmf)
 
     @cached_property
-    def _cum(self) -> np.ndarray:
-        # P(X <= k dx), computed once: summary() and the engine query the same law several times
-        # (a GridDist's pmf is never modified after construction); a probability, so the round-off
-        # of summing a pmf of total 1 may not carry it past 1 (it reached 1 + 2.2e-16)
+    def cum(self) -> np.ndarray:
+        """P(X <= k·dx) at the grid points, computed once (a law's pmf never changes after
+        construction, and a solve reads one law several times); capped at 1, against the round-off
+        of summing a pmf of total 1 (it reached 1 + 2.2e-16)."""
         return np.minimum(self.pmf.cumsum(), 1.0)
 
     def cdf(self, x: float | np.ndarray) -> float | np.ndarray:
@@ -142,7 +142,7 @@ class GridDist:
         ``atoms`` None every bin's mass sits at its upper edge and x reads the grid point below
         (conservative). Past the grid's end 1 − tail, or with ``tail_exact``
         1 − tail·e^{−tail_rate (x − end)} (the exponential tail :meth:`quantile` reads)."""
-        c = self._cum
+        c = self.cum
         if isinstance(x, (float, int)):  # one point (an SLO target): no array round trip
             if not math.isfinite(x):
                 return float(c[-1]) if x > 0 else 0.0
@@ -182,7 +182,7 @@ class GridDist:
         """Smallest x with P(X <= x) >= q: at a grid point where q falls on a bin's point mass (all
         of it when ``atoms`` is None), else interpolated in the bin's continuous part; beyond the
         grid, the exponential tail."""
-        c = self._cum
+        c = self.cum
         if c[-1] >= q - 1e-12:
             k = int(c.searchsorted(q - 1e-12))
             if self.atoms is None or k == 0:
@@ -341,116 +341,5 @@ def _tail_rate_guess(v: np.ndarray, w: np.ndarray) -> float:
     return 1.0 / m if m > 0 else math.inf
 
 
-def convolve(*dists: GridDist) -> GridDist:
-    """Distribution of the sum of independent terms (:func:`linear_convolution`: direct sums or
-    one zero-padded FFT pass; negatives from round-off clipped)."""
-    if not dists:
-        raise ValueError("convolve needs at least one distribution")
-    dx = max(d.dx for d in dists)
-    parts = [d.regrid(dx).trimmed() for d in dists]
-    n = sum(p.n for p in parts) - len(parts) + 1
-    n_out = min(n, MAX_POINTS)
-    pmf = linear_convolution([p.pmf for p in parts], n)
-    np.maximum(pmf, 0.0, out=pmf)  # FFT round-off leaves ~-1e-17 where the law is ~0
-    spill = float(pmf[n_out:].sum()) if n > n_out else 0.0
-    pmf = pmf[:n_out]
-    mass_on_grid = math.prod(1.0 - p.tail for p in parts)
-    s = float(pmf.sum())
-    factor = 1.0
-    if s > 0 and mass_on_grid > spill:
-        factor = (mass_on_grid - spill) / s
-        pmf *= factor
-        s *= factor
-    tail = 1.0 - s
-    rates = [p.tail_rate for p in parts if p.tail > 0]
-    atoms = None
-    if any(p.atoms is not None for p in parts):
-        # the point masses of a sum are the sums of point masses (scaled as the pmf)
-        atoms = linear_convolution([p.point_masses for p in parts], n)[:n_out]
-        np.maximum(atoms, 0.0, out=atoms)
-        atoms *= factor
-        np.minimum(atoms, pmf, out=atoms)
-    return GridDist(dx, pmf, float(sum(p.mean_s for p in parts)), tail=max(tail, 0.0),
-                    tail_rate=min(rates) if rates else (1.0 / max(dx * n_out, 1e-300) if tail > 1e-12 else math.inf),
-                    exact=all(p.exact for p in parts), atoms=atoms,
-                    tail_exact=len(parts) == 1 and parts[0].tail_exact and n <= n_out)
-
-
-def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
-    """P(X_1 + … + X_n <= x) for independent terms: ``convolve(*dists).cdf(x)`` without the law.
-
-    The last term enters by one dot product against the others' law, Σ_i p_i F_n(x − i dx)
-    (all but the last are FFT-convolved first), where the whole law would cost one more
-    transform pair; a goodput search needs only this probability at each rate. It agrees with
-    the convolved law's cdf to round-off and its trimming (< 1e-12).
-    """
-    if not dists:
-        raise ValueError("sum_cdf needs at least one distribution")
-    if len(dists) == 1:
-        return float(dists[0].cdf(x))
-    head = convolve(*dists[:-1]) if len(dists) > 2 else dists[0]
-    last = dists[-1]
-    dx = max(head.dx, last.dx)
-    a, b = head.regrid(dx), last.regrid(dx)
-    n_out = min(a.n + b.n - 1, MAX_POINTS)
-    k = int(math.floor(x / dx + 1e-9))
-    if k < 0:
-        return 0.0
-    k = min(k, n_out - 1)
-    m = min(k, a.n - 1)
-    cb = b._cum
-    # F_b at k − i for i = 0..m, its last value past b's end
-    idx = np.minimum(k - np.arange(m + 1), b.n - 1)
-    p = float(np.dot(np.maximum(a.pmf[: m + 1], 0.0), cb[idx]))
-    theta = x / dx - k
-    if theta > 1e-9 and k + 1 < n_out and (a.atoms is not None or b.atoms is not None):
-        # x between grid points: the sum's bin k + 1 contributes its continuous part (its mass less
-        # its point masses, as convolve() splits them) by linear interpolation, as GridDist.cdf reads
-        j = k + 1
-        i = np.arange(max(0, j - (b.n - 1)), min(j, a.n - 1) + 1)
-        mass = float(np.dot(np.maximum(a.pmf[i], 0.0), b.pmf[j - i]))
-        atom = float(np.dot(np.maximum(a.point_masses[i], 0.0), b.point_masses[j - i]))
-        p += theta * max(mass - min(atom, mass), 0.0)
-    # as convolve: the on-grid mass is the product of the terms' (1 − tail)
-    mass = (1.0 - a.tail) * (1.0 - b.tail)
-    s = float(a.pmf.sum()) * float(cb[-1])
-    return min(max(p * (mass / s) if s > 0 else p, 0.0), 1.0)
-
-
-def stochastic_max(a: GridDist, b: GridDist) -> GridDist:
-    """The law with CDF min(F_a, F_b) on a's grid: the larger of two approximations of one quantity in
-    the usual stochastic order (a minimum of CDFs is non-decreasing and right-continuous, so a law;
-    it is that of max(X_a, X_b) for comonotone X_a, X_b). ``b`` is read at a's grid points by its
-    :meth:`GridDist.cdf` (its continuous part interpolated, else the grid point below)."""
-    n = max(a.n, int(math.ceil((b.n - 1) * b.dx / a.dx)) + 1)
-    x = np.arange(n) * a.dx
-    fa = np.concatenate([a._cum, np.full(n - a.n, a._cum[-1])]) if n > a.n else a._cum
-    F = np.minimum(fa, np.asarray(b.cdf(x), dtype=float))
-    if np.array_equal(F[: a.n], a._cum) and n == a.n:
-        return a
-    pmf = np.clip(np.diff(F, prepend=0.0), 0.0, None)
-    tail = max(a.tail, b.tail, 0.0, 1.0 - float(F[-1]))
-    # E[max] - E[X_a] = integral of F_a - F_max (the CDFs step at the grid points)
-    mean = a.mean_s + float(np.sum(fa - F)) * a.dx
-    return GridDist(a.dx, pmf, mean, tail=tail, tail_rate=min(a.tail_rate, b.tail_rate), exact=False)
-
-
-def mixture(dists: Sequence[GridDist], weights: Sequence[float]) -> GridDist:
-    """Mixture with the given (normalised) weights."""
-    w = np.asarray(weights, dtype=float)
-    w = w / w.sum()
-    dx = max(d.dx for d in dists)
-    parts = [d.regrid(dx) for d in dists]
-    n = max(p.n for p in parts)
-    pmf = np.zeros(n)
-    for wi, p in zip(w, parts):
-        pmf[: p.n] += wi * p.pmf
-    atoms = None
-    if any(p.atoms is not None for p in parts):
-        atoms = np.zeros(n)
-        for wi, p in zip(w, parts):
-            atoms[: p.n] += wi * p.point_masses
-    tail = float(sum(wi * p.tail for wi, p in zip(w, parts)))
-    rates = [p.tail_rate for p in parts if p.tail > 0]
-    return GridDist(dx, pmf, float(sum(wi * p.mean_s for wi, p in zip(w, parts))), tail=tail,
-                    tail_rate=min(rates) if rates else math.inf, exact=all(p.exact for p in parts), atoms=atoms)
+# The operations on laws live in qmodel.dist_ops; they are part of this module's interface.
+from qmodel.dist_ops import convolve, mixture, stochastic_max, sum_cdf  # noqa: E402

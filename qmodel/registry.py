@@ -40,11 +40,12 @@ class Catalog:
     links: dict[str, LinkSpec] = field(default_factory=dict)
     workloads: dict[str, WorkloadPreset] = field(default_factory=dict)
 
-    def _bucket(self, kind: str) -> dict:
+    def entries(self, kind: str) -> dict:
+        """The entries of one kind ('model', 'gpu', 'link' or 'workload'), by lower-case name."""
         return {"model": self.models, "gpu": self.gpus, "link": self.links, "workload": self.workloads}[kind]
 
     def _get(self, kind: str, name: str, field: str | None = None):
-        bucket = self._bucket(kind)
+        bucket = self.entries(kind)
         key = name.strip().lower() if isinstance(name, str) else None
         if key in bucket:
             return bucket[key]
@@ -94,7 +95,7 @@ def _load_text(cat: Catalog, text: str, origin: str, seen: dict[tuple[str, str],
                 if (kind, key) in seen:
                     raise DataError(origin, f"{kind} {spec.name!r} is already defined in {seen[(kind, key)]}")
                 seen[(kind, key)] = origin
-            cat._bucket(kind)[key] = spec
+            cat.entries(kind)[key] = spec
     unknown = set(data) - set(_TABLES)
     if unknown:
         raise DataError(origin, f"unknown top-level tables {sorted(unknown)}; allowed: {sorted(_TABLES)}")

@@ -131,10 +131,10 @@ def _find(name: str, kind: str | None) -> tuple[str, Any]:
     kinds = (kind,) if kind else _KINDS
     key = name.strip().lower()
     for k in kinds:
-        bucket = cat._bucket(k)
+        bucket = cat.entries(k)
         if key in bucket:
             return k, bucket[key]
-    known = [v.name for k in kinds for v in cat._bucket(k).values()]
+    known = [v.name for k in kinds for v in cat.entries(k).values()]
     raise CatalogError(kind or "catalog name", name, known)
 
 

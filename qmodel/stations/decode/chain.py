@@ -56,6 +56,12 @@ class GPSChain:
     _g: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     _cum: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
 
+    def with_cap(self, step_time: Callable[[np.ndarray], np.ndarray], cap: int | None) -> "GPSChain":
+        """The same step times under another cap (the station's slot cap moved with its reserved
+        KV): the new chain starts from the step times evaluated so far, which do not depend on the
+        cap (the arrays are extended by replacement, never in place, so sharing them is safe)."""
+        return GPSChain(step_time, cap=cap, slope_inf=self.slope_inf, _g=self._g, _cum=self._cum)
+
     def g(self, n_hi: int) -> np.ndarray:
         """g[0..n_hi] (g[0] = g(1), unused by the chain)."""
         if len(self._g) <= n_hi:

@@ -175,10 +175,7 @@ class DecodeStation:
         out.kv_reserved_tokens = tokens
         if n_max != self.n_max:
             out.n_max = n_max
-            # the step times t(n) do not depend on the cap: the new chain starts from the evaluated
-            # ones (GPSChain extends its arrays by replacing them, never in place, so sharing is safe)
-            out.chain = GPSChain(self._step, cap=self._cap(n_max), slope_inf=self.chain.slope_inf,
-                                 _g=self.chain._g, _cum=self.chain._cum)
+            out.chain = self.chain.with_cap(self._step, self._cap(n_max))
             out.a_s, out.beta_s = self._affine(n_max)
         return out
 
