@@ -5,6 +5,7 @@ Fields carry their unit in the name and accept human strings ("500 ms", "400 Gbp
 
 The base model and shared domains are in :mod:`qmodel.scenario_base`, the pools and deployment
 shapes in :mod:`qmodel.scenario_deployment`; this module re-exports them (``__all__``).
+What the schema allows and defaults at a dotted path: :mod:`qmodel.scenario_fields`.
 
 Files: YAML, TOML or JSON (:func:`load_scenario`), with ``--set path.to.field=value`` overrides
 (:func:`apply_overrides`). Validation failures become one-line :class:`~qmodel.errors.InputError`s

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from qmodel.errors import CatalogError, QmodelError
 from qmodel.scenario import Scenario
+from qmodel.scenario_fields import schema_field
 from qmodel.units import format_bandwidth, format_duration
 
 __all__ = ["FieldSpec", "FIELDS", "FIELD_BY_KEY", "SECTIONS", "DEFAULT_RAW", "FormBuild", "build", "values_from_raw",
@@ -59,10 +60,47 @@ class FieldSpec:
     fmt: str = ""  # how to show a loaded number: duration | bandwidth | ""
 
 
+#: The scenario the app opens with when no file is given: one the roofline model can solve anywhere.
+DEFAULT_RAW: dict[str, Any] = {
+    "name": "untitled",
+    "model": "llama-3.1-8b",
+    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 4.0},
+                 "lengths": {"kind": "preset", "name": "sharegpt"}},
+    "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90.0, "attainment_goal": 0.9},
+    "deployment": {"topology": "colocated",
+                   "pool": {"gpu": "h100-sxm", "tp": 1, "instances": 2, "max_batch": 256},
+                   "max_batch_tokens": 8192},
+    "perf": {"kind": "roofline"},
+}
+
+
+def _get(d: dict[str, Any], path: str) -> Any:
+    node: Any = d
+    for p in path.split("."):
+        if not isinstance(node, dict) or p not in node:
+            return None
+        node = node[p]
+    return node
+
+
+def _choices(key: str) -> tuple[str, ...]:
+    """A select's options: the schema's allowed values at ``key`` (:func:`qmodel.scenario_fields.schema_field`).
+
+    Order: the value a fresh form starts at first (:data:`DEFAULT_RAW`'s, else the schema default),
+    then the others in the schema's order; so a blank or unknown value shows the starting one, and
+    a value the schema gains appears in the form without editing it.
+    """
+    sf = schema_field(key)
+    first = _get(DEFAULT_RAW, key)
+    if first is None and sf.has_default:
+        first = sf.default
+    return tuple(sorted((str(c) for c in sf.choices), key=lambda c: c != first))  # stable: schema order after
+
+
 FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("name", "Name", "Scenario"),
     FieldSpec("model", "Model", "Scenario", "catalog", catalog="models"),
-    FieldSpec(_TOPO, "Topology", "Deployment", "select", ("colocated", "chunked", "disaggregated")),
+    FieldSpec(_TOPO, "Topology", "Deployment", "select", _choices(_TOPO)),
     # colocated / chunked
     FieldSpec("deployment.pool.gpu", "GPU", "Deployment", "catalog", catalog="gpus", when=_single),
     FieldSpec("deployment.pool.tp", "TP", "Deployment", when=_single, help="tensor-parallel GPUs per instance"),
@@ -86,22 +124,25 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("deployment.link", "Link", "Deployment", "catalog", catalog="links", when=_disagg),
     FieldSpec("deployment.link_bandwidth_bytes_per_s", "Link BW", "Deployment", optional=True, when=_disagg,
               help="blank: the catalog link's bandwidth", fmt="bandwidth"),
-    FieldSpec("deployment.link_sharing", "Link share", "Deployment", "select", ("fcfs", "fair", "dedicated"),
+    FieldSpec("deployment.link_sharing", "Link share", "Deployment", "select",
+              _choices("deployment.link_sharing"),
               when=_disagg),
-    FieldSpec("deployment.transfer_mode", "Transfer", "Deployment", "select", ("layerwise", "serialized"),
+    FieldSpec("deployment.transfer_mode", "Transfer", "Deployment", "select",
+              _choices("deployment.transfer_mode"),
               when=_disagg),
-    FieldSpec("deployment.first_token_from", "1st token", "Deployment", "select", ("prefill", "decode"),
+    FieldSpec("deployment.first_token_from", "1st token", "Deployment", "select",
+              _choices("deployment.first_token_from"),
               when=_disagg),
     # workload
-    FieldSpec(_ARR, "Arrivals", "Workload", "select", ("poisson", "gamma", "trace")),
+    FieldSpec(_ARR, "Arrivals", "Workload", "select", _choices(_ARR)),
     FieldSpec("workload.arrivals.rate_per_s", "Rate", "Workload", optional=True,
               help="req/s (trace: blank keeps the trace's own rate)"),
     FieldSpec("workload.arrivals.cv", "Arrival CV", "Workload", when=_is(_ARR, "gamma")),
     FieldSpec("workload.arrivals.path", "Trace file", "Workload", when=_is(_ARR, "trace"),
               help="e.g. data:azure_llm_2023/AzureLLMInferenceTrace_conv.csv"),
     FieldSpec("workload.arrivals.format", "Trace fmt", "Workload", "select",
-              ("auto", "azure", "mooncake", "splitwise", "vidur", "distserve", "qmodel"), when=_is(_ARR, "trace")),
-    FieldSpec(_LEN, "Lengths", "Workload", "select", ("preset", "fixed", "lognormal", "empirical")),
+              _choices("workload.arrivals.format"), when=_is(_ARR, "trace")),
+    FieldSpec(_LEN, "Lengths", "Workload", "select", _choices(_LEN)),
     FieldSpec("workload.lengths.name", "Preset", "Workload", "catalog", catalog="workloads", when=_is(_LEN, "preset")),
     FieldSpec("workload.lengths.prompt_tokens", "Prompt tok", "Workload", when=_is(_LEN, "fixed")),
     FieldSpec("workload.lengths.output_tokens", "Output tok", "Workload", when=_is(_LEN, "fixed")),
@@ -111,8 +152,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("workload.lengths.output_sigma", "Output sigma", "Workload", when=_is(_LEN, "lognormal")),
     FieldSpec("workload.lengths.path", "Lengths file", "Workload", when=_is(_LEN, "empirical")),
     FieldSpec("workload.lengths.format", "Lengths fmt", "Workload", "select",
-              ("auto", "azure", "mooncake", "splitwise", "vidur", "distserve", "qmodel", "sharegpt"),
-              when=_is(_LEN, "empirical")),
+              _choices("workload.lengths.format"), when=_is(_LEN, "empirical")),
     FieldSpec("workload.prefix_hit_ratio", "Prefix hits", "Workload", help="fraction of prompt tokens cached"),
     # SLO
     FieldSpec("slo.ttft_s", "TTFT target", "SLO", fmt="duration"),
@@ -120,13 +160,13 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("slo.percentile", "Percentile", "SLO"),
     FieldSpec("slo.attainment_goal", "Goal", "SLO", help="attainment needed for goodput"),
     # service-time model
-    FieldSpec(_PERF, "Perf model", "Service times", "select", ("roofline", "table", "fixed")),
+    FieldSpec(_PERF, "Perf model", "Service times", "select", _choices(_PERF)),
     FieldSpec("perf.mfu", "MFU", "Service times", optional=True, when=_is(_PERF, "roofline"),
               help="blank: the GPU architecture's measured GEMM efficiency curve"),
     FieldSpec("perf.mbu", "MBU", "Service times", optional=True, when=_is(_PERF, "roofline"),
               help="blank: the architecture's measured HBM efficiency"),
     FieldSpec("perf.path", "Table file", "Service times", when=_is(_PERF, "table")),
-    FieldSpec("perf.format", "Table fmt", "Service times", "select", ("auto", "splitwise", "distserve", "qmodel"),
+    FieldSpec("perf.format", "Table fmt", "Service times", "select", _choices("perf.format"),
               when=_is(_PERF, "table")),
     FieldSpec("perf.prefill_s", "Prefill s", "Service times", when=_is(_PERF, "fixed"), fmt="duration"),
     FieldSpec("perf.decode_step_s", "Decode step", "Service times", when=_is(_PERF, "fixed"), fmt="duration"),
@@ -135,51 +175,9 @@ FIELDS: tuple[FieldSpec, ...] = (
 FIELD_BY_KEY: dict[str, FieldSpec] = {f.key: f for f in FIELDS}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(f.section for f in FIELDS))
 
-#: The scenario the app opens with when no file is given: one the roofline model can solve anywhere.
-DEFAULT_RAW: dict[str, Any] = {
-    "name": "untitled",
-    "model": "llama-3.1-8b",
-    "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 4.0},
-                 "lengths": {"kind": "preset", "name": "sharegpt"}},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90.0, "attainment_goal": 0.9},
-    "deployment": {"topology": "colocated",
-                   "pool": {"gpu": "h100-sxm", "tp": 1, "instances": 2, "max_batch": 256},
-                   "max_batch_tokens": 8192},
-    "perf": {"kind": "roofline"},
-}
-
-# Values for fields the loaded scenario does not set (a colocated file has no decode pool, ...).
-_FALLBACK: Values = {
-    "deployment.pool.tp": "1", "deployment.pool.instances": "1", "deployment.pool.max_batch": "256",
-    "deployment.pool.kv_memory_fraction": "0.9", "deployment.max_batch_tokens": "8192",
-    "deployment.chunk_tokens": "512",
-    "deployment.prefill.tp": "1", "deployment.prefill.instances": "1", "deployment.prefill.max_batch_tokens": "8192",
-    "deployment.decode.tp": "1", "deployment.decode.instances": "1", "deployment.decode.max_batch": "256",
-    "deployment.decode.kv_memory_fraction": "0.9", "deployment.link": "ib-ndr-400",
-    "deployment.link_sharing": "fcfs", "deployment.transfer_mode": "layerwise",
-    "deployment.first_token_from": "prefill",
-    "workload.arrivals.cv": "2", "workload.arrivals.format": "auto",
-    "workload.lengths.name": "sharegpt", "workload.lengths.prompt_tokens": "512",
-    "workload.lengths.output_tokens": "128", "workload.lengths.prompt_median_tokens": "1000",
-    "workload.lengths.prompt_sigma": "1", "workload.lengths.output_median_tokens": "200",
-    "workload.lengths.output_sigma": "0.8", "workload.lengths.format": "auto", "workload.prefix_hit_ratio": "0",
-    "slo.percentile": "90", "slo.attainment_goal": "0.9",
-    "perf.format": "auto", "perf.prefill_s": "100 ms",
-    "perf.decode_step_s": "20 ms",
-}
-
 
 def visible(spec: FieldSpec, values: Values) -> bool:
     return bool(spec.when(values))
-
-
-def _get(d: dict[str, Any], path: str) -> Any:
-    node: Any = d
-    for p in path.split("."):
-        if not isinstance(node, dict) or p not in node:
-            return None
-        node = node[p]
-    return node
 
 
 def _set(d: dict[str, Any], path: str, value: Any) -> None:
@@ -216,6 +214,36 @@ def _show(spec: FieldSpec, value: Any) -> str:
     return str(value)
 
 
+# Values for fields the loaded scenario does not set (a colocated file has no decode pool, ...): the
+# schema's default where it has one (below), and these where the schema requires the field, so
+# there is no default to read: starting points for the user to edit, each valid on its own.
+_REQUIRED_START: Values = {
+    "deployment.link": "ib-ndr-400", "workload.arrivals.cv": "2", "workload.lengths.name": "sharegpt",
+    "workload.lengths.prompt_tokens": "512", "workload.lengths.output_tokens": "128",
+    "workload.lengths.prompt_median_tokens": "1000", "workload.lengths.prompt_sigma": "1",
+    "workload.lengths.output_median_tokens": "200", "workload.lengths.output_sigma": "0.8",
+    "perf.prefill_s": "100 ms", "perf.decode_step_s": "20 ms",
+}
+# ``name`` takes no fallback: a file without one is named after the file (load_scenario), not the
+# schema's "scenario"; the form leaves it blank as the file does.
+_NO_FALLBACK = ("name",)
+
+
+def _fallback() -> Values:
+    """Each field's fallback, in form order: the schema default, else the required field's start."""
+    out: Values = {}
+    for spec in FIELDS:
+        sf = schema_field(spec.key)
+        if spec.key in _REQUIRED_START:
+            out[spec.key] = _REQUIRED_START[spec.key]
+        elif spec.key not in _NO_FALLBACK and sf.has_default and sf.default is not None:
+            out[spec.key] = _show(spec, sf.default)
+    return out
+
+
+_FALLBACK: Values = _fallback()
+
+
 def values_from_raw(raw: dict[str, Any]) -> Values:
     """Form values for a raw scenario dict (as read from a file, paths unresolved)."""
     values: Values = dict(_FALLBACK)
@@ -238,10 +266,9 @@ def values_from_raw(raw: dict[str, Any]) -> Values:
             values[spec.key] = _show(spec, v)
         elif spec.key not in values:
             values[spec.key] = ""
-    values.setdefault(_TOPO, "colocated")
-    for key, default in ((_TOPO, "colocated"), (_ARR, "poisson"), (_LEN, "preset"), (_PERF, "roofline")):
+    for key in (_TOPO, _ARR, _LEN, _PERF):  # the section's kind: the file's, else the one the app opens with
         if not values.get(key):
-            values[key] = default
+            values[key] = str(_get(DEFAULT_RAW, key))
     return values
 
 
@@ -279,8 +306,7 @@ def raw_from_values(values: Values, base: dict[str, Any] | None = None) -> dict[
 # ---- validation ---------------------------------------------------------------------------------
 
 # Discriminator tags pydantic puts into error locations; they are not field names.
-_TAGS = {"poisson", "gamma", "trace", "fixed", "lognormal", "empirical", "preset", "colocated", "chunked",
-         "disaggregated", "roofline", "table"}
+_TAGS = {tag for key in (_TOPO, _ARR, _LEN, _PERF) for tag in schema_field(key).choices}
 
 
 @dataclass
