@@ -84,9 +84,9 @@ def sum_cdf(dists: Sequence[GridDist], x: float) -> float:
         # its point masses, as convolve() splits them) by linear interpolation, as GridDist.cdf reads
         j = k + 1
         i = np.arange(max(0, j - (b.n - 1)), min(j, a.n - 1) + 1)
-        mass = float(np.dot(np.maximum(a.pmf[i], 0.0), b.pmf[j - i]))
-        atom = float(np.dot(np.maximum(a.point_masses[i], 0.0), b.point_masses[j - i]))
-        p += theta * max(mass - min(atom, mass), 0.0)
+        in_bin = float(np.dot(np.maximum(a.pmf[i], 0.0), b.pmf[j - i]))
+        at_point = float(np.dot(np.maximum(a.point_masses[i], 0.0), b.point_masses[j - i]))
+        p += theta * max(in_bin - min(at_point, in_bin), 0.0)
     # as convolve: the on-grid mass is the product of the terms' (1 − tail)
     mass = (1.0 - a.tail) * (1.0 - b.tail)
     s = float(a.pmf.sum()) * float(cb[-1])
