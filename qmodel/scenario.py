@@ -18,6 +18,7 @@ import copy
 import hashlib
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -32,6 +33,7 @@ from qmodel.scenario_deployment import (ChunkedDeployment, ColocatedDeployment, 
 from qmodel.units import Count, RatePerSecond, Real, Seconds
 
 __all__ = [
+    "error_location",
     "read_scenario_data",
     "resolve_scenario_paths",
     "Strict",
@@ -257,9 +259,25 @@ class Scenario(Strict):
 
 # ---- loading -----------------------------------------------------------------------------------
 
+def error_location(e: dict[str, Any]) -> str:
+    """A pydantic error's location as the dotted scenario path a user writes: pydantic puts the
+    discriminated unions' member tags into it ("workload.arrivals.gamma.cv"), left out here."""
+    tags = _union_tags()
+    return ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in tags))
+
+
+@lru_cache(maxsize=1)
+def _union_tags() -> frozenset[str]:
+    """The member tags of the scenario's discriminated unions, read from the schema."""
+    from qmodel.scenario_fields import schema_field
+
+    return frozenset(tag for key in ("deployment.topology", "workload.arrivals.kind", "workload.lengths.kind",
+                                     "perf.kind") for tag in schema_field(key).choices)
+
+
 def _first_error_line(err: ValidationError, source: str) -> InputError:
     e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+    loc = error_location(e)
     msg = e["msg"].removeprefix("Value error, ")
     value = e.get("input")
     inner = (e.get("ctx") or {}).get("error")
@@ -277,10 +295,6 @@ def _first_error_line(err: ValidationError, source: str) -> InputError:
 
 
 # Discriminator values pydantic puts into error locations; they are not field names.
-_UNION_TAGS = {"poisson", "gamma", "trace", "fixed", "lognormal", "empirical", "preset",
-               "colocated", "chunked", "disaggregated", "roofline", "table"}
-
-
 def parse_scenario(data: dict[str, Any], source: str = "scenario") -> Scenario:
     """Validate a dict into a :class:`Scenario`, raising a one-line :class:`InputError`."""
     try:

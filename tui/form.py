@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from qmodel.errors import CatalogError, QmodelError
-from qmodel.scenario import Scenario
+from qmodel.scenario import Scenario, error_location
 from qmodel.scenario_fields import schema_field
 from qmodel.units import format_bandwidth, format_duration
 
@@ -306,9 +306,6 @@ def raw_from_values(values: Values, base: dict[str, Any] | None = None) -> dict[
 # ---- validation ---------------------------------------------------------------------------------
 
 # Discriminator tags pydantic puts into error locations; they are not field names.
-_TAGS = {tag for key in (_TOPO, _ARR, _LEN, _PERF) for tag in schema_field(key).choices}
-
-
 @dataclass
 class FormBuild:
     """The outcome of reading the form: a scenario, or the inline error of each bad field."""
@@ -371,7 +368,7 @@ def build(values: Values, base: dict[str, Any] | None = None, folder: Path | Non
         sc = Scenario.model_validate(resolved)
     except ValidationError as err:
         for e in err.errors():
-            loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _TAGS))
+            loc = error_location(e)
             key = field_for_error(loc, values) or "name"
             msg = e["msg"].removeprefix("Value error, ")
             if e["type"] == "extra_forbidden":
