@@ -219,7 +219,8 @@ class ColocatedTTFT:
         if self._wall is not None:
             pooled = self.dispatch == "least_loaded"  # one wall for the pool: it sees the whole stream
             pool = self.instances if pooled else 1
-            ca2 = self.ca2 if pooled else split_arrival_scv(self.ca2, self.instances, self.dispatch == "round_robin")
+            ca2 = (self.ca2 if pooled else
+                   split_arrival_scv(self.ca2, self.instances, cyclic=self.dispatch == "round_robin"))
             soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool,
                                         full_rate_per_s=self._lam_sat, arrival_scv=ca2)
             if soft is not None:
