@@ -54,8 +54,8 @@ from qmodel.units import dtype_bits
 if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
     from numpy.typing import ArrayLike
 
-__all__ = ["GemmCurve", "AttentionCurve", "AllReduceCurve", "allreduce_seconds_per_byte", "MoECurve", "OverheadCurve", "ArchCurves",
-           "EfficiencyCurves", "ResolvedCurves", "Overrides", "load_curves", "gemm_dtype_key", "CURVES_FILE"]
+__all__ = ["GemmCurve", "AttentionCurve", "AllReduceCurve", "allreduce_seconds_per_byte", "MoECurve", "OverheadCurve",
+           "ArchCurves", "EfficiencyCurves", "ResolvedCurves", "Overrides", "load_curves", "gemm_dtype_key", "CURVES_FILE"]
 
 CURVES_FILE = "efficiency.toml"
 Frac = Field(gt=0, le=1.5)  # all-reduce can exceed the nominal per-direction link figure (NVLS, bidirectional)

@@ -43,7 +43,8 @@ import numpy as np
 
 from qmodel.perf.efficiency import AllReduceCurve, AttentionCurve, GemmCurve, MoECurve
 
-__all__ = ["SYSTEM_GPU", "ARCH_SYSTEMS", "FALLBACKS", "latest_table", "fit_all", "fit_host_fabric", "fit_overheads", "to_toml", "write_file"]
+__all__ = ["SYSTEM_GPU", "ARCH_SYSTEMS", "FALLBACKS", "latest_table", "fit_all", "fit_host_fabric", "fit_overheads",
+           "to_toml", "write_file"]
 
 #: AIC system -> catalog GPU name (for peaks and link bandwidth)
 SYSTEM_GPU: dict[str, str] = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200",
@@ -396,7 +397,8 @@ def main() -> None:
         for system in SYSTEM_GPU:
             r = fit_host_fabric(system)
             if r:
-                print(f"{SYSTEM_GPU[system]}: {r['host_bytes_per_s'] / 1e9:.1f} GB/s (mape {r['mape']:.3f}, {r['points']} points)")
+                print(f"{SYSTEM_GPU[system]}: {r['host_bytes_per_s'] / 1e9:.1f} GB/s "
+                      f"(mape {r['mape']:.3f}, {r['points']} points)")
         return
     curves = fit_all(tuple(a.exclude))
     if a.points:
