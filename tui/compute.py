@@ -18,8 +18,6 @@ the analysis (the app shows them), never exceptions, except :class:`Cancelled`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import threading
 import time
@@ -108,18 +106,18 @@ def _grid(n: int, most: int) -> tuple[int, ...]:
 
 
 def _station_key(sc: Scenario) -> str:
-    """Hash of what the stations depend on: everything but the name, the SLO and the arrival rate.
+    """What the stations depend on: everything but the name, the SLO and the arrival rate (and the
+    deployment fields no station reads), :func:`qmodel.station_cache.station_key` of each role.
 
-    Stations are built from the deployment, the service-time model, the length mix and the arrival
-    SCV; the rate enters only ``solve(rate)`` and the SLO only the composition. So an edit to the
-    rate or an SLO target reuses the stations already built (for the chunked station that is most
-    of the cost of a solve).
+    The rate enters only ``solve(rate)`` and the SLO only the composition. So an edit to the rate
+    or an SLO target reuses the stations already built (for the chunked station that is most of
+    the cost of a solve).
     """
-    d = sc.model_dump(mode="json")
-    d.pop("name", None)
-    d.pop("slo", None)
-    d["workload"]["arrivals"].pop("rate_per_s", None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+    from qmodel.station_cache import station_key
+    from qmodel.topology import topology_for
+
+    dump = sc.model_dump(mode="json")
+    return "|".join(station_key(sc, role, dump) for role in topology_for(sc).roles)
 
 
 def _new_solver(sc: Scenario, resolved: Any = None, stations: Any = None):
