@@ -148,6 +148,10 @@ class Engine:
         self._variants: OrderedDict[str, Any] = OrderedDict()
         self._size = cache_size
         self._variant_size = variant_cache_size
+        # stations shared by the variants (curves, heatmap, sensitivities): one per distinct input
+        from qmodel.station_cache import StationCache
+
+        self._shared = StationCache(size=variant_cache_size)
         self._lock = threading.Lock()  # a cancelled worker may still be finishing while the next one starts
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -173,7 +177,10 @@ class Engine:
                 skey = _station_key(sc)
                 base = self._by_stations.get(skey)
         s = self._derive(base, sc) if base is not None else None
-        if s is None:
+        if s is None and variant:
+            with self._lock:  # the variants share stations: the heatmap's P x D grid builds P + D of them
+                s = self._shared.solver(sc)
+        elif s is None:
             s = _new_solver(sc)
         with self._lock:
             if variant:
