@@ -28,7 +28,7 @@ from qmodel.scenario import Scenario
 from qmodel.stations.base import MemoizedStation, Station
 
 if TYPE_CHECKING:
-    from qmodel.build import WorkloadParts
+    from qmodel.build import Resolved, WorkloadParts
     from qmodel.engine import Solver
 
 __all__ = ["StationCache", "station_key"]
@@ -38,31 +38,45 @@ def _digest(d: Any) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
+def _stations_part(dump: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's JSON less its name, its SLO and its arrival rate (what no station reads)."""
+    d = {k: v for k, v in dump.items() if k not in ("name", "slo")}
+    workload = dict(d["workload"])
+    workload["arrivals"] = {k: v for k, v in workload["arrivals"].items() if k != "rate_per_s"}
+    d["workload"] = workload
+    return d
+
+
 def station_key(scenario: Scenario, role: str, dump: dict[str, Any] | None = None) -> str:
     """Hash of what the station playing ``role`` is built from (see the module doc).
     ``dump``: ``scenario.model_dump(mode="json")`` when the caller has it (it is not modified)."""
     from qmodel.topology import topology_for
 
-    d = dict(scenario.model_dump(mode="json") if dump is None else dump)
-    d.pop("name", None)
-    d.pop("slo", None)
-    workload = dict(d["workload"])
-    workload["arrivals"] = {k: v for k, v in workload["arrivals"].items() if k != "rate_per_s"}
-    d["workload"] = workload
+    d = _stations_part(scenario.model_dump(mode="json") if dump is None else dump)
     unread = set(topology_for(scenario).unread_fields.get(role, ()))
     d["deployment"] = {k: v for k, v in d["deployment"].items() if k not in unread}
     return f"{role}:{_digest(d)}"
 
 
+def _remember(table: OrderedDict, key: str, value: Any, size: int) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > size:
+        table.popitem(last=False)
+
+
 class StationCache:
     """Builds :class:`~qmodel.engine.Solver` s whose stations are shared by :func:`station_key`
-    (memoised per rate in the topology's ``memo_roles``), and whose resolution reuses
-    the workload half (:func:`qmodel.build.resolve_workload`) of scenarios with the same model and
-    workload. ``size``: stations kept (least recently used dropped first)."""
+    (memoised per rate in the topology's ``memo_roles``). Resolution is shared too: a scenario
+    that differs from an earlier one only in its name, SLO or arrival rate reuses that one's
+    :class:`~qmodel.build.Resolved` (its rate replaced, as :func:`qmodel.build.resolve_workload`
+    computes it), and one with the same model and workload reuses the workload half. ``size``:
+    stations kept (least recently used dropped first)."""
 
     def __init__(self, size: int = 64) -> None:
         self._stations: OrderedDict[str, Station] = OrderedDict()
-        self._workloads: dict[str, Any] = {}
+        self._workloads: OrderedDict[str, tuple[Any, WorkloadParts]] = OrderedDict()
+        self._resolved: OrderedDict[str, Resolved] = OrderedDict()
         self._size = size
 
     def _workload(self, scenario: Scenario, dump: dict[str, Any]) -> tuple[Any, WorkloadParts]:
@@ -73,18 +87,37 @@ class StationCache:
         hit = self._workloads.get(key)
         if hit is None:
             model = load_catalog().model(scenario.model)
-            hit = self._workloads[key] = (model, resolve_workload(scenario, model))
+            hit = (model, resolve_workload(scenario, model))
+        _remember(self._workloads, key, hit, 8)
         return hit
+
+    def resolved(self, scenario: Scenario, dump: dict[str, Any] | None = None) -> Resolved:
+        """``qmodel.build.resolve(scenario)``, from the pieces already resolved where they agree."""
+        import dataclasses
+
+        from qmodel.build import resolve
+        from qmodel.workload import arrival_stats
+
+        dump = scenario.model_dump(mode="json") if dump is None else dump
+        key = _digest(_stations_part(dump))
+        hit = self._resolved.get(key)
+        if hit is not None:
+            rate, ca2 = arrival_stats(scenario.workload)
+            if ca2 == hit.ca2:
+                self._resolved.move_to_end(key)
+                return dataclasses.replace(hit, scenario=scenario, base_rate_per_s=rate)
+        model, workload = self._workload(scenario, dump)
+        r = resolve(scenario, model=model, workload=workload)
+        _remember(self._resolved, key, r, 8)
+        return r
 
     def solver(self, scenario: Scenario) -> Solver:
         """A solver of ``scenario`` with every station it shares with an earlier one reused."""
-        from qmodel.build import resolve
         from qmodel.engine import Solver
         from qmodel.topology import topology_for
 
         dump = scenario.model_dump(mode="json")
-        model, workload = self._workload(scenario, dump)
-        resolved = resolve(scenario, model=model, workload=workload)
+        resolved = self.resolved(scenario, dump)
         topology = topology_for(scenario)
         stations: dict[str, Station] = {}
         for role in topology.roles:
@@ -94,11 +127,7 @@ class StationCache:
                 st = topology.build_station(role, scenario, resolved)
                 if role in topology.memo_roles:
                     st = MemoizedStation(st)
-                self._stations[key] = st
-                while len(self._stations) > self._size:
-                    self._stations.popitem(last=False)
-            else:
-                self._stations.move_to_end(key)
+            _remember(self._stations, key, st, self._size)
             stations[role] = st
         return Solver(scenario, resolved, stations=stations)
 

@@ -89,3 +89,22 @@ def test_goodput_sensitivities_equal_the_fresh_solvers(name: str) -> None:
     ref = sensitivities(sc, goodput(sc).goodput_rps, goodput_of=lambda s: goodput(s).goodput_rps)
     assert g.goodput_rps == goodput(sc).goodput_rps
     assert [(s.input, s.elasticity, s.note) for s in g.sensitivities] == [(s.input, s.elasticity, s.note) for s in ref]
+
+
+def test_resolution_is_shared_across_name_slo_and_rate_and_equals_a_fresh_one() -> None:
+    from qmodel.build import resolve
+
+    sc = _scenario("opt13b-disagg-a100")
+    raw = sc.model_dump(mode="json")
+    cache = StationCache()
+    r0 = cache.resolved(sc)
+    for sets in (["name=other", "slo.ttft_s=0.5"], ["workload.arrivals.rate_per_s=2.5"]):
+        v = parse_scenario(apply_overrides(raw, sets))
+        r = cache.resolved(v)
+        assert r.pools is r0.pools  # shared, not re-resolved
+        fresh = resolve(v)
+        assert (r.scenario, r.base_rate_per_s, r.ca2, r.kv_bytes_per_token, r.warnings) == \
+            (fresh.scenario, fresh.base_rate_per_s, fresh.ca2, fresh.kv_bytes_per_token, fresh.warnings)
+        assert (r.lengths.prompt == fresh.lengths.prompt).all() and r.pools.keys() == fresh.pools.keys()
+    other = parse_scenario(apply_overrides(raw, ["deployment.decode.tp=2"]))
+    assert cache.resolved(other).pools is not r0.pools
