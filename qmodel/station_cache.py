@@ -71,9 +71,11 @@ class StationCache:
     that differs from an earlier one only in its name, SLO or arrival rate reuses that one's
     :class:`~qmodel.build.Resolved` (its rate replaced, as :func:`qmodel.build.resolve_workload`
     computes it), and one with the same model and workload reuses the workload half. ``size``:
-    stations kept (least recently used dropped first)."""
+    stations kept (least recently used dropped first); ``memo_rates``: solutions each memoised
+    station keeps (a goodput search probes 5-15 rates; a prefill solution is up to a few hundred kB)."""
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, memo_rates: int = 16) -> None:
+        self._memo_rates = memo_rates
         self._stations: OrderedDict[str, Station] = OrderedDict()
         self._workloads: OrderedDict[str, tuple[Any, WorkloadParts]] = OrderedDict()
         self._resolved: OrderedDict[str, Resolved] = OrderedDict()
@@ -126,7 +128,7 @@ class StationCache:
             if st is None:
                 st = topology.build_station(role, scenario, resolved)
                 if role in topology.memo_roles:
-                    st = MemoizedStation(st)
+                    st = MemoizedStation(st, self._memo_rates)
             _remember(self._stations, key, st, self._size)
             stations[role] = st
         return Solver(scenario, resolved, stations=stations)

@@ -130,7 +130,7 @@ class Engine:
         self._variants: OrderedDict[str, Any] = OrderedDict()
         self._size = cache_size
         self._variant_size = variant_cache_size
-        self._edits = StationCache(size=4 * cache_size)
+        self._edits = StationCache(size=cache_size)
         self._shared = StationCache(size=variant_cache_size)  # the heatmap's P x D grid builds P + D stations
         self._lock = threading.Lock()  # a cancelled worker may still be finishing while the next one starts
 
