@@ -125,7 +125,7 @@ def _breakdown(names: list[str], repeat: int) -> None:
           "   (median CPU ms; compose and result exclude the stations)")
     for name in names:
         solver = Solver(_scenario(name))
-        if solver._topology != "disaggregated":
+        if solver.topology.name != "disaggregated":
             continue
         rate = solver.resolved.base_rate_per_s
         solver.solve(rate)
@@ -136,7 +136,7 @@ def _breakdown(names: list[str], repeat: int) -> None:
         parts = {
             "prefill": lambda: solver._prefill.solve(rate),
             # the KV station's report reads its wait law: counted with the station
-            "kv": lambda: solver._solve_link(rate, sp, sd, wait_law=True).report(),
+            "kv": lambda: solver.topology.solve_link(solver, rate, sp, sd, wait_law=True).report(),
             # (with the KV reserved for transfers in flight at this rate, as compose solves it)
             "decode": lambda: solver._decode.with_reserved_kv(reserved).solve(rate),
             "compose": lambda: solver.compose(rate, laws=True),

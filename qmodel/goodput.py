@@ -183,12 +183,21 @@ def _check_monotone(seen: list[tuple[float, float]], goal: float) -> None:
 def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
             progress: ProgressFn | None = None) -> Goodput:
     """Goodput of a scenario, or of the scenario file at a path (its own arrival rate is ignored;
-    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity."""
+    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity.
+
+    With sensitivities, the base and the perturbed scenarios are solved by solvers that share the
+    stations a perturbation leaves alone, and their solutions at rates already solved
+    (:class:`qmodel.station_cache.StationCache`; the same numbers as fresh solvers)."""
     from qmodel.engine import Solver
     from qmodel.source import as_scenario
 
     scenario = as_scenario(scenario)
-    solver = Solver(scenario)
+    cache = None
+    if with_sensitivities:
+        from qmodel.station_cache import StationCache
+
+        cache = StationCache()
+    solver = Solver(scenario) if cache is None else cache.solver(scenario)
     lam_max, station = solver.max_stable_rate()
     g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
     from qmodel.binding import binding_at
@@ -199,7 +208,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     from qmodel.cost import token_prices
 
     tok = token_prices(cost, g, solver.resolved.mean_prompt_tokens, solver.resolved.mean_output_tokens)
-    sens = sensitivities(scenario, g, progress) if with_sensitivities else []
+    sens = sensitivities(scenario, g, progress, goodput_of=cache.goodput_rps) if cache is not None else []
     return Goodput(
         scenario=scenario.name,
         topology=scenario.deployment.topology,

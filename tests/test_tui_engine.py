@@ -113,3 +113,18 @@ def test_results_point_to_the_replay_key_not_the_cli_flag() -> None:
             assert "--check" not in text
             assert f"check this scenario in the replay ({REPLAY_KEY})" in text
     asyncio.run(go())
+
+
+def test_heatmap_cells_equal_the_library_goodput() -> None:
+    """The heatmap's variants share stations (P + D of them for a P x D grid): every cell is still
+    exactly the library's goodput of that split."""
+    from qmodel.tui.compute import disaggregated_variant
+
+    sc = load_scenario(EXAMPLES / "opt13b-disagg-a100.yaml")
+    eng = Engine()
+    h = eng.heatmap(eng.goodput(eng.solve(sc), lambda: False), lambda: False).heatmap
+    cells = [(p, d, g) for d, row in zip(h.decode, h.goodput) for p, g in zip(h.prefill, row) if g is not None]
+    assert len(cells) >= 4
+    for p, d, g in cells:
+        ref = goodput(disaggregated_variant(sc, p, d)).goodput_rps
+        assert g == ref, (p, d)

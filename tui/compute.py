@@ -18,8 +18,6 @@ the analysis (the app shows them), never exceptions, except :class:`Cancelled`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import threading
 import time
@@ -107,34 +105,14 @@ def _grid(n: int, most: int) -> tuple[int, ...]:
     return tuple(sorted({int(round(v)) for v in np.linspace(1, n, most)}))
 
 
-def _station_key(sc: Scenario) -> str:
-    """Hash of what the stations depend on: everything but the name, the SLO and the arrival rate.
-
-    Stations are built from the deployment, the service-time model, the length mix and the arrival
-    SCV; the rate enters only ``solve(rate)`` and the SLO only the composition. So an edit to the
-    rate or an SLO target reuses the stations already built (for the chunked station that is most
-    of the cost of a solve).
-    """
-    d = sc.model_dump(mode="json")
-    d.pop("name", None)
-    d.pop("slo", None)
-    d["workload"]["arrivals"].pop("rate_per_s", None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
-
-
-def _new_solver(sc: Scenario, resolved: Any = None, stations: Any = None):
-    from qmodel.engine import Solver
-
-    return Solver(sc, resolved, stations=stations)
-
-
 class Engine:
     """The real backend: qmodel's solver, goodput, compare and sensitivities, with a solver cache.
 
     Building a :class:`~qmodel.engine.Solver` resolves the catalog, the service-time model and the
     length mix, and its stations precompute per-request service times; caching solvers by scenario
     hash makes revisiting an earlier value instant, lets the later stages reuse the solver stage 1
-    built, and (see :func:`_station_key`) lets rate and SLO edits reuse the stations.
+    built, and (:mod:`qmodel.station_cache`) lets rate and SLO edits reuse the stations, and an
+    edit to one pool the other pool's.
     """
 
     CURVE_POINTS = 32
@@ -142,14 +120,18 @@ class Engine:
     HEATMAP_BUDGET_S = 20.0  # thin the P x D grid so it takes about this long at most
 
     def __init__(self, cache_size: int = 32, variant_cache_size: int = 128) -> None:
+        from qmodel.station_cache import StationCache
+
         # Two caches: the scenarios the user edits, and the variants the later stages explore
         # (curves, heatmap, sensitivities: dozens per edit). Kept apart so exploring never evicts
-        # the solver the next keystroke will reuse.
+        # the solver the next keystroke will reuse. New solvers come from a StationCache each:
+        # a rate or SLO edit shares every station, and its solutions at rates already solved.
         self._cache: OrderedDict[str, Any] = OrderedDict()
-        self._by_stations: OrderedDict[str, Any] = OrderedDict()
         self._variants: OrderedDict[str, Any] = OrderedDict()
         self._size = cache_size
         self._variant_size = variant_cache_size
+        self._edits = StationCache(size=cache_size)
+        self._shared = StationCache(size=variant_cache_size)  # the heatmap's P x D grid builds P + D stations
         self._lock = threading.Lock()  # a cancelled worker may still be finishing while the next one starts
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -161,7 +143,9 @@ class Engine:
             table.popitem(last=False)
 
     def solver(self, sc: Scenario, sha: str | None = None, *, variant: bool = False):
-        """The (cached) solver of ``sc``; ``variant`` marks scenarios derived by the later stages."""
+        """The (cached) solver of ``sc``; ``variant`` marks scenarios derived by the later stages.
+        A new one shares the stations (and resolution) its inputs allow with the solvers before it
+        (:class:`qmodel.station_cache.StationCache`; the numbers are those of a fresh solver)."""
         key = sha or scenario_sha256(sc)
         with self._lock:
             for table in (self._cache, self._variants):
@@ -169,36 +153,12 @@ class Engine:
                 if s is not None:
                     table.move_to_end(key)
                     return s
-            if variant:
-                base = None
-            else:
-                skey = _station_key(sc)
-                base = self._by_stations.get(skey)
-        s = self._derive(base, sc) if base is not None else None
-        if s is None:
-            s = _new_solver(sc)
-        with self._lock:
+            s = (self._shared if variant else self._edits).solver(sc)
             if variant:
                 self._remember(self._variants, key, s, self._variant_size)
             else:
                 self._remember(self._cache, key, s, self._size)
-                self._remember(self._by_stations, skey, s, self._size)
         return s
-
-    @staticmethod
-    def _derive(base, sc: Scenario):
-        """A solver for ``sc`` sharing ``base``'s stations (same station key), or None if unsafe.
-
-        The stations depend on the deployment, the service model, the length mix and the arrival
-        SCV only (:func:`_station_key`); other cached values (the inputs hash, ...) belong to the
-        scenario and are not carried over."""
-        from qmodel.workload import arrival_stats
-
-        rate, ca2 = arrival_stats(sc.workload)
-        if ca2 != base.resolved.ca2:
-            return None
-        return _new_solver(sc, dataclasses.replace(base.resolved, scenario=sc, base_rate_per_s=rate),
-                           stations=base.built_stations)
 
     def _goodput(self, sc: Scenario, check: Check, variant: bool = True) -> tuple[float, float, Any]:
         from qmodel.goodput import goodput_search

@@ -227,7 +227,7 @@ class EngineEvaluator(Evaluator):
         st = self._stations.get(key)
         if st is None:
             st = topology.build_station(role, *self._plan_inputs(plan))  # builds only this station
-            if role == "prefill":  # the dearest station; the engine passes it only the rate
+            if role in topology.memo_roles:  # solved at the rate alone: each rate once for every plan sharing it
                 st = MemoizedStation(st, _MEMO_RATES)
             if len(self._stations) > self.MAX_STATIONS:
                 self._stations.clear()

@@ -18,7 +18,9 @@ A :class:`Topology` owns, for one shape (colocated, chunked, disaggregated, and 
 * ``has_link``: whether KV crosses a link between pools (link resolution, link bandwidth rows);
 * :meth:`family_label`, :meth:`plan_label`, :meth:`layout`: how the planner, ``compare`` and the
   TUI name a deployment of this shape; :meth:`explain_blocks`: what ``--explain`` adds for it;
-* :meth:`perturbations`: the deployment inputs the goodput elasticities perturb.
+* :meth:`perturbations`: the deployment inputs the goodput elasticities perturb, and
+  ``unread_fields``: the deployment fields each station is built without (so the perturbed
+  scenarios' solvers share the stations a perturbation does not touch, :mod:`qmodel.station_cache`).
 
 A topology instance belongs to one :class:`~qmodel.engine.Solver` (it may cache values that depend
 on that solver's resolved inputs); the solver passes itself as the context, from which the topology
@@ -81,6 +83,14 @@ class Topology(ABC):
     has_link: ClassVar[bool] = False
     #: whether prefill runs in chunks mixed into decode iterations (vLLM's --enable-chunked-prefill)
     chunked_prefill: ClassVar[bool] = False
+    #: deployment fields that the station of each role is built without, by role: scenarios that
+    #: differ only there (and in the name, SLO and arrival rate) share that station
+    #: (:func:`qmodel.station_cache.station_key`); a field not listed counts as read
+    unread_fields: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: the roles whose station :meth:`compose` solves at the rate alone (no context from another
+    #: station, no copy of the station): a :class:`~qmodel.stations.base.MemoizedStation` there
+    #: answers a rate solved before (the planner's and the station cache's shared stations)
+    memo_roles: ClassVar[tuple[str, ...]] = ()
 
     # ---- the deployment's pools ----------------------------------------------------------------
     def pool_configs(self, deployment: Any) -> list[tuple[str, PoolConfig]]:

@@ -49,6 +49,14 @@ class DisaggregatedTopology(Topology):
     pool_roles = ("prefill", "decode")
     separate_prefill = True
     has_link = True
+    # what each builder below reads of the deployment: prefill its pool and the transfer mode
+    # (layer-wise transfers keep its own batch times); the link the prefill pool (paths, sender's
+    # KV dtype and service), the link fields and the mode; decode its pool and first_token_from
+    _LINK = ("link", "link_sharing", "link_bandwidth_bytes_per_s")
+    unread_fields = {"prefill": ("decode", "first_token_from", *_LINK),
+                     "kv_transfer": ("decode", "first_token_from"),
+                     "decode": ("prefill", "transfer_mode", *_LINK)}
+    memo_roles = ("prefill",)  # the link is solved with the prefill's release process, decode less the KV in flight
 
     def __init__(self) -> None:
         self._groups: tuple[np.ndarray, np.ndarray] | None = None  # handoff groups of this solver's lengths

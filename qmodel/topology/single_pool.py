@@ -35,6 +35,7 @@ class SinglePoolTopology(Topology):
 
     roles = ("pool",)
     pool_roles = ("pool",)
+    memo_roles = ("pool",)
 
     def _common(self, scenario: Scenario, resolved: Resolved) -> dict[str, Any]:
         dep = scenario.deployment
