@@ -1,8 +1,11 @@
 """Workload realisation shared by the analytical engine and the replay.
 
 :func:`length_mix` turns a :class:`~qmodel.scenario.Workload` into a :class:`LengthMix`: an
-equally weighted sample of (prompt, output) token pairs (joint, so trace correlations survive).
-Parametric mixes use a fixed-seed sample, so the same scenario always gives the same numbers.
+equally weighted set of (prompt, output) token pairs (joint, so trace correlations survive).
+Parametric mixes (lognormal, preset) are a deterministic stratified quadrature of the clipped
+lognormal law (:func:`lognormal_quadrature`), so the same scenario always gives the same numbers
+and the mix's moments are the law's, not one random draw's. The replay's synthetic traces draw
+the same law i.i.d. (:func:`lognormal_pairs`): it is the referee of real random arrivals.
 
 :func:`arrival_stats` gives the mean rate and the squared coefficient of variation of
 inter-arrival times, the two numbers the analytical stations take from the arrival process.
@@ -19,7 +22,8 @@ import numpy as np
 from qmodel.scenario import (EmpiricalLengths, FixedLengths, GammaArrivals, LognormalLengths, PoissonArrivals,
                              PresetLengths, TraceArrivals, Workload)
 
-__all__ = ["LengthMix", "length_mix", "arrival_stats", "lognormal_pairs", "fit_context", "DEFAULT_SAMPLE"]
+__all__ = ["LengthMix", "length_mix", "arrival_stats", "lognormal_pairs", "lognormal_quadrature", "clipped_lognormal_mean",
+           "fit_context", "DEFAULT_SAMPLE"]
 
 DEFAULT_SAMPLE = 4096
 
@@ -53,13 +57,61 @@ def _digest(*arrays: np.ndarray) -> str:
 
 def lognormal_pairs(n: int, seed: int, p_median: float, p_sigma: float, p_min: float, p_max: float,
                     o_median: float, o_sigma: float, o_min: float, o_max: float, corr: float) -> tuple[np.ndarray, np.ndarray]:
-    """Correlated lognormal lengths, clipped to [min, max] and rounded to whole tokens (>= 1)."""
+    """I.i.d. correlated lognormal lengths, clipped to [min, max] and rounded to whole tokens (>= 1).
+
+    The replay's synthetic traces (``qmodel.validation.synth``) draw these: random lengths, as real
+    arrivals bring. The solver reads the same law through :func:`lognormal_quadrature`.
+    """
     rng = np.random.default_rng(seed)
     z1 = rng.standard_normal(n)
     z2 = corr * z1 + math.sqrt(max(0.0, 1.0 - corr * corr)) * rng.standard_normal(n)
     p = np.clip(np.rint(p_median * np.exp(p_sigma * z1)), max(1, p_min), p_max).astype(np.int64)
     o = np.clip(np.rint(o_median * np.exp(o_sigma * z2)), max(1, o_min), o_max).astype(np.int64)
     return p, o
+
+
+def lognormal_quadrature(n: int, seed: int, p_median: float, p_sigma: float, p_min: float, p_max: float,
+                         o_median: float, o_sigma: float, o_min: float, o_max: float, corr: float,
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The correlated clipped lognormal law as ``n`` equally weighted (prompt, output) nodes.
+
+    Gaussian copula, stratified in both margins: z1_i = Phi^-1((i + 0.5)/n), i = 0..n-1 (one node
+    at the middle of each 1/n quantile cell); z2 takes the same n node values, assigned in the rank
+    order of y_i = corr z1_i + sqrt(1 - corr^2) Phi^-1((pi(i) + 0.5)/n), pi a fixed permutation from
+    ``default_rng(seed)`` (Iman-Conover: the copula's normal scores, so the log-correlation is corr
+    up to the pairing's ~1/sqrt(n)). prompt = clip(rint(median e^(sigma z1)), max(1, min), max),
+    output likewise with z2. Each margin's mean is then the midpoint rule for the clipped lognormal
+    mean (:func:`clipped_lognormal_mean`): within 0.01% of it at n = 4096 for every catalog preset,
+    where an i.i.d. draw misses by its sampling error (1.4-2.5% at n = 4096 on the presets; 1.6% on
+    one prompt moved a stability limit by 3%, docs/validation.md "Sustained rate").
+    """
+    from scipy.special import ndtri  # lazy: ``import qmodel`` stays light
+
+    rng = np.random.default_rng(seed)
+    mid = (np.arange(n) + 0.5) / n
+    z1 = ndtri(mid)
+    # Iman-Conover: the copula's second coordinate, re-scored to the stratified nodes by its rank
+    y = corr * z1 + math.sqrt(max(0.0, 1.0 - corr * corr)) * ndtri(mid[rng.permutation(n)])
+    z2 = np.empty(n)
+    z2[np.argsort(y, kind="stable")] = z1
+    p = np.clip(np.rint(p_median * np.exp(p_sigma * z1)), max(1, p_min), p_max).astype(np.int64)
+    o = np.clip(np.rint(o_median * np.exp(o_sigma * z2)), max(1, o_min), o_max).astype(np.int64)
+    return p, o
+
+
+def clipped_lognormal_mean(median: float, sigma: float, lo: float, hi: float) -> float:
+    """E[clip(median e^(sigma Z), lo, hi)], Z standard normal, in closed form.
+
+    With a = ln(lo/median)/sigma and b = ln(hi/median)/sigma: lo Phi(a) + median e^(sigma^2/2)
+    (Phi(b - sigma) - Phi(a - sigma)) + hi (1 - Phi(b)) (the partial expectation of a lognormal).
+    """
+    from scipy.special import ndtr
+
+    if sigma == 0.0:
+        return float(min(max(median, lo), hi))
+    a, b = math.log(lo / median) / sigma, math.log(hi / median) / sigma
+    return float(lo * ndtr(a) + median * math.exp(0.5 * sigma * sigma) * (ndtr(b - sigma) - ndtr(a - sigma))
+                 + hi * (1.0 - ndtr(b)))
 
 
 def fit_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -76,19 +128,19 @@ def fit_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int)
 
 
 def length_mix(workload: Workload, n: int = DEFAULT_SAMPLE, seed: int = 0) -> LengthMix:
-    """The workload's (prompt, output) mix as a joint sample."""
+    """The workload's (prompt, output) mix: the quadrature of a parametric law, a trace's pairs, or one pair."""
     lg = workload.lengths
     if isinstance(lg, FixedLengths):
         p = np.array([lg.prompt_tokens], dtype=np.int64)
         o = np.array([lg.output_tokens], dtype=np.int64)
     elif isinstance(lg, LognormalLengths):
-        p, o = lognormal_pairs(n, seed, lg.prompt_median_tokens, lg.prompt_sigma, 1, lg.prompt_max_tokens,
+        p, o = lognormal_quadrature(n, seed, lg.prompt_median_tokens, lg.prompt_sigma, 1, lg.prompt_max_tokens,
                                lg.output_median_tokens, lg.output_sigma, 1, lg.output_max_tokens, lg.correlation)
     elif isinstance(lg, PresetLengths):
         from qmodel.registry import get_workload
 
         pre = get_workload(lg.name, "workload.lengths.name").lengths
-        p, o = lognormal_pairs(n, seed, pre.prompt_median_tokens, pre.prompt_sigma, pre.prompt_min_tokens,
+        p, o = lognormal_quadrature(n, seed, pre.prompt_median_tokens, pre.prompt_sigma, pre.prompt_min_tokens,
                                pre.prompt_max_tokens, pre.output_median_tokens, pre.output_sigma,
                                pre.output_min_tokens, pre.output_max_tokens, pre.correlation)
     elif isinstance(lg, EmpiricalLengths):
