@@ -31,7 +31,8 @@ C0020 = {"name": "corpus-0020", "model": "opt-66b",
 def test_the_limit_includes_the_in_flight_reservation():
     s = Solver(parse_scenario(C0020))
     lam, station = s.max_stable_rate()
-    assert station == "decode" and lam == pytest.approx(1.1997, rel=1e-3)  # was 2.098 (the link alone)
+    # was 2.098 (the link alone); 1.1997 on the i.i.d. length sample, 1.1785 on the law's quadrature
+    assert station == "decode" and lam == pytest.approx(1.1785, rel=1e-3)
     for frac in (0.5, 0.9, 0.99, 0.999, 1 - 1e-6):
         r = s.solve(lam * frac)
         assert 0.0 <= r.attainment <= 1.0

@@ -13,7 +13,7 @@ from qmodel.errors import InputError
 from qmodel.scenario import Workload
 from qmodel.validation.synth import generate
 from qmodel.validation.traces import clear_cache
-from qmodel.workload import length_mix
+from qmodel.workload import clipped_lognormal_mean, length_mix
 
 LOGN = {"kind": "lognormal", "prompt_median_tokens": 1000, "prompt_sigma": 0.8, "output_median_tokens": 100,
         "output_sigma": 1.0, "correlation": 0.3}
@@ -42,12 +42,24 @@ def test_identical_inputs_identical_arrays():
     assert a.format == "synthetic" and a.meta["seed"] == 11
 
 
-def test_lengths_equal_length_mix_for_same_seed():
-    w = _w({"kind": "poisson", "rate_per_s": 1})
-    tr = generate(w, 777, 5)
-    lm = length_mix(w, 777, 5)
-    np.testing.assert_array_equal(tr.prompt_tokens, lm.prompt)
-    np.testing.assert_array_equal(tr.output_tokens, lm.output)
+def _law_check(w: Workload, median_sigma_clip: tuple[tuple[float, float, float, float], ...], corr: float) -> None:
+    # The replay's synthetic lengths are i.i.d. draws of the law, the solver's length_mix its stratified
+    # quadrature (qmodel.workload): both against the closed-form clipped-lognormal mean. i.i.d., 20,000
+    # draws: within 4 standard errors of the mean (sd of the sample / sqrt(n)) and the log-correlation
+    # within 4/sqrt(n); the quadrature's means within 1e-3 (midpoint rule plus whole-token rounding)
+    # and its log-correlation within 4/sqrt(4096) (the Iman-Conover pairing's noise)
+    tr = generate(w, 20000, 5)
+    lm = length_mix(w)
+    for x, q, (med, sig, lo, hi) in zip((tr.prompt_tokens, tr.output_tokens), (lm.prompt, lm.output), median_sigma_clip):
+        exact = clipped_lognormal_mean(med, sig, lo, hi)
+        assert abs(x.mean() - exact) <= 4 * x.std() / math.sqrt(x.size), (x.mean(), exact)
+        assert abs(q.mean() / exact - 1) <= 1e-3, (q.mean(), exact)
+    assert abs(np.corrcoef(np.log(tr.prompt_tokens), np.log(tr.output_tokens))[0, 1] - corr) <= 4 / math.sqrt(20000)
+    assert abs(np.corrcoef(np.log(lm.prompt), np.log(lm.output))[0, 1] - corr) <= 4 / math.sqrt(len(lm))
+
+
+def test_synth_lengths_and_length_mix_are_the_same_law():
+    _law_check(_w({"kind": "poisson", "rate_per_s": 1}), ((1000, 0.8, 1, 32768), (100, 1.0, 1, 4096)), 0.3)
 
 
 def test_changing_arrivals_keeps_lengths():
@@ -147,10 +159,11 @@ def test_preset_lengths_match_length_mix():
         get_workload("azure-conv-2023")
     except CatalogError:
         pytest.skip("catalog has no azure-conv-2023 preset yet")
+    pre = get_workload("azure-conv-2023").lengths
     w = _w({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": "azure-conv-2023"})
-    tr = generate(w, 300, 9)
-    lm = length_mix(w, 300, 9)
-    np.testing.assert_array_equal(tr.prompt_tokens, lm.prompt)
+    _law_check(w, ((pre.prompt_median_tokens, pre.prompt_sigma, pre.prompt_min_tokens, pre.prompt_max_tokens),
+                   (pre.output_median_tokens, pre.output_sigma, pre.output_min_tokens, pre.output_max_tokens)),
+               pre.correlation)
 
 
 def test_real_trace_replay_and_rescale(data_dir):

@@ -280,7 +280,7 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
 
     workload = {"arrivals": arr, "lengths": lengths}
     mix = length_mix(parse_scenario({"model": model, "workload": workload, "slo": {"ttft_s": 1.0, "tpot_s": 1.0},
-                                     "deployment": {"topology": "colocated", "pool": {"gpu": gpu}}}).workload)
+                                     "deployment": {"topology": "colocated", "pool": {"gpu": gpu}}}).workload, iid=True)
     p, o, _ = fit_context(mix.prompt, mix.output, get_model(model).max_context_tokens)
     mean_p, mean_o, longest = float(np.mean(p)), float(np.mean(o)), float(np.max(p + o))
 

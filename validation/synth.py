@@ -21,14 +21,15 @@ Arrivals (first request at t = 0, then ``n - 1`` inter-arrival gaps):
 Lengths:
 
 * ``fixed``: every request the same.
-* ``lognormal`` and ``preset``: :func:`qmodel.workload.lognormal_pairs` with ``seed``, exactly the
-  pairs :func:`qmodel.workload.length_mix` draws for the same ``n`` and seed.
+* ``lognormal`` and ``preset``: :func:`qmodel.workload.lognormal_pairs` with ``seed``: i.i.d. draws
+  of the law whose quadrature :func:`qmodel.workload.length_mix` gives the solver (random lengths, as
+  real arrivals bring; tests/test_synth.py checks both against the closed-form mean).
 * ``empirical``: (prompt, output) pairs resampled jointly (with replacement, uniform indices from
   ``default_rng(seed)``), keeping their correlation. When arrivals come from the *same* trace file,
   the trace's own pairing is kept in order instead (replaying the trace itself), with its Mooncake
   ``hash_ids``; repeated copies get fresh ids (offset per copy) so a repeat is not a free cache hit.
 
-Random streams: lengths use ``numpy.random.default_rng(seed)`` (as ``length_mix`` does), arrivals
+Random streams: lengths use ``numpy.random.default_rng(seed)``, arrivals
 use ``default_rng([seed, 1])``, an independent stream, so changing the arrival process never
 changes the lengths drawn for a seed.
 """

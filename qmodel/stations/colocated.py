@@ -59,7 +59,9 @@ Model, per instance at rate lam (random split over ``instances``):
   −12/−3/+5% at 0.95 (the M/G/c-like priority form used before: +29/+23/+34% and +39/+32/+40%).
   Where the token budget fills (a share > 1e-3 of requests meet a full iteration) batches overflow
   and a backlog builds that the gated form does not carry: the TTFT is then the stochastic maximum
-  with the bulk-service prefill chain (:meth:`ColocatedStation._with_overflow`).
+  with the bulk-service prefill chain (:meth:`ColocatedStation._with_overflow`; for least_loaded
+  pools that chain is read as a central queue of c engines: Erlang C wait probability, conditional
+  wait / c).
   Bursts (``ca2`` > 1): prefill is the high class of a non-preemptive priority M^X/G/1 over decode
   steps (below); prompts arriving during W join the request's batch: given W = w, Poisson(lam w) of
   them (16 strata of W), each adding its marginal cost.
