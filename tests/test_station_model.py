@@ -137,3 +137,25 @@ def test_a_variant_checks_its_changed_declared_parameters_again(built):
     assert ok.batch_rate_per_s == 2.0 and kv.batch_rate_per_s is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         ok.dx = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("example", ["llama3-8b-colocated-h100.yaml", "llama3-8b-chunked-h100.yaml",
+                                     "opt13b-disagg-a100.yaml"])
+def test_a_station_its_role_and_its_replay_counterpart_carry_one_name(example):
+    """Design rule (issue 19): the topology's roles are its stations' names, and the replay's
+    stations for that shape are named the same, in the same order."""
+    from pathlib import Path
+
+    from qmodel.engine import Solver
+    from qmodel.scenario import load_scenario
+    from qmodel.validation.engine import replay_plan
+    from qmodel.validation.replay_run import WIRING
+    from tests.test_replay_engine import busy_trace, mixed_plan
+
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "examples" / example)
+    solver = Solver(sc)
+    roles = solver.topology.roles
+    assert {role: st.name for role, st in solver.stations.items()} == {r: r for r in roles}
+    assert solver.topology.name in WIRING
+    rep = replay_plan(mixed_plan(solver.topology.name), busy_trace(400), seed=1)
+    assert tuple(s.name for s in rep.stations) == roles
