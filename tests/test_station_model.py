@@ -30,7 +30,8 @@ L = _rng.geometric(1 / 50, 256).astype(float) + 1.0
 
 BUILD = {
     "prefill": lambda **kw: PrefillStation(**{"instances": 2, "service": SVC, "prompt_tokens": P, **kw}),
-    "kv_transfer": lambda **kw: KVTransferStation(**{"bytes_per_request": P * 1e5, "bandwidth_bytes_per_s": 1e10, **kw}),
+    "kv_transfer": lambda **kw: KVTransferStation(**{"bytes_per_request": P * 1e5, "bandwidth_bytes_per_s": 1e10,
+                                                     **kw}),
     "decode": lambda **kw: DecodeStation(**{"service": SVC, "prompt_tokens": P, "output_tokens": L,
                                             "kv_capacity_tokens": 60_000.0, **kw}),
     "colocated": lambda **kw: ColocatedStation(**{"service": SVC, "prompt_tokens": P, "output_tokens": L, **kw}),

@@ -27,7 +27,8 @@ def _sizes(lengths: tuple[Any, Any]) -> str:
 #: the parameters every single-pool station declares (checked by :class:`~qmodel.stations.base.StationModel`)
 POOL_PARAMS = (
     Param(("prompt_tokens", "output_tokens"),
-          sample(_joint_lengths_ok, "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens"),
+          sample(_joint_lengths_ok,
+                 "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens"),
           "lengths", shown=_sizes),
     Param("instances", integer(1, "an integer >= 1"), "{name}.instances"),
     Param("ca2", number(0.0, expected="a finite arrival SCV >= 0 (1 = Poisson)"), "{name}.ca2"),

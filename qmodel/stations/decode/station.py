@@ -91,7 +91,8 @@ class DecodeStation(StationModel):
               sample(lambda p, L: p.size > 0 and p.size == L.size, "a non-empty joint sample of equal sizes"),
               "lengths", shown=lambda v: "{} prompts / {} outputs".format(*(np.size(x) for x in v))),
         Param(("prompt_tokens", "output_tokens"),
-              sample(lambda p, L: not (np.any(L < 1) or np.any(p < 0)) and bool(np.all(np.isfinite(L)) and np.all(np.isfinite(p))),
+              sample(lambda p, L: not (np.any(L < 1) or np.any(p < 0))
+                     and bool(np.all(np.isfinite(L)) and np.all(np.isfinite(p))),
                      "output lengths >= 1, prompt lengths >= 0"),
               "output_tokens", shown=lambda _: "values < 1 or prompts < 0"),
         Param("instances", integer(1, "an integer >= 1"), "decode.instances"),

@@ -55,7 +55,8 @@ import numpy as np
 from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
-from qmodel.stations.base import Domain, Param, StationModel, StationSolution, integer, number, one_of, optional, sample
+from qmodel.stations.base import (Domain, Param, StationModel, StationSolution, integer, number, one_of, optional,
+                                  sample)
 from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
 from qmodel.stations.kv_transfer.batch_work import CompoundWork, position_pmf
 from qmodel.stations.kv_transfer.transfer import layerwise_exposed_s
@@ -131,7 +132,8 @@ class KVTransferStation(StationModel):
               Domain(lambda v: (v[0] is None) == (v[1] is None),
                      "give both batch_rate_per_s and batch_size_pmf, or neither"),
               "batch_arrivals", shown=lambda v: v[0]),
-        Param("batch_size_pmf", optional(Domain(_is_batch_pmf, "P(batch = k) for k = 1..b, non-negative, not all zero")),
+        Param("batch_size_pmf",
+              optional(Domain(_is_batch_pmf, "P(batch = k) for k = 1..b, non-negative, not all zero")),
               "batch_size_pmf", shown=lambda _: "array"),
     )
 

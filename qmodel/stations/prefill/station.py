@@ -21,7 +21,8 @@ import numpy as np
 from qmodel.dist import GridDist
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.base import DISPATCHES, Param, StationModel, StationSolution, integer, number, one_of, optional, sample
+from qmodel.stations.base import (DISPATCHES, Param, StationModel, StationSolution, integer, number, one_of, optional,
+                                  sample)
 from qmodel.stations.fcfs import MDc, MGc, ServiceSample, klb_factor, qna_delay_probability
 from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.kernels import scale_time
