@@ -225,6 +225,8 @@ class Station(Protocol):
     """What a topology needs of a station (see the module doc)."""
 
     name: str
+    #: the declared parameters (:class:`StationModel` checks them)
+    params: tuple[Param, ...]
 
     def max_stable_rate_per_s(self) -> float: ...
 
