@@ -160,3 +160,18 @@ def test_a_station_its_role_and_its_replay_counterpart_carry_one_name(example):
     assert solver.topology.name in WIRING
     rep = replay_plan(mixed_plan(solver.topology.name), busy_trace(400), seed=1)
     assert tuple(s.name for s in rep.stations) == roles
+
+
+def test_the_link_at_another_bandwidth_solves_as_a_station_built_with_it(built):
+    """KVTransferStation.with_bandwidth shares the bytes sample; its solution is bit-identical to
+    a station built from scratch with that bandwidth (the binding diagnosis's search uses it)."""
+    kv = built["kv_transfer"]
+    a = kv.with_bandwidth(4e9)
+    b = dataclasses.replace(kv, bandwidth_bytes_per_s=4e9)
+    assert kv.bandwidth_bytes_per_s == 1e10 and a.bandwidth_bytes_per_s == 4e9
+    rate = 0.5 * b.max_stable_rate_per_s()
+    assert a.max_stable_rate_per_s() == b.max_stable_rate_per_s()
+    sa, sb = a.solve(rate), b.solve(rate)
+    assert sa.delay.dx == sb.delay.dx and np.array_equal(sa.delay.pmf, sb.delay.pmf)
+    with pytest.raises(InputError):
+        kv.with_bandwidth(-1.0)

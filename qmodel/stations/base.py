@@ -58,25 +58,18 @@ class Domain:
     expected: str
 
 
-def _is_integer(v: Any) -> bool:
-    try:
-        return int(v) == v
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
 def number(low: float, *, above: bool = False, integer: bool = False, expected: str) -> Domain:
-    """A finite number >= ``low`` (> ``low`` if ``above``), a whole one if ``integer``. NaN and
-    infinities are outside every such domain."""
+    """A finite number >= ``low`` (> ``low`` if ``above``), a whole one if ``integer``. NaN,
+    infinities, strings and None are outside every such domain."""
 
     def test(v: Any) -> bool:
-        if integer and not _is_integer(v):
+        if isinstance(v, (str, bytes)):
             return False
         try:
             x = float(v)
         except (TypeError, ValueError):
             return False
-        return math.isfinite(x) and (x > low if above else x >= low)
+        return math.isfinite(x) and (x > low if above else x >= low) and (not integer or x.is_integer())
 
     return Domain(test, expected)
 

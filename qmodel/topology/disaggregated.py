@@ -18,7 +18,6 @@ spread over its instances, in tokens), which lowers its stability limit below it
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -239,7 +238,7 @@ class DisaggregatedTopology(Topology):
         each path's bandwidth set to it, for the binding diagnosis's bandwidth search)."""
         tr = solver.station("kv_transfer")
         if bandwidth_bytes_per_s is not None:
-            tr = dataclasses.replace(tr, bandwidth_bytes_per_s=bandwidth_bytes_per_s)
+            tr = tr.with_bandwidth(bandwidth_bytes_per_s)
         dep = solver.scenario.deployment
         batch: dict = {}
         if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and dep.link_sharing == "fcfs":

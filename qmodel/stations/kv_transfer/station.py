@@ -297,6 +297,13 @@ class KVTransferStation(StationModel):
             },
         )
 
+    def with_bandwidth(self, bandwidth_bytes_per_s: float) -> "KVTransferStation":
+        """This station with each path's bandwidth set to ``bandwidth_bytes_per_s`` (the binding
+        diagnosis's bandwidth search), sharing the bytes sample and its mean, which do not depend
+        on it; the bandwidth is checked as at construction."""
+        _ = self.mean_bytes  # built here once, not in every variant
+        return self.evolved({"bandwidth_bytes_per_s": bandwidth_bytes_per_s}, keep=("x", "mean_bytes"))
+
     def _variant(self, changes: dict) -> "KVTransferStation":
         """This station with the per-rate fields in ``changes`` replaced, sharing its rate-independent
         parts (the sample, the service law with its memoised moments, their means).
