@@ -306,6 +306,12 @@ class GPUSpec(Frozen):
     fp4_flops_per_s: FlopsPerSecond | None = Field(default=None, gt=0)
     intra_node_link: str | None = Field(default=None, description="catalog link name for the scale-up fabric")
     intra_node_bandwidth_bytes_per_s: BytesPerSecond = Field(gt=0, description="per direction, per GPU")
+    intra_node_p2p_gpus: int | None = Field(default=None, ge=1, description=(
+        "PCIe servers: GPUs that reach each other peer-to-peer over their own links (one PCIe switch); a "
+        "collective over more GPUs crosses the host fabric (intra_node_host_bandwidth_bytes_per_s)"))
+    intra_node_host_bandwidth_bytes_per_s: BytesPerSecond | None = Field(default=None, gt=0, description=(
+        "PCIe servers: the host fabric (CPU root complex, inter-socket link) that every GPU's all-reduce "
+        "traffic shares once a collective spans more than intra_node_p2p_gpus GPUs; measured, see source"))
     tdp_watts: Watts = Field(gt=0)
     price_usd_per_hour: float | None = Field(default=None, gt=0)
     price_source: str | None = None
@@ -316,6 +322,8 @@ class GPUSpec(Frozen):
     def _check(self) -> "GPUSpec":
         if self.price_usd_per_hour is not None and not (self.price_source and self.price_date):
             raise ValueError("price_usd_per_hour needs price_source and price_date")
+        if (self.intra_node_p2p_gpus is None) != (self.intra_node_host_bandwidth_bytes_per_s is None):
+            raise ValueError("intra_node_p2p_gpus and intra_node_host_bandwidth_bytes_per_s go together")
         return self
 
     def flops_per_s(self, dtype: str) -> float:

@@ -186,3 +186,59 @@ def test_kv_wall_ttft_monotone_in_rate_up_to_the_limit():
         assert all(math.isfinite(v) for v in cur)
         assert cur[0] >= prev[0] and cur[1] >= prev[1], (f, prev, cur)
         prev = cur
+
+
+def test_split_arrival_scv_exact():
+    # exact for a renewal stream: cyclic splitting sums c gaps (SCV ca2/c); Bernoulli splitting takes a
+    # geometric number of gaps, Var = c sigma^2 + c(c-1) m^2 over (c m)^2 = ca2/c + 1 - 1/c
+    from qmodel.stations.fcfs import split_arrival_scv
+
+    assert split_arrival_scv(1.0, 4, cyclic=True) == 0.25  # Poisson round-robin: Erlang-4 gaps
+    assert split_arrival_scv(0.25, 2, cyclic=True) == 0.125
+    assert split_arrival_scv(1.0, 3, cyclic=False) == pytest.approx(1.0, abs=1e-15)  # Poisson thinned
+    assert split_arrival_scv(4.0, 2, cyclic=False) == pytest.approx(2.5, abs=1e-15)
+    assert split_arrival_scv(0.3, 1, cyclic=True) == 0.3  # one instance: the stream itself
+    assert split_arrival_scv(0.3, 1, cyclic=False) == pytest.approx(0.3, abs=1e-15)
+
+
+def test_wall_wait_scales_by_allen_cunneen_factor():
+    # exact: the arrival SCV changes only the conditional wait's rate, by (1 + c_L^2)/(c_a^2 + c_L^2);
+    # c_a^2 > 1 is taken as 1 (bursty arrivals keep the Poisson factor); c_a^2 = c_L^2 = 0: no wait
+    from qmodel.stations.admission import KVWall
+    from qmodel.stations.decode import GPSChain
+
+    chain = GPSChain(lambda n: 0.02 + 0.0005 * n, cap=40)
+    g = chain.g(40)
+    wall = KVWall(centre=30.0, sd=3.0, cap=40)
+    p1, r1 = wall.slot_wait(g, 700.0, 0.8, 200.0, 0.3)
+    p2, r2 = wall.slot_wait(g, 700.0, 0.8, 200.0, 0.3, arrival_scv=0.1)
+    assert p2 == p1
+    assert r2 == pytest.approx(r1 * (1.0 + 0.3) / (0.1 + 0.3), rel=1e-12)
+    assert wall.slot_wait(g, 700.0, 0.8, 200.0, 0.3, arrival_scv=4.0) == (p1, r1)
+    assert wall.slot_wait(g, 700.0, 0.8, 200.0, 0.0, arrival_scv=0.0)[1] == math.inf
+
+
+def test_kv_wall_ttft_round_robin_smooth_arrivals_against_replay():
+    # The KV-wall case above with round-robin dispatch and Gamma cv 0.5 arrivals (each instance sees
+    # every other arrival: c_a^2 = 0.125) at 0.92 of the limit (issue 18: the corpus's colocated cases
+    # with smooth or round-robin-split arrivals ran TTFT p90 +100..+800% high). Replay, seeds 0..3 x
+    # 20k requests: TTFT mean 0.58/0.36/0.52/0.59 s (mean 0.51), p90 1.99/1.15/1.85/1.87 s (1.72),
+    # p99 5.20/3.56/4.04/5.84 s (4.66); the 4-seed means carry ~11% (one standard error): bands
+    # +-35%. Wall wait scaled by (1 + c_L^2)/2 (main): mean 1.62 s (+216%), p90 4.97 s (+189%), p99
+    # 11.9 s (+155%); by (c_a^2 + c_L^2)/2: 0.647 (+26%), 1.85 (+8%), 4.32 (-7%). Not asserted: p50
+    # 0.191 s against 0.100 (+91%; main 0.220).
+    from qmodel.engine import Solver
+    from qmodel.scenario import parse_scenario
+    from qmodel.validation.engine import replay
+    from qmodel.validation.harness import latency_metrics
+
+    d = _kv_wall_scenario(1.0).model_dump()
+    d["deployment"]["pool"]["dispatch"] = "round_robin"
+    d["workload"]["arrivals"] = {"kind": "gamma", "rate_per_s": 1.0, "cv": 0.5}
+    sc = parse_scenario(d, source="kv-wall-rr")
+    sc = sc.with_rate(0.92 * Solver(sc).max_stable_rate()[0])
+    a = Solver(sc).solve()
+    reps = [latency_metrics(replay(sc, n_requests=20000, seed=sd)) for sd in range(4)]
+    for got, key in ((a.ttft.mean, "ttft_mean"), (a.ttft.p90, "ttft_p90"), (a.ttft.p99, "ttft_p99")):
+        want = float(np.mean([r[key] for r in reps]))
+        assert got == pytest.approx(want, rel=0.35), (key, got, want)

@@ -111,6 +111,8 @@ def describe(kind: str, entry: Any) -> dict[str, Any]:
             "fp8": format_flops(entry.fp8_flops_per_s) if entry.fp8_flops_per_s else None,
             "fp4": format_flops(entry.fp4_flops_per_s) if entry.fp4_flops_per_s else None,
             "intra_node_bandwidth": format_bandwidth(entry.intra_node_bandwidth_bytes_per_s) + " per direction",
+            "intra_node_host_fabric": (f"{format_bandwidth(entry.intra_node_host_bandwidth_bytes_per_s)} shared past "
+                                       f"{entry.intra_node_p2p_gpus} GPUs" if entry.intra_node_p2p_gpus else None),
             "tdp": f"{entry.tdp_watts:g} W",
         }
     elif kind == "link":

@@ -14,7 +14,9 @@ fraction of the catalog GPU's own peak so one curve serves every GPU of an archi
 * prefill attention over a causal prompt of ``s`` tokens: ``A s^2 / 2`` FLOPs at
   ``e_a(s) = e_peak s / (s + s_half)`` of the BF16 rate, i.e. ``A (s^2 + s_half s) / 2 / (F e_peak)``.
 * decode attention: the KV bytes read at ``h_kv`` of HBM bandwidth, plus a launch per layer.
-* TP all-reduce of ``b`` bytes over ``n`` GPUs: ``latency + 2 (n-1)/n b / (link bw * eff)``.
+* TP all-reduce of ``b`` bytes over ``n`` GPUs: ``latency + 2 (n-1)/n b / (link bw * eff)``, on a
+  PCIe server at least ``2 (n-1) b / host fabric bw`` past its peer-to-peer group
+  (:func:`allreduce_seconds_per_byte`).
 * MoE experts: the GEMM form at the per-expert token count ``T k / E_touched``, with its own
   efficiency factor on ``e_peak`` (grouped GEMM) and weight-streaming efficiency.
 * what those kernels leave out, fitted on composed step times: a per-step constant and a
@@ -52,8 +54,8 @@ from qmodel.units import dtype_bits
 if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
     from numpy.typing import ArrayLike
 
-__all__ = ["GemmCurve", "AttentionCurve", "AllReduceCurve", "MoECurve", "OverheadCurve", "ArchCurves",
-           "EfficiencyCurves", "ResolvedCurves", "Overrides", "load_curves", "gemm_dtype_key", "CURVES_FILE"]
+__all__ = ["GemmCurve", "AttentionCurve", "AllReduceCurve", "allreduce_seconds_per_byte", "MoECurve", "OverheadCurve",
+           "ArchCurves", "EfficiencyCurves", "ResolvedCurves", "Overrides", "load_curves", "gemm_dtype_key", "CURVES_FILE"]
 
 CURVES_FILE = "efficiency.toml"
 Frac = Field(gt=0, le=1.5)  # all-reduce can exceed the nominal per-direction link figure (NVLS, bidirectional)
@@ -106,15 +108,42 @@ class AttentionCurve(_Frozen):
         return np.asarray(kv_bytes, dtype=float) / (bandwidth_bytes_per_s * self.decode_hbm_efficiency) + self.decode_launch_s
 
 
+def allreduce_seconds_per_byte(n_gpus: ArrayLike, *, link_bytes_per_s: float, efficiency: float,
+                               host_bytes_per_s: float | None = None, p2p_gpus: int | None = None) -> np.ndarray:
+    """Seconds per all-reduced byte among ``n_gpus`` (the bandwidth part of one all-reduce).
+
+    Ring over each GPU's own link: every GPU sends and receives ``2 (n-1)/n`` of the message, at
+    ``link * efficiency``. A PCIe server without peer-to-peer between all its GPUs
+    (``GPUSpec.intra_node_p2p_gpus`` < n) routes that traffic through one host fabric (CPU root
+    complex, inter-socket link) that all n GPUs share: ``n x 2 (n-1)/n = 2 (n-1)`` message bytes
+    cross it, at ``host_bytes_per_s``, so the all-reduce takes the larger of the two. On AIC's
+    L40S server the measured all-reduce bus bandwidth is 19-20 GB/s at 2 GPUs (one PCIe switch)
+    and falls as 1/n beyond (3.7 / 1.95 GB/s at 4 / 8 GPUs, i.e. 15 / 16 GB/s of shared fabric;
+    docs/step_times.md), which a single link efficiency cannot follow.
+    """
+    n = np.asarray(n_gpus, dtype=float)
+    ring = 2.0 * (n - 1.0) / n / (link_bytes_per_s * efficiency)
+    if host_bytes_per_s is None or p2p_gpus is None:
+        return ring
+    return np.maximum(ring, np.where(n > p2p_gpus, 2.0 * (n - 1.0) / host_bytes_per_s, 0.0))
+
+
 class AllReduceCurve(_Frozen):
     efficiency: float = Frac
     latency_s: float = Field(ge=0, le=1e-3)
     mape: float | None = None
 
-    def time_s(self, nbytes: ArrayLike, n_gpus: ArrayLike, *, link_bytes_per_s: float) -> np.ndarray:
-        """Ring all-reduce of ``nbytes`` among ``n_gpus``: latency + 2 (n-1)/n bytes / (link * eff)."""
-        b, n = np.asarray(nbytes, dtype=float), np.asarray(n_gpus, dtype=float)
-        return self.latency_s + 2.0 * (n - 1.0) / n * b / (link_bytes_per_s * self.efficiency)
+    def time_s(self, nbytes: ArrayLike, n_gpus: ArrayLike, *, link_bytes_per_s: float,
+               host_bytes_per_s: float | None = None, p2p_gpus: int | None = None) -> np.ndarray:
+        """All-reduce of ``nbytes`` among ``n_gpus``: latency + bytes x :func:`allreduce_seconds_per_byte`."""
+        return self.latency_s + np.asarray(nbytes, dtype=float) * allreduce_seconds_per_byte(
+            n_gpus, link_bytes_per_s=link_bytes_per_s, efficiency=self.efficiency, host_bytes_per_s=host_bytes_per_s,
+            p2p_gpus=p2p_gpus)
+
+    def gpu_time_s(self, nbytes: ArrayLike, n_gpus: ArrayLike, gpu: GPUSpec) -> np.ndarray:
+        """:meth:`time_s` over ``gpu``'s intra-node link and (PCIe servers) its host fabric."""
+        return self.time_s(nbytes, n_gpus, link_bytes_per_s=gpu.intra_node_bandwidth_bytes_per_s,
+                           host_bytes_per_s=gpu.intra_node_host_bandwidth_bytes_per_s, p2p_gpus=gpu.intra_node_p2p_gpus)
 
 
 class MoECurve(_Frozen):

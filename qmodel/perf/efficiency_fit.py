@@ -18,8 +18,10 @@ the formulas they plug into):
   ``t = b (4 H d s^2 / 2) / (F e_a(s)) + t0``, ``e_a(s) = e_peak * s / (s + s_half)``.
 * decode attention (``generation_attention``, head_dim 128, no window): ``t = KV bytes / (B h_kv) + t0``.
 * all-reduce (``comm/nccl``, latest version, fp16): ``t = lat + 2 (n - 1)/n * bytes / (link * eff)``
-  with the catalog's intra-node link bandwidth; ``lat`` from vLLM's CUDA-graph custom all-reduce
-  at its smallest messages (the path vLLM takes below its size limit).
+  with the catalog's intra-node link bandwidth (on a PCIe server at least ``2 (n-1) bytes / host``
+  past its peer-to-peer group, the host fabric from :func:`fit_host_fabric`, ``--host-fabric``);
+  ``lat`` from vLLM's CUDA-graph custom all-reduce at its smallest messages (the path vLLM takes
+  below its size limit).
 * MoE grouped GEMMs (``moe/vllm``, bf16, balanced routing, EP 1, expert TP 1-8): the GEMM form
   at the per-expert token count ``M_e = T k / E_touched`` and per-GPU width ``I / tp``, fitting a
   factor on e_peak, its own n_half (grouped GEMMs lose more to narrow experts) and its own h.
@@ -41,7 +43,8 @@ import numpy as np
 
 from qmodel.perf.efficiency import AllReduceCurve, AttentionCurve, GemmCurve, MoECurve
 
-__all__ = ["SYSTEM_GPU", "ARCH_SYSTEMS", "FALLBACKS", "latest_table", "fit_all", "fit_overheads", "to_toml", "write_file"]
+__all__ = ["SYSTEM_GPU", "ARCH_SYSTEMS", "FALLBACKS", "latest_table", "fit_all", "fit_host_fabric", "fit_overheads",
+           "to_toml", "write_file"]
 
 #: AIC system -> catalog GPU name (for peaks and link bandwidth)
 SYSTEM_GPU: dict[str, str] = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200",
@@ -164,13 +167,13 @@ def fit_allreduce(system: str) -> dict[str, float] | None:
     if d is None:
         return None
     d = d[(d.op_name == "all_reduce") & (d.nccl_dtype == "half") & (d.message_size >= 1 << 20)]
-    link = _gpu(system).intra_node_bandwidth_bytes_per_s
+    gpu = _gpu(system)
     n, sz, t = (d[k].to_numpy(float) for k in ("num_gpus", "message_size", "latency"))
     t = t * 1e-3
     nbytes = sz * 2.0  # message_size counts fp16 elements
 
-    def model(x: np.ndarray) -> np.ndarray:
-        return AllReduceCurve.model_construct(efficiency=x[0], latency_s=x[1]).time_s(nbytes, n, link_bytes_per_s=link)
+    def model(x: np.ndarray) -> np.ndarray:  # the catalog GPU's host fabric (PCIe servers) is part of the model
+        return AllReduceCurve.model_construct(efficiency=x[0], latency_s=x[1]).gpu_time_s(nbytes, n, gpu)
 
     x = _lsq(lambda x: np.log(model(x) / t), [0.7, 2e-5], [0.05, 0.0], [1.5, 1e-3])
     lat = x[1]
@@ -179,6 +182,26 @@ def fit_allreduce(system: str) -> dict[str, float] | None:
         if not small.empty:
             lat = float(small.latency.median() * 1e-3)
     return {"efficiency": x[0], "latency_s": lat, "mape": float(np.abs(model(x) / t - 1).mean())}
+
+
+def fit_host_fabric(system: str) -> dict[str, float] | None:
+    """A PCIe server's shared host-fabric bandwidth (``GPUSpec.intra_node_host_bandwidth_bytes_per_s``).
+
+    From vLLM's CUDA-graph custom all-reduce (the kernel vLLM runs, as ``latency_s`` above) at
+    messages >= 1 MiB among more GPUs than the catalog's ``intra_node_p2p_gpus``: each point gives
+    ``2 (n-1) bytes / t``; the figure is their geometric mean (least squares on log time). None for
+    a GPU without a peer-to-peer group (NVLink/NVSwitch) or without the table.
+    """
+    gpu = _gpu(system)
+    v = latest_table(system, "comm", backend="vllm", name="custom_allreduce_perf.parquet")
+    if gpu.intra_node_p2p_gpus is None or v is None:
+        return None
+    v = v[(v.op_name == "all_reduce") & v.kernel_source.str.contains("graph") & (v.message_size * 2 >= 1 << 20)
+          & (v.num_gpus > gpu.intra_node_p2p_gpus)]
+    n, nbytes, t = v.num_gpus.to_numpy(float), v.message_size.to_numpy(float) * 2.0, v.latency.to_numpy(float) * 1e-3
+    host = float(np.exp(np.mean(np.log(2.0 * (n - 1.0) * nbytes / t))))
+    return {"host_bytes_per_s": host, "mape": float(np.abs(2.0 * (n - 1.0) * nbytes / host / t - 1).mean()),
+            "points": int(len(t))}
 
 
 def fit_moe(system: str, gemm: dict[str, float]) -> dict[str, float] | None:
@@ -367,7 +390,16 @@ def main() -> None:
     ap.add_argument("--exclude", nargs="*", default=[])
     ap.add_argument("--points", type=Path, default=None, help="AIC static step estimates (benchmarks/_aic_points.py)")
     ap.add_argument("--write", type=Path, default=None, help="write the catalog file here instead of printing")
+    ap.add_argument("--host-fabric", action="store_true", help="print the PCIe servers' host-fabric bandwidth "
+                    "(catalog/gpus.toml intra_node_host_bandwidth_bytes_per_s) and exit")
     a = ap.parse_args()
+    if a.host_fabric:
+        for system in SYSTEM_GPU:
+            r = fit_host_fabric(system)
+            if r:
+                print(f"{SYSTEM_GPU[system]}: {r['host_bytes_per_s'] / 1e9:.1f} GB/s "
+                      f"(mape {r['mape']:.3f}, {r['points']} points)")
+        return
     curves = fit_all(tuple(a.exclude))
     if a.points:
         for arch, o in fit_overheads(curves, a.points, tuple(a.exclude)).items():

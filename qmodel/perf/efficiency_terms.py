@@ -21,7 +21,8 @@ GEMMs; ``c_att = f A / (tp F_bf16 e_att)`` with ``A`` the attention FLOPs per to
 ``launches`` = GEMM, attention and MoE kernel launch times per layer plus the elementwise
 kernels (``passes x act_bytes x (hidden + FFN width / tp)`` bytes per token and layer at the
 weight-streaming bandwidth); ``comm`` = 2 all-reduces
-per layer of ``M hidden act_bytes`` at ``latency + 2 (tp-1)/tp bytes / (link eff)`` plus one
+per layer of ``M hidden act_bytes`` at ``latency + bytes x allreduce_seconds_per_byte(tp)`` (the ring
+``2 (tp-1)/tp / (link eff)``, on a PCIe server past its peer-to-peer group at least ``2 (tp-1) / host``) plus one
 pipeline send when ``pp > 1``. ``F`` is the dense rate at the compute dtype and ``B`` the HBM
 bandwidth (catalog GPU). Attention runs at the BF16 rate (FlashAttention keeps BF16 math).
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qmodel.perf.efficiency import ResolvedCurves
+from qmodel.perf.efficiency import ResolvedCurves, allreduce_seconds_per_byte
 from qmodel.perf.parallel import Parallelism
 from qmodel.specs import GPUSpec, ModelSpec
 
@@ -98,7 +99,9 @@ class CurveTerms:
         per_tok = model.hidden_size * act_bytes / link
         self.comm_tok = self.comm_0 = 0.0
         if tp > 1:
-            self.comm_tok += 2.0 * ls * 2.0 * (tp - 1) / tp * per_tok
+            self.comm_tok += 2.0 * ls * model.hidden_size * act_bytes * float(allreduce_seconds_per_byte(
+                tp, link_bytes_per_s=gpu.intra_node_bandwidth_bytes_per_s, efficiency=ar.efficiency,
+                host_bytes_per_s=gpu.intra_node_host_bandwidth_bytes_per_s, p2p_gpus=gpu.intra_node_p2p_gpus))
             self.comm_0 += 2.0 * ls * ar.latency_s
         if layout.pp > 1:
             self.comm_tok += per_tok

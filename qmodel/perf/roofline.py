@@ -11,7 +11,7 @@ from typing import Literal, TYPE_CHECKING
 
 from qmodel.errors import InputError
 from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel, SCALAR_TYPES
-from qmodel.perf.efficiency import EfficiencyCurves, Overrides, load_curves
+from qmodel.perf.efficiency import EfficiencyCurves, Overrides, allreduce_seconds_per_byte, load_curves
 from qmodel.perf.efficiency_terms import CurveTerms
 from qmodel.perf.parallel import Parallelism, check_parallelism
 from qmodel.specs import GPUSpec, ModelSpec
@@ -78,7 +78,9 @@ class RooflineModel(ServiceTimeModel):
 
     Tensor parallel: 2 all-reduces per layer (after attention and after the FFN) of
     ``tokens * hidden * act_bytes`` each, ring cost ``2 (tp-1)/tp * bytes / (link_bw *
-    comm_efficiency) + allreduce_latency_s``, not overlapped with compute. Pipeline parallel:
+    comm_efficiency) + allreduce_latency_s`` (on a PCIe server past its peer-to-peer group at least
+    ``2 (tp-1) bytes / host fabric bw``: :func:`~qmodel.perf.efficiency.allreduce_seconds_per_byte`),
+    not overlapped with compute. Pipeline parallel:
     the returned time is the *stage* time (the pipeline accepts a new batch every stage time, the
     throughput-equivalent service time DistServe also uses), plus one inter-stage send of the
     activations ``tokens * hidden * act_bytes`` over the intra-node link. A single batch's latency
@@ -225,7 +227,11 @@ class RooflineModel(ServiceTimeModel):
         self._k_comm_tok = 0.0
         self._k_comm_0 = 0.0
         if lay.tp > 1:
-            self._k_comm_tok += 2.0 * lay.layers_per_stage * 2.0 * (lay.tp - 1) / lay.tp * per_tok
+            self._k_comm_tok += 2.0 * lay.layers_per_stage * m.hidden_size * self.act_bytes * float(
+                allreduce_seconds_per_byte(lay.tp, link_bytes_per_s=self.gpu.intra_node_bandwidth_bytes_per_s,
+                                           efficiency=self.comm_efficiency,
+                                           host_bytes_per_s=self.gpu.intra_node_host_bandwidth_bytes_per_s,
+                                           p2p_gpus=self.gpu.intra_node_p2p_gpus))
             self._k_comm_0 += 2.0 * lay.layers_per_stage * self.allreduce_latency_s
         if lay.pp > 1:
             self._k_comm_tok += per_tok

@@ -18,11 +18,20 @@ decode pool runs min(n, M) of them, so the token rate is
 
 a birth-death chain pi(n) ∝ prod_{k<=n} lam E[L] / phi_eff(k), geometric beyond the cap with
 ratio rc = lam E[L] / phi_eff(cap). An arrival waits with probability P(wait) = sum pi(n) P(M <= n)
-(+ the tail) and, once waiting, as in :func:`qmodel.stations.decode.slot_wait`: Exp(mu (1 - rc))
-scaled by (1 + c_L^2)/2 with mu = phi_eff(cap) / E[L] the completion rate with the memory full.
+(+ the tail) and, once waiting, Exp(mu (1 - rc)) scaled by the Allen–Cunneen G/G/c factor
+(c_a^2 + c_L^2)/2 with mu = phi_eff(cap) / E[L] the completion rate with the memory full and c_a^2
+the SCV of the arrivals the wall sees (at most 1: see below; with c_a^2 = 1 the slot wait of
+:func:`qmodel.stations.decode.slot_wait`).
 The hard-cap chain (slot wait at exactly floor(KV / E[S])) waits too rarely: on issue 15 item 8
 it gave P(wait) 3% at 0.85 of the limit against the replay's 7-8%.
 docs/methods.md ("KV admission: the soft wall") has the replay measurements.
+
+Smooth arrivals (c_a^2 < 1: Gamma arrivals with cv < 1, and round-robin dispatch, which hands each
+instance every c-th arrival, c_a^2 / c) queue less for memory than Poisson ones; the factor was
+(1 + c_L^2)/2 whatever the arrivals, and the generated corpus's colocated cases with smooth or
+round-robin-split arrivals ran TTFT p90 +100..+800% high. Bursty arrivals (c_a^2 > 1) keep the
+Poisson factor: with c_a^2 itself the colocated TTFT p90 of the corpus's bursty cases rose further
+above the replay's (docs/validation.md, "KV admission under smooth arrivals").
 """
 
 from __future__ import annotations
@@ -58,10 +67,13 @@ class KVWall:
         return np.diff(np.concatenate([[0.0], cdf]))
 
     def slot_wait(self, step_s: np.ndarray, token_rate: float, capacity: float, mean_output: float,
-                  cv2_output: float, pool: int = 1, full_rate_per_s: float | None = None
-                  ) -> tuple[float, float] | None:
+                  cv2_output: float, pool: int = 1, full_rate_per_s: float | None = None,
+                  arrival_scv: float = 1.0) -> tuple[float, float] | None:
         """(P(wait), rate of the conditional exponential wait) of the population chain (module doc),
         or None where the chain is unstable at this token rate (rc >= 1).
+
+        ``arrival_scv``: c_a^2 of the arrivals the wall sees, taken at most 1 (module doc); the
+        conditional wait's rate is divided by (c_a^2 + c_L^2)/2, infinite (no wait) where both are 0.
 
         ``step_s[k]`` = t_d(k) for k = 0..cap (index 0 unused); ``token_rate`` = lam E[L] / capacity
         per instance. ``pool`` > 1: instances that share arrivals by outstanding tokens (least_loaded,
@@ -94,7 +106,8 @@ class KVWall:
         z = float(w.sum()) + tail
         p_wait = (float(np.dot(w, np.cumsum(pm))) + tail) / z  # P(M <= n) at the arrival's n (PASTA)
         mu = capacity * float(phi_eff[-1]) / mean_output
-        return min(p_wait, 1.0), mu * (1.0 - rc) / ((1.0 + cv2_output) / 2.0)
+        factor = (min(max(arrival_scv, 0.0), 1.0) + cv2_output) / 2.0
+        return min(p_wait, 1.0), (mu * (1.0 - rc) / factor if factor > 0 else math.inf)
 
 
 def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,

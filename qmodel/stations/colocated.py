@@ -68,7 +68,8 @@ Model, per instance at rate lam (random split over ``instances``):
   prompt + output reservations, head-of-line blocking), normal about the saturated schedule's mean
   batch; the population chain phi_eff(n) = E[phi(min(n, M))] at decode capacity 1 - rho_p, scaled to
   the station's limit when full; P(wait) = sum pi(n) P(M <= n), then Exp(mu (1 - lam/lam_max)) scaled
-  by (1 + c_L^2)/2; least_loaded pools share one wall; where max_batch binds first, M = max_batch
+  by (c_a^2 + c_L^2)/2, c_a^2 <= 1 the SCV of the arrivals the wall sees; least_loaded pools share
+  one wall; where max_batch binds first, M = max_batch
   (the hard cap, scaled to the limit). Without a KV capacity (a max_batch cap only), the decode
   station's slot wait (:func:`qmodel.stations.decode.admission_wait`) at capacity 1 - rho_p. Added to
   TTFT as independent. Replay (issue 15 item 8: OPT-13B, 2 x A100 TP2, DistServe vLLM fit, ShareGPT
@@ -329,7 +330,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if self.n_max is not None:
             lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for memory or a slot "
                              + (f"(KV soft wall: the pool holds {self._wall.centre:.1f} +- {self._wall.sd:.1f} residents; "
-                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)" if self._wall is not None
+                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (c_a^2 + c_L^2)/2, c_a^2 <= 1)" if self._wall is not None
                                 else "(M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)"))
         if self.instances > 1 and self.dispatch == "least_loaded":
             lam_notes.append(f"{self.instances} instances, least_loaded (outstanding tokens): idle instances first, "

@@ -19,6 +19,7 @@ import numpy as np
 from qmodel.dist import GridDist, convolve, mixture, stochastic_max
 from qmodel.errors import NumericalError, UnstableError
 from qmodel.stations.decode import admission_wait, wait_law
+from qmodel.stations.fcfs import split_arrival_scv
 from qmodel.stations.iteration_stalls import compound_poisson_pmf, decode_residual, split_pmf
 from qmodel.stations.iteration_waits import add_arrivals_during, equilibrium_residual, poisson_sf, win_against
 
@@ -206,7 +207,9 @@ class ColocatedTTFT:
     def _slot_wait(self, pi: np.ndarray, tail: float, rc: float, tok: float, capacity: float, dx: float
                    ) -> GridDist | None:
         """Wait for KV or a slot before the prefill: the soft-wall population chain of
-        :class:`qmodel.stations.admission.KVWall` where KV binds (the hard-cap slot wait of
+        :class:`qmodel.stations.admission.KVWall` where KV binds, its conditional wait scaled by
+        (c_a^2 + c_L^2)/2 with c_a^2 the arrival SCV the wall sees (the instance's share of the
+        stream, the whole stream for a least_loaded pool; at most 1) (the hard-cap slot wait of
         :func:`qmodel.stations.decode.admission_wait` where max_batch binds, or where the wall's chain
         is unstable at this rate)."""
         cap = self.chain.cap
@@ -214,9 +217,12 @@ class ColocatedTTFT:
             return None
         g = self.chain.g(cap)
         if self._wall is not None:
-            pool = self.instances if self.dispatch == "least_loaded" else 1
+            pooled = self.dispatch == "least_loaded"  # one wall for the pool: it sees the whole stream
+            pool = self.instances if pooled else 1
+            ca2 = (self.ca2 if pooled else
+                   split_arrival_scv(self.ca2, self.instances, cyclic=self.dispatch == "round_robin"))
             soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool,
-                                        full_rate_per_s=self._lam_sat)
+                                        full_rate_per_s=self._lam_sat, arrival_scv=ca2)
             if soft is not None:
                 return wait_law(*soft, dx)
         m = len(pi) - 1

@@ -14,7 +14,7 @@ module holds one model with its formula in its docstring:
   Cramér–Lundberg tail.
 * :mod:`~qmodel.stations.fcfs.mdc`  :class:`MDc` M/D/c exact by Crommelin's chain.
 * :mod:`~qmodel.stations.fcfs.mgc`  :class:`MGc` M/G/c Cosmetatos/Whitt approximation.
-* :mod:`~qmodel.stations.fcfs.scalar`  Kingman, Krämer & Langenbach-Belz, Allen–Cunneen, QNA
+* :mod:`~qmodel.stations.fcfs.scalar`  Kingman, Krämer & Langenbach-Belz, Allen–Cunneen, QNA, the split stream's SCV
   (Whitt 1983) and the M^X/G/1 mean wait.
 
 References: Erlang (1909); Crommelin (1932); Franx (2001); Takács (1962); Cosmetatos (1976);
@@ -28,7 +28,7 @@ from qmodel.stations.fcfs.mdc import MD1, MDc, erlang_md1_cdf
 from qmodel.stations.fcfs.mg1 import MG1
 from qmodel.stations.fcfs.mgc import MGc, cosmetatos_mdc
 from qmodel.stations.fcfs.scalar import (allen_cunneen, kingman, klb_factor, mx_g1_mean_wait, qna_delay_probability,
-                                         qna_departure_scv)
+                                         qna_departure_scv, split_arrival_scv)
 from qmodel.stations.fcfs.service import ServiceSample, cramer_lundberg
 from qmodel.stations.fcfs.waiting import WaitingTime
 
@@ -49,6 +49,7 @@ __all__ = [
     "cosmetatos_mdc",
     "qna_departure_scv",
     "qna_delay_probability",
+    "split_arrival_scv",
     "mx_g1_mean_wait",
     "cramer_lundberg",
     "erlang_md1_cdf",

@@ -1,6 +1,7 @@
 """Scalar FCFS formulas: :func:`kingman` (G/G/1 heavy traffic), :func:`klb_factor`
 (Krämer & Langenbach-Belz 1976), :func:`qna_delay_probability` and :func:`qna_departure_scv`
-(Whitt 1983), :func:`allen_cunneen` (G/G/c) and :func:`mx_g1_mean_wait` (batch arrivals, exact)."""
+(Whitt 1983), :func:`allen_cunneen` (G/G/c), :func:`split_arrival_scv` (one part of a split stream) and
+:func:`mx_g1_mean_wait` (batch arrivals, exact)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from qmodel.errors import UnstableError
 from qmodel.stations.fcfs.erlang import MMc
 
 __all__ = ["kingman", "klb_factor", "qna_delay_probability", "allen_cunneen", "qna_departure_scv",
-           "mx_g1_mean_wait"]
+           "split_arrival_scv", "mx_g1_mean_wait"]
 
 
 def kingman(rho: float, ca2: float, cs2: float, mean_s: float) -> float:
@@ -58,6 +59,15 @@ def allen_cunneen(lam: float, mean_s: float, c: int, ca2: float, cs2: float) -> 
 def qna_departure_scv(rho: float, ca2: float, cs2: float, m: int = 1) -> float:
     """QNA departure SCV c_d² = 1 + (1−ρ²)(c_a² − 1) + ρ²(c_s² − 1)/√m (Whitt 1983)."""
     return 1.0 + (1.0 - rho * rho) * (ca2 - 1.0) + rho * rho * (cs2 - 1.0) / math.sqrt(m)
+
+
+def split_arrival_scv(ca2: float, parts: int, cyclic: bool) -> float:
+    """SCV of the inter-arrival times one of ``parts`` engines sees when a renewal stream of SCV ``ca2``
+    is split among them: cyclic (round-robin) splitting sums ``parts`` consecutive gaps, c_a²/c (exact
+    for a renewal stream); random (Bernoulli) splitting gives c_a²/c + 1 − 1/c (QNA, Whitt 1983; exact
+    for a renewal stream: a geometric sum of gaps)."""
+    c = max(int(parts), 1)
+    return ca2 / c if cyclic else ca2 / c + 1.0 - 1.0 / c
 
 
 def mx_g1_mean_wait(batch_rate: float, ex: float, ex2: float, es: float, es2: float) -> float:

@@ -23,7 +23,7 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import (DISPATCHES, Param, StationModel, StationSolution, integer, number, one_of, optional,
                                   sample)
-from qmodel.stations.fcfs import MDc, MGc, ServiceSample, klb_factor, qna_delay_probability
+from qmodel.stations.fcfs import MDc, MGc, ServiceSample, klb_factor, qna_delay_probability, split_arrival_scv
 from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.kernels import scale_time
 from qmodel.stations.prefill.law import BatchServiceLaw
@@ -141,10 +141,8 @@ class PrefillStation(StationModel):
         return self.instances * en / es
 
     def _instance_ca2(self) -> float:
-        c = self.instances
-        if self.dispatch == "random":
-            return self.ca2 / c + 1.0 - 1.0 / c  # Bernoulli splitting
-        return self.ca2 / c  # cyclic splitting: sum of c inter-arrival times
+        # random: Bernoulli splitting; round_robin and least_loaded (treated like it): cyclic splitting
+        return split_arrival_scv(self.ca2, self.instances, cyclic=self.dispatch != "random")
 
     def own_batch_time_per_prompt(self, own_batch_pmf: np.ndarray, seed: int = 7,
                                   mean_s: float | None = None) -> np.ndarray:
