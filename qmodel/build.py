@@ -108,9 +108,11 @@ class Resolved:
 
     @property
     def link_paths(self) -> int:
-        """Transfer paths: one per prefill instance (0 unless disaggregated)."""
-        p = self.pools.get("prefill")
-        return 0 if p is None else int(p.config.instances)
+        """Transfer paths (:meth:`qmodel.topology.Topology.link_paths`: one per prefill instance
+        where KV crosses a link, else 0)."""
+        from qmodel.topology import topology_named
+
+        return topology_named(self.scenario.deployment.topology).link_paths(self.scenario.deployment)
 
 
 #: builds one pool: (role, dotted field, pool config, KV memory fraction) -> PoolRuntime

@@ -83,8 +83,8 @@ class Solver:
 
     @property
     def pool_station(self):
-        """The colocated or chunked station (single-pool deployments)."""
-        return self.station("pool")
+        """The colocated or chunked station (single-pool deployments: its role is the shape's name)."""
+        return self.station(self.topology.name)
 
     # the roles under the attribute names tests and older callers read
     _prefill = property(lambda self: self.station("prefill"))

@@ -9,6 +9,8 @@ from typing import Callable
 from textual.actions import parse
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from qmodel.topology import TOPOLOGIES
+
 from .app import TABS
 
 __all__ = ["ACTIONS", "QmodelCommands", "palette_entries"]
@@ -52,7 +54,7 @@ def palette_entries(app) -> list[tuple[str, Callable[[], object], str]]:
         out.append((f"Link: {ln}", partial(app.set_field, "deployment.link", ln), "KV-transfer link (disaggregated)"))
     for w in names["workloads"]:
         out.append((f"Workload preset: {w}", partial(_set_preset, app, w), "length mix from the catalog"))
-    for topo in ("colocated", "chunked", "disaggregated"):
+    for topo in TOPOLOGIES:
         out.append((f"Topology: {topo}", partial(app.set_field, "deployment.topology", topo), "switch the deployment"))
     for text, action, help_ in ACTIONS:
         _, name, args = parse(action)

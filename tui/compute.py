@@ -219,14 +219,15 @@ class Engine:
 
         sc = a.scenario
         gpu, tp, n, variants = iso_gpu_variants(sc)
-        layouts = {"colocated": f"{n} x TP{tp}",
-                   "chunked": f"{n} x TP{tp}, {variants['chunked'].deployment.chunk_tokens}-token chunks"}
-        own = sc.deployment.topology
+        own = topology_named(sc.deployment.topology)
         picks: list[tuple[str, str, Scenario | None, str]] = []
-        for topo in ("colocated", "chunked"):
-            picks.append((topo, layouts[topo] + (" (this scenario)" if own == topo else ""),
-                          sc if own == topo else variants[topo], ""))
-        if own == "disaggregated":
+        for topo, variant in variants.items():  # the single-pool shapes on the same GPUs
+            shape = topology_named(topo)
+            layout = f"{n} x TP{tp}" + (f", {shape.chunk_budget(variant.deployment)}-token chunks"
+                                        if shape.chunked_prefill else "")
+            picks.append((topo, layout + (" (this scenario)" if own.name == topo else ""),
+                          sc if own.name == topo else variant, ""))
+        if own.separate_prefill:
             dep = sc.deployment
             picks.append(("disaggregated", f"P:D = {dep.prefill.instances}:{dep.decode.instances} (this scenario)", sc, ""))
         elif n < 2:

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, parse_scenario
+from qmodel.topology import topology_named
 
 __all__ = ["AXES", "LOAD_BANDS", "CorpusCase", "Corpus", "generate", "load_band", "case_json"]
 
@@ -221,8 +222,8 @@ def _slo(sc: dict[str, Any], mean_p: float, mean_o: float, rng: np.random.Genera
     from qmodel.registry import get_gpu, get_model
 
     dep = sc["deployment"]
-    pre = dep["prefill"] if dep["topology"] == "disaggregated" else dep["pool"]
-    dec = dep["decode"] if dep["topology"] == "disaggregated" else dep["pool"]
+    pools = topology_named(dep["topology"]).pool_roles  # prefill first: ("pool",) for one pool
+    pre, dec = dep[pools[0]], dep[pools[-1]]
     model = get_model(sc["model"])
     perf = parse_scenario(dict(sc, slo={"ttft_s": 1.0, "tpot_s": 1.0})).perf
     sp = service_model(perf, model, get_gpu(pre["gpu"]), pre["tp"], pre["pp"])
@@ -285,7 +286,8 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
     mean_p, mean_o, longest = float(np.mean(p)), float(np.mean(o)), float(np.max(p + o))
 
     dec_gpu, dec_tp, dec_pp = gpu, tp, pp
-    if top == "disaggregated":
+    shape = topology_named(top)
+    if shape.separate_prefill:
         f["pd_gpus"] = decks.draw("pd_gpus")
         if f["pd_gpus"] == "hetero":
             if table is not None:
@@ -307,10 +309,8 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
             f["kv"] = "ample"  # even the whole memory holds no more than the binding target
     pool = {"gpu": dec_gpu, "tp": dec_tp, "pp": dec_pp, "instances": inst, "max_batch": max_batch,
             "kv_memory_fraction": max(frac, 0.01), "dispatch": f["dispatch"]}
-    if top == "colocated":
-        dep: dict[str, Any] = {"topology": top, "pool": pool, "max_batch_tokens": budget}
-    elif top == "chunked":
-        dep = {"topology": top, "pool": pool, "chunk_tokens": budget}
+    if shape.budget_field is not None:  # one pool, its token budget a deployment field
+        dep: dict[str, Any] = {"topology": top, "pool": pool, shape.budget_field: budget}
     else:
         f["link_class"] = decks.draw("link_class")
         f["link"] = str(rng.choice(_LINKS[f["link_class"]]))

@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qmodel.errors import DataError
-from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.base import ArrayOrFloat
 from qmodel.perf.table_interp import (
     SCALAR_TYPES,
-    TablePoint,
+    MeasuredTableModel,
     interp_piecewise,
     interp_piecewise_scalar,
     median_groups,
-    medians_as_points,
 )
 
 if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
@@ -64,7 +63,7 @@ def _lin_weights(x: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return j, w
 
 
-class GridTableModel(ServiceTimeModel):
+class GridTableModel(MeasuredTableModel):
     """Bilinear (log-log in prompt length) interpolation on a full prefill and decode grid.
 
     prefill ``t = lin_n( loglog_p( t[n_j, p_k] ) )`` at ``(n_eff, p_eff)``; decode
@@ -76,10 +75,7 @@ class GridTableModel(ServiceTimeModel):
                  keys: dict[str, object] | None = None) -> None:
         """``prefill_rows``: (batch size, prompt tokens per request, seconds); ``decode_rows``:
         (batch size, mean context per sequence, seconds). Repeats are reduced to medians."""
-        self.kind = kind
-        self.source = source
-        self.keys = dict(keys or {})
-        self._sha = sha256
+        self._identify(sha256=sha256, source=source, kind=kind, keys=keys)
         pre, dec = median_groups(prefill_rows), median_groups(decode_rows)
         self.prefill_medians, self.decode_medians = pre, dec
         pn, pp, ptab = _grid(pre, "prefill", "prompt lengths", source)
@@ -90,8 +86,6 @@ class GridTableModel(ServiceTimeModel):
         self._ldn, self._ldc, self._ldt = dn, dc, dtab.tolist()
         self._floor_prefill = 0.01 * float(ptab.min())
         self._floor_decode = 0.01 * float(dtab.min())
-        #: number of queries answered by extrapolation, per phase (reported by describe())
-        self.extrapolated: dict[str, int] = {"prefill": 0, "decode": 0}
 
     # ---- vectorised ------------------------------------------------------------------------------
     def _along_n(self, n: np.ndarray, per_row: list[np.ndarray], ns: np.ndarray) -> np.ndarray:
@@ -156,21 +150,11 @@ class GridTableModel(ServiceTimeModel):
             self.extrapolated["decode"] += 1
         return max(self._lin1(n, self._ldn, vals), self._floor_decode)
 
-    # ---- calibration support and identity ----------------------------------------------------------
-    def points(self) -> list[TablePoint]:
-        """The grid nodes as ServiceTimeModel queries (for calibration and tests)."""
-        return medians_as_points(self.prefill_medians, self.decode_medians)
-
-    @property
-    def fingerprint(self) -> str:
-        return self._sha
-
-    def describe(self) -> dict[str, object]:
+    # ---- identity ---------------------------------------------------------------------------------
+    def ranges(self) -> dict[str, object]:
         return {
-            "kind": self.kind, "source": self.source, **self.keys, "sha256": self._sha,
             "prompt_tokens_range": [float(self._pp[0]), float(self._pp[-1])],
             "prefill_batch_range": [float(self._pn[0]), float(self._pn[-1])],
             "decode_batch_range": [float(self._dn[0]), float(self._dn[-1])],
             "decode_context_range": [float(self._dc[0]), float(self._dc[-1])],
-            "extrapolated_queries": dict(self.extrapolated),
         }

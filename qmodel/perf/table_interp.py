@@ -9,6 +9,9 @@
   lengths finishing >10% faster than a smaller one) split off so they can be reported.
 * :class:`TablePoint` / :func:`medians_as_points`: medians as ServiceTimeModel queries
   (calibration fits a roofline to them).
+* :class:`MeasuredTableModel`: what the two table models (sweep, grid) share: their identity
+  (kind, source, keys, SHA-256), the medians they reproduce (:meth:`~MeasuredTableModel.points`),
+  the count of extrapolated queries and the ``describe()`` that reports them with their ranges.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qmodel.perf.base import SCALAR_TYPES
+from qmodel.perf.base import SCALAR_TYPES, ServiceTimeModel
 
 __all__ = [
+    "MeasuredTableModel",
     "SCALAR_TYPES",
     "TablePoint",
     "medians_as_points",
@@ -44,6 +48,39 @@ class TablePoint:
     sum_sq_tokens: float  # prefill: sum of squared prompt lengths; decode: 0
     sum_context_tokens: float  # decode: context summed over sequences; prefill: 0
     time_s: float
+
+
+class MeasuredTableModel(ServiceTimeModel):
+    """The identity and reporting every measured-table model shares; a subclass calls
+    :meth:`_identify` first in its constructor, sets ``prefill_medians`` and ``decode_medians``
+    (batch, length, median seconds) and reports its axes' ranges in :meth:`ranges`."""
+
+    prefill_medians: list[tuple[float, float, float]]
+    decode_medians: list[tuple[float, float, float]]
+
+    def _identify(self, *, sha256: str, source: str, kind: str, keys: dict[str, object] | None) -> None:
+        self.kind = kind
+        self.source = source
+        self.keys = dict(keys or {})
+        self._sha = sha256
+        #: number of queries answered by extrapolation, per phase (reported by describe())
+        self.extrapolated: dict[str, int] = {"prefill": 0, "decode": 0}
+
+    def points(self) -> list[TablePoint]:
+        """The medians the model reproduces, as ServiceTimeModel queries (for calibration and tests)."""
+        return medians_as_points(self.prefill_medians, self.decode_medians)
+
+    @property
+    def fingerprint(self) -> str:
+        return self._sha
+
+    def ranges(self) -> dict[str, object]:
+        """The measured axes' ranges (and what else the table reports) for :meth:`describe`."""
+        return {}
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": self.kind, "source": self.source, **self.keys, "sha256": self._sha, **self.ranges(),
+                "extrapolated_queries": dict(self.extrapolated)}
 
 
 def medians_as_points(prefill_medians: Iterable[tuple[float, float, float]],

@@ -34,15 +34,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qmodel.errors import DataError
-from qmodel.perf.base import ArrayOrFloat, ServiceTimeModel
+from qmodel.perf.base import ArrayOrFloat
 from qmodel.perf.table_interp import (
     SCALAR_TYPES,
-    TablePoint,
+    MeasuredTableModel,
     drop_non_monotone,
     interp_piecewise,
     interp_piecewise_scalar,
     median_groups,
-    medians_as_points,
 )
 
 if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time (a cold CLI start)
@@ -51,7 +50,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing stays unimported at run time
 __all__ = ["SweepTableModel"]
 
 
-class SweepTableModel(ServiceTimeModel):
+class SweepTableModel(MeasuredTableModel):
     """Step times interpolated from measured sweeps (splitwise-sim or qmodel CSV).
 
     prefill ``t = n_eff * f1(p_eff) * g(n_eff)``; decode ``t = h(n) + c * S`` (see the module
@@ -62,10 +61,7 @@ class SweepTableModel(ServiceTimeModel):
                  *, sha256: str, source: str, kind: str, keys: dict[str, object] | None = None) -> None:
         """``prefill_rows``: (batch size, prompt tokens per request, seconds); ``decode_rows``:
         (batch size, mean context per sequence, seconds). Repeats are reduced to medians."""
-        self.kind = kind
-        self.source = source
-        self.keys = dict(keys or {})
-        self._sha = sha256
+        self._identify(sha256=sha256, source=source, kind=kind, keys=keys)
         pre, bad_p = drop_non_monotone(median_groups(prefill_rows))
         dec, bad_d = drop_non_monotone(median_groups(decode_rows))
         self.prefill_medians, self.decode_medians = pre, dec
@@ -88,8 +84,6 @@ class SweepTableModel(ServiceTimeModel):
         self._fit_decode(dec, source)
         self._floor_prefill = 0.01 * min(t for _, _, t in pre)
         self._floor_decode = 0.01 * min(t for _, _, t in dec)
-        #: number of queries answered by extrapolation, per phase (reported by describe())
-        self.extrapolated: dict[str, int] = {"prefill": 0, "decode": 0}
         # Python lists for the scalar fast path.
         self._lp, self._lf1 = self._p.tolist(), self._f1.tolist()
         self._lgn, self._lg = self._gn.tolist(), self._g.tolist()
@@ -185,23 +179,13 @@ class SweepTableModel(ServiceTimeModel):
             self.extrapolated["decode"] += 1
         return max(h + self.context_cost_s_per_token * s, self._floor_decode)
 
-    # ---- calibration support and identity ---------------------------------------------------
-    def points(self) -> list[TablePoint]:
-        """The measured medians as ServiceTimeModel queries (for calibration and tests)."""
-        return medians_as_points(self.prefill_medians, self.decode_medians)
-
-    @property
-    def fingerprint(self) -> str:
-        return self._sha
-
-    def describe(self) -> dict[str, object]:
+    # ---- identity ---------------------------------------------------------------------------
+    def ranges(self) -> dict[str, object]:
         return {
-            "kind": self.kind, "source": self.source, **self.keys, "sha256": self._sha,
             "prompt_tokens_range": [float(self._p[0]), float(self._p[-1])],
             "prefill_batch_range": [1.0, float(self._gn[-1])],
             "decode_batch_range": [float(self._hn[0]), float(self._hn[-1])],
             "decode_context_range": [float(self._ctx_range[0]), float(self._ctx_range[1])],
             "context_cost_s_per_token": self.context_cost_s_per_token,
             "suspect_rows": self.suspect,
-            "extrapolated_queries": dict(self.extrapolated),
         }

@@ -291,7 +291,7 @@ class EngineEvaluator(Evaluator):
                 st = self._station(plan, station)
                 hit = (float(st.max_stable_rate_per_s()), st.name)
             except QmodelError:
-                hit = (0.0, plan.topology if station == "pool" else station)  # e.g. KV cannot hold one sequence
+                hit = (0.0, station)  # e.g. KV cannot hold one sequence (the role is the station's name)
             if not math.isfinite(hit[0]):
                 hit = (1e12, hit[1])  # a station with no limit (e.g. a dedicated link); keep numbers finite
             self._caps[key] = hit

@@ -125,23 +125,10 @@ class SearchSpace(BaseModel):
         pgpus = self.prefill_gpus or gpus
         dgpus = self.decode_gpus or gpus
         links = self.links or (default_link,)
+        from qmodel.topology import topology_named
+
         for topo in self.topologies:
-            if topo == "disaggregated":
-                for pg in pgpus:
-                    for ptp in self.tps:
-                        for dg in dgpus:
-                            for dtp in self.tps:
-                                for link in links:
-                                    for mode in self.transfer_modes:
-                                        yield Family("disaggregated", dg, dtp, pg, ptp, link, mode)
-            else:
-                for g in gpus:
-                    for tp in self.tps:
-                        if topo == "chunked":
-                            for c in self.chunk_tokens:
-                                yield Family("chunked", g, tp, chunk_tokens=c)
-                        else:
-                            yield Family("colocated", g, tp)
+            yield from topology_named(topo).families(self, gpus, pgpus, dgpus, links)
 
     def instance_grid(self, fam: Family) -> Iterator[tuple[int, int]]:
         """(n_decode, n_prefill) pairs within max_instances and max_gpus (n_prefill = 0 for one pool)."""

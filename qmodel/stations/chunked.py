@@ -73,8 +73,8 @@ import numpy as np
 from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.base import StationSolution
-from qmodel.stations.pool_inputs import check_pool_inputs, held_prompt_tokens
+from qmodel.stations.base import Param, StationModel, StationSolution, integer
+from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
 from qmodel.stations.iteration_stalls import L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes, stall_tpot
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
@@ -96,8 +96,8 @@ def _at(table: np.ndarray, v: float):
 _W_NODES = 1
 
 
-@dataclass
-class ChunkedStation:
+@dataclass(eq=False)
+class ChunkedStation(StationModel):
     """Sarathi-style chunked-prefill engines (formulas in the module doc)."""
 
     service: ServiceTimeModel
@@ -113,11 +113,12 @@ class ChunkedStation:
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
     cached_tokens: np.ndarray | None = None
 
-    def __post_init__(self) -> None:
-        p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
-                                 self.dispatch)
-        if self.chunk_tokens < 2:
-            raise InputError("chunked.chunk_tokens", self.chunk_tokens, "an integer >= 2 (decode + chunk tokens)")
+    params = POOL_PARAMS + (
+        Param("chunk_tokens", integer(2, "an integer >= 2 (decode + chunk tokens)"), "chunked.chunk_tokens"),
+    )
+
+    def prepare(self) -> None:
+        p, L = float_lengths(self.prompt_tokens, self.output_tokens)
         self.p, self.L = p, L
         self.mean_p = float(p.mean())
         self.mean_output = float(L.mean())

@@ -123,16 +123,16 @@ import numpy as np
 from qmodel.dist import GridDist, convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.base import StationSolution
+from qmodel.stations.base import Param, StationModel, StationSolution, integer
 from qmodel.stations.colocated_limit import ColocatedLimits
 from qmodel.stations.colocated_ttft import ColocatedTTFT
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_period_stalls, compound_poisson_pmf,
                                               decode_residual, n_nodes, stall_tpot)
 from qmodel.stations.iteration_waits import add_arrivals_during, batch_wait, burst_batch_mean, burst_increment
-from qmodel.stations.pool_inputs import check_pool_inputs, held_prompt_tokens
+from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
 
-__all__ = ["ColocatedStation", "check_pool_inputs", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
+__all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
            "decode_residual"]
 
 _OWN_CLASSES = 4
@@ -140,8 +140,8 @@ _OWN_CLASSES = 4
 _FULL_SHARE = 1e-3
 
 
-@dataclass
-class ColocatedStation(ColocatedLimits, ColocatedTTFT):
+@dataclass(eq=False)
+class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
     """Colocated prefill-priority engines (formulas in the module doc)."""
 
     service: ServiceTimeModel
@@ -157,11 +157,12 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT):
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
     cached_tokens: np.ndarray | None = None
 
-    def __post_init__(self) -> None:
-        p, L = check_pool_inputs(self.name, self.prompt_tokens, self.output_tokens, self.instances, self.ca2,
-                                 self.dispatch)
-        if self.max_batch_tokens < 1:
-            raise InputError("colocated.max_batch_tokens", self.max_batch_tokens, "an integer >= 1")
+    params = POOL_PARAMS + (
+        Param("max_batch_tokens", integer(1, "an integer >= 1"), "colocated.max_batch_tokens"),
+    )
+
+    def prepare(self) -> None:
+        p, L = float_lengths(self.prompt_tokens, self.output_tokens)
         self.p, self.L = p, L
         self.held = held = held_prompt_tokens(self.name, p, self.cached_tokens)
         self.mean_output = float(L.mean())

@@ -1,34 +1,44 @@
-"""Input checks every single-pool station (colocated, chunked) shares: the joint length sample, the
-instance count, the arrival SCV, the dispatch, and the KV-held prompt tokens (uncached + prefix-cache hit).
+"""What every single-pool station (colocated, chunked) declares and shares: its parameters with their
+domains (the joint length sample, the instance count, the arrival SCV, the dispatch), the lengths as
+float arrays, and the KV-held prompt tokens (uncached + prefix-cache hit).
 """
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import numpy as np
 
 from qmodel.errors import InputError
+from qmodel.stations.base import DISPATCHES, Param, integer, number, one_of, sample
 
-__all__ = ["check_pool_inputs", "held_prompt_tokens"]
+__all__ = ["POOL_PARAMS", "float_lengths", "held_prompt_tokens"]
 
 
-def check_pool_inputs(name: str, prompt_tokens: np.ndarray, output_tokens: np.ndarray, instances: int, ca2: float,
-                      dispatch: str) -> tuple[np.ndarray, np.ndarray]:
-    """Validate the inputs every single-pool station shares; returns (prompts, outputs) as float arrays."""
-    p = np.asarray(prompt_tokens, dtype=float).ravel()
-    L = np.asarray(output_tokens, dtype=float).ravel()
-    if (p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 0) or not p.mean() > 0
-            or not (np.all(np.isfinite(p)) and np.all(np.isfinite(L)))):
-        raise InputError("lengths", f"{p.size} prompts / {L.size} outputs",
-                         "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens")
-    if instances < 1:
-        raise InputError(f"{name}.instances", instances, "an integer >= 1")
-    if not (ca2 >= 0 and math.isfinite(ca2)):
-        raise InputError(f"{name}.ca2", ca2, "a finite arrival SCV >= 0 (1 = Poisson)")
-    if dispatch not in ("random", "round_robin", "least_loaded"):
-        raise InputError(f"{name}.dispatch", dispatch, "one of random, round_robin, least_loaded")
-    return p, L
+def _joint_lengths_ok(p: np.ndarray, L: np.ndarray) -> bool:
+    return not (p.size == 0 or p.size != L.size or np.any(L < 1) or np.any(p < 0) or not p.mean() > 0
+                or not (np.all(np.isfinite(p)) and np.all(np.isfinite(L))))
+
+
+def _sizes(lengths: tuple[Any, Any]) -> str:
+    return "{} prompts / {} outputs".format(*(np.size(x) for x in lengths))
+
+
+#: the parameters every single-pool station declares (checked by :class:`~qmodel.stations.base.StationModel`)
+POOL_PARAMS = (
+    Param(("prompt_tokens", "output_tokens"),
+          sample(_joint_lengths_ok,
+                 "a non-empty joint sample, uncached prompts >= 0 (mean > 0) and outputs >= 1 tokens"),
+          "lengths", shown=_sizes),
+    Param("instances", integer(1, "an integer >= 1"), "{name}.instances"),
+    Param("ca2", number(0.0, expected="a finite arrival SCV >= 0 (1 = Poisson)"), "{name}.ca2"),
+    Param("dispatch", one_of(DISPATCHES), "{name}.dispatch"),
+)
+
+
+def float_lengths(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(prompts, outputs) of the joint sample as flat float arrays."""
+    return np.asarray(prompt_tokens, dtype=float).ravel(), np.asarray(output_tokens, dtype=float).ravel()
 
 
 def held_prompt_tokens(name: str, prompt_tokens: np.ndarray, cached_tokens: np.ndarray | None) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 A :class:`Topology` owns, for one shape (colocated, chunked, disaggregated, and room for more):
 
-* ``roles``: the stations it is made of, by role (``"pool"``, or ``"prefill"``, ``"kv_transfer"``,
-  ``"decode"``); the replay wires stations under the same names;
+* ``roles``: the stations it is made of, by role, each station named like its role
+  (``"colocated"`` or ``"chunked"`` for the one station of a single pool; ``"prefill"``,
+  ``"kv_transfer"``, ``"decode"``); the replay's stations carry the same names;
 * :meth:`build_station`: one station from the scenario and its resolved inputs
   (:class:`qmodel.build.Resolved`), rate-independent, built once per solver;
 * :meth:`limits`: the largest stable total rate per station (the solver's stability check);
@@ -16,6 +17,9 @@ A :class:`Topology` owns, for one shape (colocated, chunked, disaggregated, and 
   first) and whether prefill has a pool of its own; :meth:`pool_configs`, :meth:`prefill_config`,
   :meth:`decode_config` read them from a deployment, :meth:`family_pools` from a planner family;
 * ``has_link``: whether KV crosses a link between pools (link resolution, link bandwidth rows);
+  :meth:`link_paths`: how many transfer paths it has;
+* ``budget_field``: the deployment field of a single pool's token budget; :meth:`families`: the
+  planner families of this shape in a search space; ``plot_style``: the TUI's colour for it;
 * :meth:`family_label`, :meth:`plan_label`, :meth:`layout`: how the planner, ``compare`` and the
   TUI name a deployment of this shape; :meth:`explain_blocks`: what ``--explain`` adds for it;
 * :meth:`perturbations`: the deployment inputs the goodput elasticities perturb, and
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from qmodel.dist import GridDist
@@ -91,6 +96,10 @@ class Topology(ABC):
     #: station, no copy of the station): a :class:`~qmodel.stations.base.MemoizedStation` there
     #: answers a rate solved before (the planner's and the station cache's shared stations)
     memo_roles: ClassVar[tuple[str, ...]] = ()
+    #: the deployment field holding the one pool's token budget (None: a shape whose prefill pool has its own)
+    budget_field: ClassVar[str | None] = None
+    #: the colour the TUI draws this shape's curves in
+    plot_style: ClassVar[str] = "white"
 
     # ---- the deployment's pools ----------------------------------------------------------------
     def pool_configs(self, deployment: Any) -> list[tuple[str, PoolConfig]]:
@@ -117,6 +126,15 @@ class Topology(ABC):
         from qmodel.scenario_deployment import ChunkedDeployment
 
         return ChunkedDeployment.model_fields["chunk_tokens"].default
+
+    def link_paths(self, deployment: Any) -> int:
+        """KV transfer paths: one per prefill instance where KV crosses a link (0 without a link)."""
+        return 0
+
+    @abstractmethod
+    def families(self, space: Any, gpus: tuple[str, ...], prefill_gpus: tuple[str, ...],
+                 decode_gpus: tuple[str, ...], links: tuple[str, ...]) -> Iterator[Any]:
+        """The planner families (:class:`qmodel.planner.space.Family`) of this shape in ``space``."""
 
     def family_pools(self, fam: Any) -> list[tuple[str, str, int]]:
         """(role, GPU, TP) per pool of a planner family (its ``decode_*`` fields are the one pool's)."""
@@ -145,9 +163,8 @@ class Topology(ABC):
         """The KV link's report at ``c`` (None: no link)."""
         return None
 
-    @staticmethod
     @abstractmethod
-    def station_keys(plan: Any) -> dict[str, tuple]:
+    def station_keys(self, plan: Any) -> dict[str, tuple]:
         """Role -> what that station depends on in a planner ``plan`` (beyond the scenario)."""
 
     @staticmethod

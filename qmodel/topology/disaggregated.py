@@ -18,8 +18,8 @@ spread over its instances, in tokens), which lowers its stability limit below it
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,11 +57,28 @@ class DisaggregatedTopology(Topology):
                      "kv_transfer": ("decode", "first_token_from"),
                      "decode": ("prefill", "transfer_mode", *_LINK)}
     memo_roles = ("prefill",)  # the link is solved with the prefill's release process, decode less the KV in flight
+    plot_style = "bright_green"
 
     def __init__(self) -> None:
         self._groups: tuple[np.ndarray, np.ndarray] | None = None  # handoff groups of this solver's lengths
 
     # ---- stations ------------------------------------------------------------------------------
+    def link_paths(self, deployment: Any) -> int:
+        return int(deployment.prefill.instances)
+
+    def families(self, space: Any, gpus: tuple[str, ...], prefill_gpus: tuple[str, ...],
+                 decode_gpus: tuple[str, ...], links: tuple[str, ...]) -> Iterator[Any]:
+        """One family per (prefill GPU, TP, decode GPU, TP, link, transfer mode)."""
+        from qmodel.planner.space import Family
+
+        for pg in prefill_gpus:
+            for ptp in space.tps:
+                for dg in decode_gpus:
+                    for dtp in space.tps:
+                        for link in links:
+                            for mode in space.transfer_modes:
+                                yield Family(self.name, dg, dtp, pg, ptp, link, mode)
+
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
         return {"prefill": self._prefill, "kv_transfer": self._transfer, "decode": self._decode}[role](scenario, resolved)
 
@@ -94,7 +111,7 @@ class DisaggregatedTopology(Topology):
             bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
-            paths=dep.prefill.instances,
+            paths=r.link_paths,
             sharing=dep.link_sharing,
             mode=dep.transfer_mode,
             layers=r.model.layers,
@@ -119,8 +136,7 @@ class DisaggregatedTopology(Topology):
             first_step_in_ttft=dep.first_token_from == "decode",
         )
 
-    @staticmethod
-    def station_keys(plan: Any) -> dict[str, tuple]:
+    def station_keys(self, plan: Any) -> dict[str, tuple]:
         f, d, p = plan.family, plan.decode, plan.prefill
         assert p is not None
         return {"prefill": ("prefill", p.gpu, p.tp, p.instances),
@@ -230,7 +246,7 @@ class DisaggregatedTopology(Topology):
         each path's bandwidth set to it, for the binding diagnosis's bandwidth search)."""
         tr = solver.station("kv_transfer")
         if bandwidth_bytes_per_s is not None:
-            tr = dataclasses.replace(tr, bandwidth_bytes_per_s=bandwidth_bytes_per_s)
+            tr = tr.with_bandwidth(bandwidth_bytes_per_s)
         dep = solver.scenario.deployment
         batch: dict = {}
         if sp.extra.get("batch_size_mean", 1.0) > 1.0 + 1e-9 and dep.link_sharing == "fcfs":

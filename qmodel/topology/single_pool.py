@@ -1,6 +1,7 @@
 """Colocated and chunked deployments: one pool of GPUs serving both prefill and decode.
 
-One station (role ``"pool"``) returns TTFT and TPOT on the same GPUs. They are positively
+One station, named (and its role named) like the shape (``"colocated"``, ``"chunked"``, as the
+replay's station is), returns TTFT and TPOT on the same GPUs. They are positively
 associated (both suffer when prefill is busy), so a·b is a lower bound on A = P(TTFT <= x,
 TPOT <= y) and min(a, b) an upper bound; the point estimate is the lower bound (conservative for
 goodput). Colocated batches whole prompts up to ``max_batch_tokens``
@@ -10,6 +11,7 @@ pieces mixed with decode steps (:class:`~qmodel.stations.chunked.ChunkedStation`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,9 +35,7 @@ def cached_tokens(resolved: Resolved) -> np.ndarray | None:
 class SinglePoolTopology(Topology):
     """What colocated and chunked share: one station, its TTFT and TPOT read directly."""
 
-    roles = ("pool",)
     pool_roles = ("pool",)
-    memo_roles = ("pool",)
 
     def _common(self, scenario: Scenario, resolved: Resolved) -> dict[str, Any]:
         dep = scenario.deployment
@@ -47,15 +47,27 @@ class SinglePoolTopology(Topology):
 
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         slo = solver.scenario.slo
-        s = solver.station("pool").solve(rate)
+        s = solver.station(self.name).solve(rate)
         a = float(s.delay.cdf(slo.ttft_s))
         b = float(s.tpot.cdf(slo.tpot_s))
         return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, (a * b, min(a, b)))
 
-    @staticmethod
-    def station_keys(plan: Any) -> dict[str, tuple]:
+    def station_keys(self, plan: Any) -> dict[str, tuple]:
         f, d = plan.family, plan.decode
-        return {"pool": ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
+        return {self.name: ("pool", f.topology, f.chunk_tokens, d.gpu, d.tp, d.instances)}
+
+    def families(self, space: Any, gpus: tuple[str, ...], prefill_gpus: tuple[str, ...],
+                 decode_gpus: tuple[str, ...], links: tuple[str, ...]) -> Iterator[Any]:
+        """One family per (GPU, TP) of the one pool, and per chunk budget where prefill is chunked."""
+        from qmodel.planner.space import Family
+
+        for g in gpus:
+            for tp in space.tps:
+                if self.chunked_prefill:
+                    for c in space.chunk_tokens:
+                        yield Family(self.name, g, tp, chunk_tokens=c)
+                else:
+                    yield Family(self.name, g, tp)
 
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         pool = deployment.pool
@@ -94,6 +106,10 @@ class ColocatedTopology(SinglePoolTopology):
     """Prefill batches and decode steps alternate on the same GPUs (prefill first)."""
 
     name = "colocated"
+    roles = ("colocated",)
+    memo_roles = roles
+    budget_field = "max_batch_tokens"
+    plot_style = "bright_cyan"
 
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
         from qmodel.stations.colocated import ColocatedStation
@@ -120,6 +136,10 @@ class ChunkedTopology(SinglePoolTopology):
     """Each iteration mixes one prefill chunk with the running decode batch."""
 
     name = "chunked"
+    roles = ("chunked",)
+    memo_roles = roles
+    budget_field = "chunk_tokens"
+    plot_style = "bright_magenta"
     chunked_prefill = True
 
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:

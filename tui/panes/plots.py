@@ -9,6 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
+from qmodel.topology import TOPOLOGIES
+
 from .. import plots
 from ..layout import whole_lines
 from .base import Pane
@@ -16,7 +18,8 @@ from ..widgets import Chart, TableView
 
 __all__ = ["PlotsPane", "TOPOLOGY_STYLES"]
 
-TOPOLOGY_STYLES = {"colocated": "bright_cyan", "chunked": "bright_magenta", "disaggregated": "bright_green"}
+#: each deployment shape's curve colour (:attr:`qmodel.topology.Topology.plot_style`)
+TOPOLOGY_STYLES = {name: cls.plot_style for name, cls in TOPOLOGIES.items()}
 
 
 class PlotsPane(Pane):

@@ -18,7 +18,6 @@ reserved KV, lowest index on ties), ``round_robin``, ``random`` (seeded).
 
 from __future__ import annotations
 
-import heapq
 from abc import ABC, abstractmethod
 from collections import deque
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
-from .core import Meter, Requests, Sim, pick_instance, step_cumsum_fn, truncate_run
+from .core import Meter, Requests, RunningBatch, Sim, pick_instance, step_cumsum_fn, truncate_run
 from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
@@ -35,27 +34,19 @@ if TYPE_CHECKING:  # the engine imports the stations; only type checkers need th
 __all__ = ["SingleInstance", "SinglePoolStation"]
 
 
-class SingleInstance:
-    __slots__ = ("kv_used", "slots", "K", "S", "running", "offset", "waiting", "prefilling", "t0", "cum",
-                 "kend", "version", "mode", "load", "iterations", "decode_steps")
+class SingleInstance(RunningBatch):
+    """One single-pool instance: its running batch, its FCFS queue of waiting prompts, the prompts
+    being prefilled in chunks (chunked only), what it is doing, and its outstanding tokens."""
+
+    __slots__ = ("waiting", "prefilling", "mode", "load", "iterations")
 
     def __init__(self) -> None:
-        self.kv_used = 0
-        self.slots = 0
-        self.K = 0
-        self.S = 0
-        self.running: list[tuple[int, int]] = []
-        self.offset: dict[int, int] = {}
+        super().__init__()
         self.waiting: deque[int] = deque()
         self.prefilling: list[list[int]] = []  # [request, tokens done] (chunked only)
-        self.t0 = 0.0
-        self.cum: np.ndarray = np.zeros(0)
-        self.kend = 0
-        self.version = 0
         self.mode = "idle"                     # idle | decode | prefill | mixed
         self.load = 0
         self.iterations = 0
-        self.decode_steps = 0
 
 
 class SinglePoolStation(ABC):
@@ -142,10 +133,7 @@ class SinglePoolStation(ABC):
         if L == 1:
             self._finish(d, r, t)
             return
-        ctx = req.prompt[r] + 1
-        d.offset[r] = ctx - d.K
-        d.S += ctx
-        heapq.heappush(d.running, (d.K + L - 1, r))
+        d.join(r, req.prompt[r] + 1, L - 1)
 
     def _finish(self, d: SingleInstance, r: int, t: float) -> None:
         self.req.t_last[r] = t
@@ -159,15 +147,8 @@ class SinglePoolStation(ABC):
     def _advance(self, d: SingleInstance, steps: int, t: float) -> None:
         """Apply ``steps`` decode steps ending at t; retire finished sequences."""
         if steps:
-            d.K += steps
-            d.S += len(d.running) * steps
-            d.decode_steps += steps
-            self.seq_steps += len(d.running) * steps
-        K = d.K
-        running = d.running
-        while running and running[0][0] <= K:
-            _, r = heapq.heappop(running)
-            d.S -= d.offset.pop(r) + K
+            self.seq_steps += d.advance(steps)
+        for r in d.retire():
             self._finish(d, r, t)
 
     def _run_end(self, arg: tuple[int, int]) -> None:
@@ -204,7 +185,7 @@ class SinglePoolStation(ABC):
 
     def extra(self) -> dict[str, float]:
         """Station-specific measurements for the report (mean decode batch over plain decode steps)."""
-        steps = sum(d.decode_steps for d in self.inst)
+        steps = sum(d.steps for d in self.inst)
         return {"mean_batch": self.seq_steps / steps if steps else 0.0,
                 "kv_utilization": self.kv_m.mean() / (self.cap * self.c) if self.cap else 0.0}
 

@@ -1,4 +1,6 @@
-"""The replay's event kernel: a (time, sequence)-ordered heap, per-request columns, time meters.
+"""The replay's event kernel: a (time, sequence)-ordered heap, per-request columns, time meters,
+and one instance's running decode batch (:class:`RunningBatch`, shared by every continuous-batching
+station: decode, colocated, chunked).
 
 Determinism: events are ordered by (time, insertion sequence number), so two events at the same
 time always fire in the order they were scheduled; nothing reads the wall clock; the only
@@ -15,7 +17,8 @@ import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-__all__ = ["Sim", "Meter", "Requests", "StepCache", "step_cumsum", "step_cumsum_fn", "pick_instance", "truncate_run"]
+__all__ = ["Sim", "Meter", "Requests", "RunningBatch", "StepCache", "step_cumsum", "step_cumsum_fn", "pick_instance",
+           "truncate_run"]
 
 
 class Sim:
@@ -101,6 +104,60 @@ class Requests:
             nan = float("nan")
             self.marks[name] = ([nan] * self.n, [nan] * self.n, [nan] * self.n)
         return self.marks[name]
+
+
+class RunningBatch:
+    """One instance's running sequences and its reservations under continuous batching.
+
+    Every running sequence gains one token per decode step, so the batch is kept as a step counter
+    ``K`` (steps done), the sum ``S`` of the running contexts after ``K`` steps, each sequence's
+    ``offset`` (its context is offset + K) and a heap of (step at which it finishes, request): a
+    run of k steps is O(1) (``K += k``, ``S += n k``) and only finishing sequences are touched.
+    ``kv_used``/``slots``: reserved KV tokens and batch slots; ``t0``, ``cum``, ``kend``,
+    ``version``: the run of decode steps in progress (start, cumulative step ends, its length,
+    and a counter that invalidates a superseded end event, :func:`truncate_run`); ``steps``: decode
+    steps done.
+    """
+
+    __slots__ = ("kv_used", "slots", "K", "S", "running", "offset", "steps", "t0", "cum", "kend", "version")
+
+    def __init__(self) -> None:
+        self.kv_used = 0
+        self.slots = 0
+        self.K = 0
+        self.S = 0
+        self.running: list[tuple[int, int]] = []  # heap of (finish step counter, request)
+        self.offset: dict[int, int] = {}          # request -> context minus step counter
+        self.steps = 0
+        self.t0 = 0.0
+        self.cum: np.ndarray = np.zeros(0)
+        self.kend = 0
+        self.version = 0
+
+    def join(self, r: int, ctx: int, steps_left: int) -> None:
+        """Request ``r`` joins with context ``ctx`` and finishes after ``steps_left`` more steps."""
+        self.offset[r] = ctx - self.K
+        self.S += ctx
+        heapq.heappush(self.running, (self.K + steps_left, r))
+
+    def advance(self, steps: int) -> int:
+        """Apply ``steps`` decode steps; returns the sequence-steps done (batch size x steps)."""
+        done = len(self.running) * steps
+        self.K += steps
+        self.S += done
+        self.steps += steps
+        return done
+
+    def retire(self) -> list[int]:
+        """Remove the sequences finished by now (in finishing order) and return them."""
+        K = self.K
+        running = self.running
+        out: list[int] = []
+        while running and running[0][0] <= K:
+            _, r = heapq.heappop(running)
+            self.S -= self.offset.pop(r) + K
+            out.append(r)
+        return out
 
 
 def step_cumsum(model: ServiceTimeModel, n: int, S: int, k: int) -> np.ndarray:

@@ -27,38 +27,27 @@ A sequence that becomes ready mid-run truncates the run at the next step boundar
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 
-from .core import Meter, Requests, Sim, step_cumsum_fn, truncate_run
+from .core import Meter, Requests, RunningBatch, Sim, step_cumsum_fn, truncate_run
 
 __all__ = ["DecodeInstance", "DecodeStation"]
 
 
-class DecodeInstance:
-    """State of one decode instance (see :class:`DecodeStation`)."""
+class DecodeInstance(RunningBatch):
+    """One decode instance: its running batch, the requests ready to join at the next step
+    boundary, whether a run is in progress, and who joined at its start (see :class:`DecodeStation`)."""
 
-    __slots__ = ("kv_used", "slots", "K", "S", "running", "pending", "t0", "cum", "kend", "version",
-                 "active", "steps", "offset", "just_joined")
+    __slots__ = ("pending", "active", "just_joined")
 
     def __init__(self) -> None:
-        self.kv_used = 0          # reserved KV tokens
-        self.slots = 0            # reserved batch slots
-        self.K = 0                # steps completed by this instance
-        self.S = 0                # sum of contexts of running sequences after K steps
-        self.running: list[tuple[int, int]] = []  # heap of (finish step counter, request)
-        self.pending: list[int] = []              # ready, joining at the next boundary
-        self.t0 = 0.0
-        self.cum: np.ndarray = np.zeros(0)
-        self.kend = 0
-        self.version = 0
-        self.active = False       # a run is in progress
-        self.steps = 0
-        self.offset: dict[int, int] = {}  # request -> context minus step counter
+        super().__init__()
+        self.pending: list[int] = []      # ready, joining at the next boundary
+        self.active = False               # a run is in progress
         self.just_joined: list[int] = []  # requests that joined at the current run's start
 
 
@@ -150,16 +139,9 @@ class DecodeStation:
         d = self.inst[i]
         req = self.req
         if steps:
-            d.K += steps
-            d.S += len(d.running) * steps
-            d.steps += steps
-            self.seq_steps += len(d.running) * steps
-        K = d.K
+            self.seq_steps += d.advance(steps)
         released = False
-        running = d.running
-        while running and running[0][0] <= K:
-            _, r = heapq.heappop(running)
-            d.S -= d.offset.pop(r) + K
+        for r in d.retire():
             req.t_last[r] = t
             self.exit[r] = t
             self.in_sys.add(t, -1)
@@ -178,15 +160,11 @@ class DecodeStation:
             from_dec = self.first_from_decode
             for r in joined:
                 p = req.prompt[r]
-                m = req.output[r] if from_dec else req.output[r] - 1
-                ctx = p if from_dec else p + 1
-                d.offset[r] = ctx - K
-                d.S += ctx
-                heapq.heappush(running, (K + m, r))
+                d.join(r, p if from_dec else p + 1, req.output[r] if from_dec else req.output[r] - 1)
                 self.start_t[r] = t
-        n = len(running)
+        n = len(d.running)
         if n:
-            k = running[0][0] - K
+            k = d.running[0][0] - d.K
             d.cum = self._steps(n, d.S, k)
             d.t0 = t
             d.kend = k

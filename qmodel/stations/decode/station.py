@@ -38,18 +38,17 @@ NegBin with r = 1 + c a/beta and the same x; derived, an approximation.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from qmodel.dist import GridDist
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.base import StationSolution
+from qmodel.stations.base import DISPATCHES, Param, StationModel, StationSolution, integer, one_of, sample
 from qmodel.stations.decode.chain import MAX_STATES, GPSChain, fit_affine, mean_context_tokens
 from qmodel.stations.decode.laws import discrete_dist, occupancy_quantiles, occupancy_variance, uniform_mixture_cdf
 from qmodel.dist import pow2_grid
@@ -64,8 +63,8 @@ _ADMISSION_STEPS = 400.0  # admission-wait grid: the one-sequence step t(1) over
 _TPOT_STEPS = 2000.0  # TPOT grid: t(1) over this
 
 
-@dataclass
-class DecodeStation:
+@dataclass(eq=False)
+class DecodeStation(StationModel):
     """Decode pool of ``instances`` engines with continuous batching (GPS; formulas in the module doc).
 
     Parameters: ``service`` (one instance's step times), ``prompt_tokens``/``output_tokens`` (a joint,
@@ -87,17 +86,22 @@ class DecodeStation:
     first_step_in_ttft: bool = False
     name: str = "decode"
 
-    def __post_init__(self) -> None:
+    params = (
+        Param(("prompt_tokens", "output_tokens"),
+              sample(lambda p, L: p.size > 0 and p.size == L.size, "a non-empty joint sample of equal sizes"),
+              "lengths", shown=lambda v: "{} prompts / {} outputs".format(*(np.size(x) for x in v))),
+        Param(("prompt_tokens", "output_tokens"),
+              sample(lambda p, L: not (np.any(L < 1) or np.any(p < 0))
+                     and bool(np.all(np.isfinite(L)) and np.all(np.isfinite(p))),
+                     "output lengths >= 1, prompt lengths >= 0"),
+              "output_tokens", shown=lambda _: "values < 1 or prompts < 0"),
+        Param("instances", integer(1, "an integer >= 1"), "decode.instances"),
+        Param("dispatch", one_of(DISPATCHES), "decode.dispatch"),
+    )
+
+    def prepare(self) -> None:
         p = np.asarray(self.prompt_tokens, dtype=float).ravel()
         L = np.asarray(self.output_tokens, dtype=float).ravel()
-        if p.size == 0 or p.size != L.size:
-            raise InputError("lengths", f"{p.size} prompts / {L.size} outputs", "a non-empty joint sample of equal sizes")
-        if np.any(L < 1) or np.any(p < 0) or not (np.all(np.isfinite(L)) and np.all(np.isfinite(p))):
-            raise InputError("output_tokens", "values < 1 or prompts < 0", "output lengths >= 1, prompt lengths >= 0")
-        if self.instances < 1:
-            raise InputError("decode.instances", self.instances, "an integer >= 1")
-        if self.dispatch not in ("random", "round_robin", "least_loaded"):
-            raise InputError("decode.dispatch", self.dispatch, "one of random, round_robin, least_loaded")
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
         self.mean_context = mean_context_tokens(p, L)
@@ -171,13 +175,11 @@ class DecodeStation:
         if tokens == self.kv_reserved_tokens:
             return self
         n_max = self._n_max(tokens)
-        out = copy.copy(self)
-        out.kv_reserved_tokens = tokens
+        changes: dict[str, Any] = {"kv_reserved_tokens": tokens}
         if n_max != self.n_max:
-            out.n_max = n_max
-            out.chain = self.chain.with_cap(self._step, self._cap(n_max))
-            out.a_s, out.beta_s = self._affine(n_max)
-        return out
+            a_s, beta_s = self._affine(n_max)
+            changes.update(n_max=n_max, chain=self.chain.with_cap(self._step, self._cap(n_max)), a_s=a_s, beta_s=beta_s)
+        return self.evolved(changes)
 
     # ---- stability -------------------------------------------------------------------------
     def max_stable_rate_per_s(self) -> float:

@@ -46,16 +46,17 @@ independent terms are :func:`qmodel.dist.convolve` (direct sums for sparse terms
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
 from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.result import LinkReport
-from qmodel.stations.base import StationSolution
+from qmodel.stations.base import (Domain, Param, StationModel, StationSolution, integer, number, one_of, optional,
+                                  sample)
 from qmodel.stations.fcfs import MG1, ServiceSample, mx_g1_mean_wait
 from qmodel.stations.kv_transfer.batch_work import CompoundWork, position_pmf
 from qmodel.stations.kv_transfer.transfer import layerwise_exposed_s
@@ -83,8 +84,13 @@ def _end(mg1: MG1) -> float:
     return mg1.quantile(1.0 - 1e-9) if mg1.p_wait > 1e-9 else 0.0
 
 
+def _is_batch_pmf(v: Any) -> bool:
+    pk = np.asarray(v, dtype=float)
+    return not (pk.ndim != 1 or pk.size == 0 or np.any(pk < 0) or pk.sum() <= 0)
+
+
 @dataclass(frozen=True, eq=False)
-class KVTransferStation:
+class KVTransferStation(StationModel):
     """KV handoff station (formulas in the module docstring).
 
     ``bytes_per_request``: equally weighted sample of X (bytes); ``prefill_time_s``: the request's own
@@ -110,33 +116,26 @@ class KVTransferStation:
 
     name: str = field(default="kv_transfer", init=False)
 
-    def __post_init__(self) -> None:
-        x = np.asarray(self.bytes_per_request, dtype=float).ravel()
-        if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0) or x.max() <= 0:
-            raise InputError("kv_transfer.bytes", "sample", "bytes per request must be finite, >= 0, not all zero")
-        if not (self.bandwidth_bytes_per_s > 0 and math.isfinite(self.bandwidth_bytes_per_s)):
-            raise InputError("link.bandwidth", self.bandwidth_bytes_per_s, "must be a finite number of bytes/s > 0")
-        if not (self.latency_s >= 0 and math.isfinite(self.latency_s)):
-            raise InputError("link.latency", self.latency_s, "must be a finite number of seconds >= 0")
-        if int(self.paths) != self.paths or self.paths < 1:
-            raise InputError("kv_transfer.paths", self.paths, "must be an integer >= 1")
-        if self.sharing not in ("dedicated", "fcfs", "fair"):
-            raise InputError("link_sharing", self.sharing, "one of dedicated, fcfs, fair")
-        if self.mode not in ("serialized", "layerwise"):
-            raise InputError("transfer_mode", self.mode, "one of serialized, layerwise")
-        if int(self.layers) != self.layers or self.layers < 1:
-            raise InputError("layers", self.layers, "must be an integer >= 1")
-        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
-            raise InputError("arrivals.ca2", self.ca2, "must be a finite number >= 0")
-        self._check_batch_releases()
-
-    def _check_batch_releases(self) -> None:
-        if (self.batch_rate_per_s is None) != (self.batch_size_pmf is None):
-            raise InputError("batch_arrivals", self.batch_rate_per_s, "give both batch_rate_per_s and batch_size_pmf, or neither")
-        if self.batch_size_pmf is not None:
-            pk = np.asarray(self.batch_size_pmf, dtype=float)
-            if pk.ndim != 1 or pk.size == 0 or np.any(pk < 0) or pk.sum() <= 0:
-                raise InputError("batch_size_pmf", "array", "P(batch = k) for k = 1..b, non-negative, not all zero")
+    params = (
+        Param("bytes_per_request", sample(lambda x: x.size > 0 and bool(np.all(np.isfinite(x)) and np.all(x >= 0))
+                                          and x.max() > 0, "bytes per request must be finite, >= 0, not all zero"),
+              "kv_transfer.bytes", shown=lambda _: "sample"),
+        Param("bandwidth_bytes_per_s", number(0.0, above=True, expected="must be a finite number of bytes/s > 0"),
+              "link.bandwidth"),
+        Param("latency_s", number(0.0, expected="must be a finite number of seconds >= 0"), "link.latency"),
+        Param("paths", integer(1, "must be an integer >= 1"), "kv_transfer.paths"),
+        Param("sharing", one_of(("dedicated", "fcfs", "fair")), "link_sharing"),
+        Param("mode", one_of(("serialized", "layerwise")), "transfer_mode"),
+        Param("layers", integer(1, "must be an integer >= 1"), "layers"),
+        Param("ca2", number(0.0, expected="must be a finite number >= 0"), "arrivals.ca2"),
+        Param(("batch_rate_per_s", "batch_size_pmf"),
+              Domain(lambda v: (v[0] is None) == (v[1] is None),
+                     "give both batch_rate_per_s and batch_size_pmf, or neither"),
+              "batch_arrivals", shown=lambda v: v[0]),
+        Param("batch_size_pmf",
+              optional(Domain(_is_batch_pmf, "P(batch = k) for k = 1..b, non-negative, not all zero")),
+              "batch_size_pmf", shown=lambda _: "array"),
+    )
 
     # ---- derived ------------------------------------------------------------------------
     @cached_property
@@ -298,24 +297,24 @@ class KVTransferStation:
             },
         )
 
+    def with_bandwidth(self, bandwidth_bytes_per_s: float) -> "KVTransferStation":
+        """This station with each path's bandwidth set to ``bandwidth_bytes_per_s`` (the binding
+        diagnosis's bandwidth search), sharing the bytes sample and its mean, which do not depend
+        on it; the bandwidth is checked as at construction."""
+        _ = self.mean_bytes  # built here once, not in every variant
+        return self.evolved({"bandwidth_bytes_per_s": bandwidth_bytes_per_s}, keep=("x", "mean_bytes"))
+
     def _variant(self, changes: dict) -> "KVTransferStation":
         """This station with the per-rate fields in ``changes`` replaced, sharing its rate-independent
         parts (the sample, the service law with its memoised moments, their means).
 
-        Built at every solve, so the fields are copied directly rather than by
-        ``dataclasses.replace``, which would re-run every input check, the bytes sample's included;
-        only the batch releases, the one replaceable input checked at construction, are checked
-        again (the own prefill times are checked where they are read, :attr:`tp`)."""
+        Built at every solve, so the fields are copied rather than by ``dataclasses.replace``, which
+        would re-run every input check, the bytes sample's included; only the declared parameters
+        among ``changes`` (the batch releases) are checked again (the own prefill times are checked
+        where they are read, :attr:`tp`)."""
         for name in _RATE_INDEPENDENT:  # build them here once, not in every variant
             getattr(self, name)
-        variant = object.__new__(type(self))
-        state = variant.__dict__
-        state.update((f.name, getattr(self, f.name)) for f in fields(self))
-        state.update((name, self.__dict__[name]) for name in _RATE_INDEPENDENT)
-        state.update(changes)
-        if "batch_size_pmf" in changes:
-            variant._check_batch_releases()
-        return variant
+        return self.evolved(changes, keep=_RATE_INDEPENDENT)
 
     def _grid_dx(self, exposed_mean_s: float, exposed_max_s: float, wait_mean_s: float, wait_end_s: float) -> float:
         """One grid step for the wait, the exposed time and their sum.

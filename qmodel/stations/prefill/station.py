@@ -21,7 +21,8 @@ import numpy as np
 from qmodel.dist import GridDist
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.base import StationSolution
+from qmodel.stations.base import (DISPATCHES, Param, StationModel, StationSolution, integer, number, one_of, optional,
+                                  sample)
 from qmodel.stations.fcfs import MDc, MGc, ServiceSample, klb_factor, qna_delay_probability, split_arrival_scv
 from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.kernels import scale_time
@@ -52,7 +53,7 @@ def instance_wait_scale(rho: float, ca2: float, cs2e: float) -> float:
 
 
 @dataclass(frozen=True, eq=False)
-class PrefillStation:
+class PrefillStation(StationModel):
     """The prefill pool (the method: :mod:`qmodel.stations.prefill`).
 
     Parameters: ``instances`` engines; ``service`` the batch step-time model; ``prompt_tokens`` an
@@ -77,18 +78,16 @@ class PrefillStation:
 
     name: str = field(default="prefill", init=False)
 
-    def __post_init__(self) -> None:
-        if int(self.instances) != self.instances or self.instances < 1:
-            raise InputError("prefill.instances", self.instances, "must be an integer >= 1")
-        if self.dispatch not in ("random", "round_robin", "least_loaded"):
-            raise InputError("prefill.dispatch", self.dispatch, "one of random, round_robin, least_loaded")
-        if not (self.ca2 >= 0 and math.isfinite(self.ca2)):
-            raise InputError("arrivals.ca2", self.ca2, "must be a finite number >= 0")
-        if self.max_batch_tokens is not None and not self.max_batch_tokens >= 1:
-            raise InputError("prefill.max_batch_tokens", self.max_batch_tokens, "must be >= 1 token")
-        p = np.asarray(self.prompt_tokens, dtype=float)
-        if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or p.max() <= 0:
-            raise InputError("prompt_tokens", "sample", "prompt lengths must be finite, >= 0, not all zero")
+    params = (
+        Param("instances", integer(1, "must be an integer >= 1"), "prefill.instances"),
+        Param("dispatch", one_of(DISPATCHES), "prefill.dispatch"),
+        Param("ca2", number(0.0, expected="must be a finite number >= 0"), "arrivals.ca2"),
+        Param("max_batch_tokens", optional(number(1.0, expected="must be >= 1 token")), "prefill.max_batch_tokens"),
+        Param("prompt_tokens", sample(lambda p: p.size > 0 and bool(np.all(np.isfinite(p)) and np.all(p >= 0))
+                                      and p.max() > 0, "prompt lengths must be finite, >= 0, not all zero"),
+              "prompt_tokens", shown=lambda _: "sample"),
+    )
+
 
     # ---- the law of one engine -----------------------------------------------------------
     @cached_property
