@@ -157,10 +157,13 @@ class Solver:
         """The composition :meth:`attainment` solved at exactly ``rate``, if among the last few."""
         return self._recent.get(rate)
 
-    def solve(self, rate: float | None = None, composition: Composition | None = None) -> Result:
+    def solve(self, rate: float | None = None, composition: Composition | None = None,
+              link: bool = True) -> Result:
         """The :class:`~qmodel.result.Result` at ``rate`` (default: the scenario's own).
         ``composition``: the :meth:`compose` of this rate, when the caller has it already (the TUI
-        composes first for its plots), reused instead of composing again."""
+        composes first for its plots), reused instead of composing again. ``link=False`` leaves
+        the KV link's report out (None): its bandwidth search re-solves the link several times, and
+        a caller that does not show it (the planner's ranked rows) need not pay for it."""
         if rate is None:
             rate = self.resolved.base_rate_per_s
             if rate is None:
@@ -178,7 +181,7 @@ class Solver:
             tpot_attainment=c.tpot_attainment,
             stations=[s.report() for s in c.stations],
             binding=self.binding(c),
-            link=self._link_report(c),
+            link=self._link_report(c) if link else None,
             gpus=self.resolved.gpus,
             inputs_sha256=self._inputs_sha256,
             perf_sha256=self.resolved.perf_sha256,

@@ -334,7 +334,7 @@ class EngineEvaluator(Evaluator):
         return min(1.0, max(0.0, a))  # CDFs summed on a grid overshoot 1 by round-off (~1e-15)
 
     def metrics(self, plan: PlanSpec, rate: float) -> PlanMetrics:
-        res = self.solver(plan).solve(rate)
+        res = self.solver(plan).solve(rate, link=False)  # the plan table shows no link report
         return PlanMetrics(rate_per_s=rate, attainment=res.attainment, ttft_p90_s=res.ttft.p90, tpot_p90_s=res.tpot.p90,
                            binding=res.binding, validity=res.validity, warnings=tuple(res.warnings))
 

@@ -24,8 +24,10 @@ departures (one vectorised step-time call each).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -47,11 +49,44 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
                               max_batch_tokens, seed, cached_tokens)[0]
 
 
+# the last schedules computed, by their inputs (saturated_schedule): the planner builds one station
+# per instance count, and every decode-only pool of the same GPU and TP asks for the same schedule
+_SCHEDULES: OrderedDict[tuple, tuple[ServiceTimeModel, tuple[float, float]]] = OrderedDict()
+_MAX_SCHEDULES = 64
+
+
+def _digest(a: np.ndarray | None) -> bytes | None:
+    if a is None:
+        return None
+    arr = np.ascontiguousarray(a, dtype=float)
+    return hashlib.blake2b(arr.tobytes(), digest_size=16, person=str(arr.shape).encode()[:16]).digest()
+
+
 def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                        kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
                        seed: int = 0, cached_tokens: np.ndarray | None = None) -> tuple[float, float]:
     """(requests per second, mean decode batch over decode steps) of one instance under an endless
-    backlog (module doc).
+    backlog (module doc); the last few are kept by their inputs (the same service object, the
+    samples' contents, the caps), since a schedule is a pure function of them.
+    """
+    key = (id(service), _digest(prompt_tokens), _digest(output_tokens), _digest(cached_tokens),
+           kv_capacity_tokens, max_batch, max_batch_tokens, seed)
+    hit = _SCHEDULES.get(key)
+    if hit is not None and hit[0] is service:  # the entry holds the service: its id is not reused
+        _SCHEDULES.move_to_end(key)
+        return hit[1]
+    out = _schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, max_batch_tokens,
+                    seed, cached_tokens)
+    _SCHEDULES[key] = (service, out)
+    if len(_SCHEDULES) > _MAX_SCHEDULES:
+        _SCHEDULES.popitem(last=False)
+    return out
+
+
+def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+              kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
+              seed: int, cached_tokens: np.ndarray | None) -> tuple[float, float]:
+    """:func:`saturated_schedule`, computed.
 
     ``prompt_tokens`` are the computed (uncached) ones; ``cached_tokens`` (a prefix-cache hit per
     request) are held in KV and in the decode context but not prefilled.
