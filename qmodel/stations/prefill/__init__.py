@@ -67,7 +67,7 @@ engine's Poisson chain at λ/c, P(W > 0) = Erlang C(c, c ρ_b) with ρ_b its bus
 conditional wait divided by c (exact for M/M/c, the heavy-traffic limit of a pooled queue); for
 c_a² ≠ 1 the conditional wait takes the heavy-traffic factor at the pool's SCV and ρ_b becomes
 QNA's P(W > 0) at that SCV. (The per-engine chain with cyclic-split arrivals, used before, ignored
-the pooling: TTFT p99 +72…+238% at 0.8-0.95 of the limit on the suite's disaggregated configs with
+the pooling: TTFT p99 +72…+239% at 0.8-0.95 of the limit on the suite's disaggregated configs with
 least_loaded; now +19…+114%. docs/validation.md, "least_loaded pools: the pooled bulk chain".)
 
 **Stability.** λ < c · E[N] / E[S_N] (c · b / E[S_b] under a cap): batching raises capacity above
