@@ -4,14 +4,15 @@
     .venv/bin/python benchmarks/disagg_least_loaded.py corpus N SEED OUT.json [BASE.json]
 
 ``suite``: the validation suite's two disaggregated configs with ``prefill.dispatch = least_loaded``
-(their default is round_robin) and issue 18's BLOOM-176B example (2 prefill + 2 decode H100 TP8 at 2-10 req/s, and with 4 decode so prefill sets the limit;
-the splitwise-sim measured table, prefill budget 2,048, Azure conv preset; needs the data folder),
-Poisson (suite configs also Gamma cv 2), at 0.5-0.95 of the analytic limit, 2 replay seeds. ``corpus``: every disaggregated
-least_loaded case with more than one prefill instance among N generated scenarios of SEED (data-free:
-QMODEL_DATA_DIR an empty folder), at the corpus-ci replay lengths. BASE.json (an earlier OUT) lends
-its replays where the rate is unchanged, so an analytic change is re-scored without replaying. Prints
-relative errors (fractions). Measured figures: docs/validation.md, "least_loaded pools: the pooled
-bulk chain".
+(their default is round_robin), Poisson and Gamma cv 2, and issue 18's BLOOM-176B example (H100
+TP8, the splitwise-sim measured table, prefill budget 2,048, Azure conv preset; needs the data
+folder), Poisson: 2 prefill + 2 decode at 2-10 req/s (the decode pool sets its limit) and 2 + 4
+(the prefill pool sets it); at 0.5-0.95 of the analytic limit, 2 replay seeds. ``corpus``: every
+disaggregated least_loaded case with more than one prefill instance among N generated scenarios of
+SEED (data-free: QMODEL_DATA_DIR an empty folder), at the corpus-ci replay lengths. BASE.json (an
+earlier OUT) lends its replays where the rate is unchanged, so an analytic change is re-scored
+without replaying. Prints relative errors (fractions). Measured figures: docs/validation.md,
+"least_loaded pools: the pooled bulk chain".
 """
 import json
 import os
@@ -61,7 +62,8 @@ def suite(out: str, base: dict) -> None:
                                           "deployment": dep}, source=name)))
     if os.environ.get("QMODEL_DATA_DIR") and pathlib.Path(os.environ["QMODEL_DATA_DIR"], "splitwise_sim").is_dir():
         scs.append(("bloom-176b-h100", parse_scenario(BLOOM, source="issue 18 BLOOM example")))
-        dec4 = dict(BLOOM, deployment=dict(BLOOM["deployment"], decode=dict(BLOOM["deployment"]["decode"], instances=4)))
+        dep4 = dict(BLOOM["deployment"], decode=dict(BLOOM["deployment"]["decode"], instances=4))
+        dec4 = dict(BLOOM, deployment=dep4)
         scs.append(("bloom-176b-h100-4dec", parse_scenario(dec4, source="issue 18 BLOOM example, 4 decode")))
     res = {}
     for name, sc in scs:
@@ -73,8 +75,8 @@ def suite(out: str, base: dict) -> None:
             key = f"{name} u{u:.2f}"
             n = int(min(max(1000 / (1 - u) ** 2, 4000), 20000))
             res[key] = compare_scenario(sc, u, n, (0, 1), reuse=base.get(key))
-            print(_row(key, res[key]), f"rho_prefill {res[key].get('replay_station_utilization', {}).get('prefill', 0):.3f}",
-                  flush=True)
+            rho = res[key].get("replay_station_utilization", {}).get("prefill", 0.0)
+            print(_row(key, res[key]), f"rho_prefill {rho:.3f}", flush=True)
     json.dump(res, open(out, "w"))
 
 
