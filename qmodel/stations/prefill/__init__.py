@@ -61,9 +61,14 @@ disaggregated goodputs from −0.7 / +1.6 / −5.6 / +13.8% to −0.6 / +1.1 / �
 scaled mean instead (stretching the conditional wait by busy/P(W > 0)) gave 9.1 / 9.4 / 14.1% and
 goodput errors up to +18.5%, so it was not adopted.
 least_loaded is read as *least work left*: with b = 1 it is exactly the central FCFS queue, so
-M/D/c (exact) or M/G/c (Cosmetatos/Whitt); with b > 1 no validated central bulk formula exists
-(docs/methods.md, "Stations": prefill) and it is treated like round_robin (approximate; the per-engine chain ignores the
-pooling, so it is conservative). Non-Poisson arrivals (c_a² ≠ 1) use the same scaling, approximate.
+M/D/c (exact) or M/G/c (Cosmetatos/Whitt); with b > 1 the engines share one backlog and the chain
+is read as a central queue of c bulk servers, as M/G/c is read from M/G/1 (approximate): one
+engine's Poisson chain at λ/c, P(W > 0) = Erlang C(c, c ρ_b) with ρ_b its busy fraction, the
+conditional wait divided by c (exact for M/M/c, the heavy-traffic limit of a pooled queue); for
+c_a² ≠ 1 the conditional wait takes the heavy-traffic factor at the pool's SCV and ρ_b becomes
+QNA's P(W > 0) at that SCV. (The per-engine chain with cyclic-split arrivals, used before, ignored
+the pooling: TTFT p99 +72…+239% at 0.8-0.95 of the limit on the suite's disaggregated configs with
+least_loaded; now +19…+114%. docs/validation.md, "least_loaded pools: the pooled bulk chain".)
 
 **Stability.** λ < c · E[N] / E[S_N] (c · b / E[S_b] under a cap): batching raises capacity above
 c / E[S_1], and a batched configuration is never rejected by its unbatched load.
