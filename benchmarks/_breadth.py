@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.validation.engine import replay
 from qmodel.validation.harness import latency_metrics
 

@@ -11,7 +11,7 @@ folder (ShareGPT lengths).
 """
 import csv, json, os, sys, pathlib, tempfile
 import numpy as np
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario, parse_scenario
 from qmodel.validation.engine import replay
 from qmodel.validation.harness import latency_metrics

@@ -22,7 +22,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from qmodel.engine import Solver  # noqa: E402
+from qmodel.solver import Solver  # noqa: E402
 from qmodel.scenario import load_scenario, parse_scenario  # noqa: E402
 from qmodel.validation.harness import latency_metrics  # noqa: E402
 from qmodel.validation.suites import CONFIGS  # noqa: E402

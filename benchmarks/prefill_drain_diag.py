@@ -7,7 +7,7 @@ permutations), which separates the drain law from the length sample.
 """
 import sys, numpy as np
 from pathlib import Path
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario
 from qmodel.validation.sustained import poisson_at
 import qmodel.validation.stations.prefill as vp

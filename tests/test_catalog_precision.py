@@ -14,7 +14,7 @@ import pytest
 
 from qmodel.build import resolve
 from qmodel.cli.main import main
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import InputError
 from qmodel.perf.roofline import RooflineModel
 from qmodel.registry import load_catalog

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from qmodel.binding import contributions
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import Scenario, load_scenario, parse_scenario
 from qmodel.validation.engine import replay_requests, request_table
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario, parse_scenario
 from qmodel.validation.sustained import poisson_at, probe, sustained_rate
 

@@ -16,7 +16,7 @@ import pytest
 
 from qmodel.build import resolve
 from qmodel.cli.main import main
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import InputError
 from qmodel.scenario import DisaggregatedDeployment, load_scenario, parse_scenario
 from qmodel.validation.engine import build_plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.perf.build import service_model
 from qmodel.perf.pipeline import PipelineInstance, pipeline_instance
 from qmodel.registry import get_gpu, get_model

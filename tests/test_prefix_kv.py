@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from qmodel.build import resolve
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import parse_scenario
 from qmodel.validation.engine import build_plan, replay
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from qmodel.build import Resolved, resolve
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import InputError
 from qmodel.scenario import DisaggregatedDeployment, load_scenario
 from qmodel.validation.engine import ReplayPlan, build_plan

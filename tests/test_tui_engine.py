@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.goodput import goodput, sensitivities
 from qmodel.scenario import load_scenario
 from qmodel.tui.app import QmodelApp

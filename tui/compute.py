@@ -108,7 +108,7 @@ def _grid(n: int, most: int) -> tuple[int, ...]:
 class Engine:
     """The real backend: qmodel's solver, goodput, compare and sensitivities, with a solver cache.
 
-    Building a :class:`~qmodel.engine.Solver` resolves the catalog, the service-time model and the
+    Building a :class:`~qmodel.solver.Solver` resolves the catalog, the service-time model and the
     length mix, and its stations precompute per-request service times; caching solvers by scenario
     hash makes revisiting an earlier value instant, lets the later stages reuse the solver stage 1
     built, and (:mod:`qmodel.station_cache`) lets rate and SLO edits reuse the stations, and an

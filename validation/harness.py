@@ -95,7 +95,7 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
     ``reuse``: an earlier record of the same scenario; its replay is taken instead of replaying again
     when it ran at the same rate (relative 1e-9), the same requests and seeds (the replay is
     deterministic in those), so an analytic change is re-scored without re-running the replays."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     rec: dict[str, Any] = {}
     solver = Solver(sc0)
@@ -207,7 +207,7 @@ def replay_goodput(attainment: Callable[[float], float], guess: float, goal: flo
 
 def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
     """Analytic vs replay goodput for one (config, arrivals)."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.goodput import goodput_search
     from qmodel.validation.engine import replay
 

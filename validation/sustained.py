@@ -1,6 +1,6 @@
 """The replay's sustained rate: the largest Poisson rate at which the replay keeps up.
 
-The analytic stability limit (:meth:`qmodel.engine.Solver.max_stable_rate`) is checked against
+The analytic stability limit (:meth:`qmodel.solver.Solver.max_stable_rate`) is checked against
 this number (docs/validation.md, "Sustained rate"). Definitions:
 
 * a **probe** at rate r replays the scenario with Poisson arrivals at r (lengths and the arrival

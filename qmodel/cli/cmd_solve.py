@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     with gc_paused():  # one load and one solve: bounded work
         sc = scenario_from_args(args, warn=False)  # its output lists the warnings

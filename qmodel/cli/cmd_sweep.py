@@ -41,7 +41,7 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
 
     rows: list[SweepRow] = []
     if mode == "analytic":
-        from qmodel.engine import Solver
+        from qmodel.solver import Solver
 
         solver = Solver(scenario)
         for i, r in enumerate(rates):
