@@ -48,7 +48,7 @@ def scenarios() -> list[tuple[str, object]]:
 
 
 def seed_spread(budget: int, load: float, seeds: int, n: int, poisson: bool) -> None:
-    from qmodel.validation.engine import replay_requests, request_table
+    from qmodel.validation.replay import replay_requests, request_table
 
     d = load_scenario(REPO / "examples" / "llama3-8b-chunked-h100.yaml").model_dump(mode="json")
     d["deployment"]["chunk_tokens"] = budget

@@ -6,7 +6,7 @@ It is done once per scenario; the engine then solves the stations at as many rat
 
 It is the one path from a scenario to inputs: the analytic solver, the planner (which caches the
 pieces :func:`resolve_pool` and :func:`resolve_workload` return, and assembles them with
-:func:`resolve`), the TUI and the replay (``qmodel.validation.engine.plan_from_resolved``) all read
+:func:`resolve`), the TUI and the replay (``qmodel.validation.replay.plan_from_resolved``) all read
 a :class:`Resolved`. The pieces are public so a caller can cache them, never re-derive them.
 """
 

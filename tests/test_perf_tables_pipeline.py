@@ -210,7 +210,7 @@ def test_kv_capacity_per_stage(repo_root):
 
 def _solver_and_replay(sc, rate):
     from qmodel.solver import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     sc = sc.with_rate(rate)

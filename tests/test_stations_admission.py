@@ -77,7 +77,7 @@ def test_issue_scenario_ttft_against_replay(data_dir, tmp_path):
 
     from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     rows = list(csv.DictReader(open(data_dir / "length_distributions" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")))
@@ -156,7 +156,7 @@ def test_kv_wall_ttft_against_replay_without_data():
     # p90 is 0.7 s, so the 6-seed mean carries ~15% (one standard error): bands +-35%. Hard-cap slot
     # wait (main): mean 0.302 s (-48%), p90 0.643 s (-68%); soft wall: 0.642 (+11%), 2.026 (+2%).
     from qmodel.solver import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     sc = _kv_wall_scenario(1.0)
@@ -229,7 +229,7 @@ def test_kv_wall_ttft_round_robin_smooth_arrivals_against_replay():
     # 0.191 s against 0.100 (+91%; main 0.220).
     from qmodel.solver import Solver
     from qmodel.scenario import parse_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     d = _kv_wall_scenario(1.0).model_dump()

@@ -69,7 +69,7 @@ def test_example_ttft_against_replay_half_load():
     -31/-20/-18% (benchmarks/chunked_ttft_breadth.py, docs/validation.md)."""
     from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     sc = load_scenario(EXAMPLE)

@@ -326,7 +326,7 @@ class Engine:
                progress: Callable[[float, str], None]) -> ReplayCheck:
         """Replay the scenario at the result's rate (deterministic for the seed) and diff the metrics."""
         from qmodel.validation.compare import diff_metrics
-        from qmodel.validation.engine import build_plan, load_replay_trace, replay_plan
+        from qmodel.validation.replay import build_plan, load_replay_trace, replay_plan
 
         t0 = time.perf_counter()
         if sc.rate_per_s != result.rate_per_s:

@@ -95,7 +95,7 @@ def _batch_se(x: np.ndarray, batches: int) -> float:
 
 def probe(scenario: Scenario, rate_per_s: float, n_requests: int = 5000, seed: int = 0) -> Probe:
     """Replay ``scenario`` at Poisson ``rate_per_s`` and judge it by the module's criterion."""
-    from qmodel.validation.engine import replay_requests
+    from qmodel.validation.replay import replay_requests
 
     res, req = replay_requests(poisson_at(scenario, rate_per_s), n_requests=n_requests, seed=seed,
                                warmup_fraction=WARMUP_FRACTION)

@@ -57,7 +57,7 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
                 continue
             rows.append(_row(r, res, ""))
     else:
-        from qmodel.validation.engine import replay
+        from qmodel.validation.replay import replay
 
         for i, r in enumerate(rates):
             if progress is not None:
