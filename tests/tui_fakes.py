@@ -2,7 +2,7 @@
 
 Its numbers are simple closed forms of the scenario (an M/M/1-like latency in the rate), so the
 snapshots do not change when the real stations are re-tuned, and a field change still changes the
-answer. Behaviour tests that need qmodel's real numbers use :class:`qmodel.tui.compute.Engine`.
+answer. Behaviour tests that need qmodel's real numbers use :class:`qmodel.tui.compute.WhatIfSession`.
 """
 
 from __future__ import annotations

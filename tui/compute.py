@@ -34,7 +34,7 @@ from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool,
                              Scenario, scenario_sha256)
 from qmodel.topology import topology_named
 
-__all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "Engine", "STAGES", "usd_per_million_tokens",
+__all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "WhatIfSession", "STAGES", "usd_per_million_tokens",
            "iso_gpu_variants", "ReplayCheck"]
 
 Check = Callable[[], bool]
@@ -105,8 +105,8 @@ def _grid(n: int, most: int) -> tuple[int, ...]:
     return tuple(sorted({int(round(v)) for v in np.linspace(1, n, most)}))
 
 
-class Engine:
-    """The real backend: qmodel's solver, goodput, compare and sensitivities, with a solver cache.
+class WhatIfSession:
+    """The TUI's recompute session (the real backend): qmodel's solver, goodput, compare and sensitivities, with a solver cache.
 
     Building a :class:`~qmodel.solver.Solver` resolves the catalog, the service-time model and the
     length mix, and its stations precompute per-request service times; caching solvers by scenario
@@ -351,7 +351,7 @@ def _missing_rate() -> float:
     raise InputError("workload.arrivals.rate_per_s", None, "set a rate to solve at")
 
 
-#: Later stages in the order they run (name, Engine method name).
+#: Later stages in the order they run (name, WhatIfSession method name).
 STAGES: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("curves", "curves"),
                                        ("sensitivities", "sensitivities"), ("heatmap", "heatmap"))
 
