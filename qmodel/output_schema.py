@@ -50,7 +50,7 @@ def _solve_document() -> Any:
     from pydantic import ConfigDict
 
     from qmodel.result import Result
-    from qmodel.validation.compare import CheckReport
+    from qmodel.validation.replay_check import CheckReport
 
     class SolveDocument(Result):
         model_config = ConfigDict(frozen=True, extra="forbid")

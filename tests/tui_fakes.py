@@ -105,7 +105,7 @@ class FakeEngine:
         self.replays += 1
         for f in (0.1, 0.5, 1.0):
             progress(f, "fake replay")
-        # The metric names and order of validation.compare.diff_metrics; the replay reads 5% low.
+        # The metric names and order of validation.replay_check.diff_metrics; the replay reads 5% low.
         def latency(kind: str, stat: str) -> float:
             return getattr(getattr(result, kind), stat)
 

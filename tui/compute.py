@@ -325,7 +325,7 @@ class WhatIfSession:
     def replay(self, sc: Scenario, result: Result, n_requests: int, seed: int,
                progress: Callable[[float, str], None]) -> ReplayCheck:
         """Replay the scenario at the result's rate (deterministic for the seed) and diff the metrics."""
-        from qmodel.validation.compare import diff_metrics
+        from qmodel.validation.replay_check import diff_metrics
         from qmodel.validation.replay import build_plan, load_replay_trace, replay_plan
 
         t0 = time.perf_counter()

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         out = to_plain(res)
     check = None
     if args.check:
-        from qmodel.validation.compare import compare_with_replay
+        from qmodel.validation.replay_check import compare_with_replay
 
         check = compare_with_replay(sc, res, n_requests=args.requests, seed=args.seed)
         out["check"] = to_plain(check)
