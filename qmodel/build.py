@@ -152,7 +152,7 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
     on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
     one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision
     and KV dtype)."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
     from qmodel.perf.pipeline import pipeline_instance
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qmodel.errors import CatalogError, InputError
-from qmodel.perf.build import service_model, table_model
+from qmodel.perf.service_time import service_model, table_model
 from qmodel.perf.memory import DEFAULT_RESERVE_BYTES, kv_capacity_tokens
 from qmodel.perf.pipeline import PipelineInstance
 from qmodel.perf.table_pipeline import PipelinedTableModel

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qmodel.solver import Solver
-from qmodel.perf.build import service_model
+from qmodel.perf.service_time import service_model
 from qmodel.perf.pipeline import PipelineInstance, pipeline_instance
 from qmodel.registry import get_gpu, get_model
 from qmodel.scenario import RooflinePerf, load_scenario, parse_scenario

@@ -341,7 +341,7 @@ def test_step_cache_changes_speed_not_results(topology):
 
 def test_step_cache_matches_roofline_model_exactly():
     """Against the real roofline model (non-linear: max of compute and memory terms)."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.registry import get_gpu, get_model
     from qmodel.scenario import RooflinePerf
     from qmodel.validation.stations.core import StepCache
