@@ -29,7 +29,7 @@ DOCUMENTS: dict[str, tuple[str, ...]] = {
     "goodput": ("qmodel.result:Goodput",),
     "sweep": ("qmodel.result:Sweep",),
     "compare": ("qmodel.compare:Comparison",),
-    "plan": ("qmodel.planner.result:PlanResult", "qmodel.planner.result:ScheduleResult"),
+    "plan": ("qmodel.planner.plan_result:PlanResult", "qmodel.planner.plan_result:ScheduleResult"),
     "replay": ("qmodel.validation.report:ReplayResult",),
 }
 

@@ -160,7 +160,7 @@ def screen_text(app) -> str:
 
 def fake_plans(scenario, objective, target, top_k=10):
     """Three ranked disaggregated plans with fixed numbers, in place of :func:`qmodel.tui.planning.run_planner`."""
-    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.planner.plan_result import PlanRow, PoolOut
     from qmodel.tui import planning
 
     out = []

@@ -13,7 +13,7 @@ import math
 from typing import Sequence
 
 from qmodel.errors import InputError
-from qmodel.planner.result import CheckRow, PlanCheck, PlanRow
+from qmodel.planner.plan_result import CheckRow, PlanCheck, PlanRow
 from qmodel.planner.space import Family, PlanSpec, Pool
 from qmodel.scenario import Scenario
 
