@@ -30,7 +30,7 @@ DOCUMENTS: dict[str, tuple[str, ...]] = {
     "sweep": ("qmodel.result:Sweep",),
     "compare": ("qmodel.compare:Comparison",),
     "plan": ("qmodel.planner.plan_result:PlanResult", "qmodel.planner.plan_result:ScheduleResult"),
-    "replay": ("qmodel.validation.report:ReplayResult",),
+    "replay": ("qmodel.validation.replay_result:ReplayResult",),
 }
 
 #: verbs whose JSON carries ``schema_version`` but whose body is not modelled yet (free-form objects)
