@@ -14,8 +14,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from qmodel.engine import Solver
-from qmodel.validation.engine import replay
+from qmodel.solver import Solver
+from qmodel.validation.replay import replay
 from qmodel.validation.harness import latency_metrics
 
 __all__ = ["default_cache", "error_table"]

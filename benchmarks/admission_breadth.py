@@ -11,9 +11,9 @@ folder (ShareGPT lengths).
 """
 import csv, json, os, sys, pathlib, tempfile
 import numpy as np
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario, parse_scenario
-from qmodel.validation.engine import replay
+from qmodel.validation.replay import replay
 from qmodel.validation.harness import latency_metrics
 from qmodel.validation.suites import CONFIGS
 REPO = pathlib.Path(__file__).resolve().parent.parent

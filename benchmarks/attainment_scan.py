@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario
 
 TOL = 1e-6

@@ -12,7 +12,7 @@ What is timed:
 * ``solve``: ``Solver.solve()`` at the scenario's own rate on a solver built once, i.e. the
   per-rate work (stations, composition, quantiles, the Result); the rate-independent resolution
   (catalog, length sample, service-time model, batch-time law) is paid once and reported apart
-  as ``cold`` (``qmodel.engine.solve(scenario)`` from a parsed scenario, resolution included).
+  as ``cold`` (``qmodel.solver.solve(scenario)`` from a parsed scenario, resolution included).
 * ``goodput``: ``qmodel.goodput.goodput(scenario)`` from a parsed scenario: resolution, the
   bracketed search and the binding explanation, everything a CLI call does after parsing.
 
@@ -40,7 +40,7 @@ def _scenario(name: str):
 
 
 def case_solve(name: str):
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     solver = Solver(_scenario(name))
     solver.solve()  # resolution and rate-independent station parts
@@ -48,7 +48,7 @@ def case_solve(name: str):
 
 
 def case_cold_solve(name: str):
-    from qmodel.engine import solve
+    from qmodel.solver import solve
 
     sc = _scenario(name)
     return lambda: solve(sc)
@@ -119,7 +119,7 @@ def _breakdown(names: list[str], repeat: int) -> None:
     stations alone (each from the same inputs the composition gives it), the composition around
     them (``compose(laws=True)`` minus the stations: the TTFT and TPOT laws included), and the
     Result (summaries, station reports, binding)."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     print(f"{'example':26s} {'prefill':>8s} {'kv':>8s} {'decode':>8s} {'compose':>8s} {'result':>8s} {'solve':>8s}"
           "   (median CPU ms; compose and result exclude the stations)")

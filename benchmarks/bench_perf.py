@@ -18,7 +18,7 @@ import numpy as np
 
 
 def _models() -> dict[str, object]:
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.registry import get_gpu, get_model
     from qmodel.scenario import FixedPerf, RooflinePerf, TablePerf
     from qmodel.settings import data_dir

@@ -61,7 +61,7 @@ def main() -> None:
     if "numpy" not in sys.modules:
         for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(k, str(args.blas_threads))
-    import qmodel.engine  # noqa: F401 - import cost is not search cost
+    import qmodel.solver  # noqa: F401 - import cost is not search cost
 
     for objective in ("min-gpus", "max-goodput"):
         for executor in ("serial", "process"):

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _azure() -> None:
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import build_plan, load_replay_trace, replay_plan
+    from qmodel.validation.replay import build_plan, load_replay_trace, replay_plan
 
     scn = load_scenario(REPO / "examples" / "azure-conv-trace-disagg-a100.yaml")
     t0 = time.perf_counter()
@@ -37,7 +37,7 @@ def _azure() -> None:
 
 def _synthetic(n: int) -> None:
     from qmodel.scenario import parse_scenario
-    from qmodel.validation.engine import build_plan, load_replay_trace, replay_plan
+    from qmodel.validation.replay import build_plan, load_replay_trace, replay_plan
 
     scn = parse_scenario({
         "name": "bench-1m", "model": "llama-3.1-8b",

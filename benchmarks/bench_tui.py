@@ -44,7 +44,7 @@ def _edits(values: dict[str, str]) -> list[tuple[str, str, str]]:
 
 def engine_latencies(path: Path, repeats: int = 3) -> dict[str, float]:
     """Median seconds from an edited form to the first-stage Analysis, per kind of edit."""
-    from qmodel.tui.compute import Engine
+    from qmodel.tui.compute import WhatIfSession
     from qmodel.tui.files import read_raw
     from qmodel.tui.form import build, values_from_raw
 
@@ -52,7 +52,7 @@ def engine_latencies(path: Path, repeats: int = 3) -> dict[str, float]:
     values = values_from_raw(raw)
     res: dict[str, list[float]] = {}
     for _ in range(repeats):
-        eng = Engine()
+        eng = WhatIfSession()
         eng.solve(build(values, raw, path.parent).scenario)  # the file as opened
         for kind, key, new in _edits(values):
             v = dict(values)
@@ -66,12 +66,12 @@ def engine_latencies(path: Path, repeats: int = 3) -> dict[str, float]:
 
 def stage_times(path: Path) -> dict[str, float]:
     """Seconds of each later stage for the file as opened (one run)."""
-    from qmodel.tui.compute import STAGES, Engine
+    from qmodel.tui.compute import STAGES, WhatIfSession
     from qmodel.tui.files import read_raw
     from qmodel.tui.form import build, values_from_raw
 
     raw = read_raw(path)
-    eng = Engine()
+    eng = WhatIfSession()
     a = eng.solve(build(values_from_raw(raw), raw, path.parent).scenario)
     out = {"solve": a.timings_s.get("solve", 0.0)}
     for name, method in STAGES:
@@ -107,14 +107,14 @@ def app_latencies(path: Path, edits: int = 10) -> list[float]:
 
 
 def test_bench_engine_rate_edit(benchmark) -> None:
-    from qmodel.tui.compute import Engine
+    from qmodel.tui.compute import WhatIfSession
     from qmodel.tui.files import read_raw
     from qmodel.tui.form import build, values_from_raw
 
     path = ROOT / "examples" / "llama3-70b-disagg-h100.yaml"
     raw = read_raw(path)
     values = values_from_raw(raw)
-    eng = Engine()
+    eng = WhatIfSession()
     eng.solve(build(values, raw, path.parent).scenario)
     rates = iter(range(10**9))
 

@@ -22,7 +22,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from qmodel.engine import Solver  # noqa: E402
+from qmodel.solver import Solver  # noqa: E402
 from qmodel.scenario import load_scenario, parse_scenario  # noqa: E402
 from qmodel.validation.harness import latency_metrics  # noqa: E402
 from qmodel.validation.suites import CONFIGS  # noqa: E402
@@ -48,7 +48,7 @@ def scenarios() -> list[tuple[str, object]]:
 
 
 def seed_spread(budget: int, load: float, seeds: int, n: int, poisson: bool) -> None:
-    from qmodel.validation.engine import replay_requests, request_table
+    from qmodel.validation.replay import replay_requests, request_table
 
     d = load_scenario(REPO / "examples" / "llama3-8b-chunked-h100.yaml").model_dump(mode="json")
     d["deployment"]["chunk_tokens"] = budget

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from qmodel.perf.build import table_model  # noqa: E402
+from qmodel.perf.service_time import table_model  # noqa: E402
 from qmodel.perf.roofline import RooflineModel  # noqa: E402
 from qmodel.registry import get_gpu, get_model  # noqa: E402
 from qmodel.settings import data_dir  # noqa: E402

@@ -18,8 +18,8 @@ import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from qmodel.engine import Solver  # noqa: E402
-from qmodel.validation.engine import replay  # noqa: E402
+from qmodel.solver import Solver  # noqa: E402
+from qmodel.validation.replay import replay  # noqa: E402
 from qmodel.validation.harness import latency_metrics  # noqa: E402
 from qmodel.validation.suites import CONFIGS  # noqa: E402
 

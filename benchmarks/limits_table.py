@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import QmodelError
 from qmodel.scenario import load_scenario
 from qmodel.validation.sustained import sustained_rate

@@ -28,7 +28,7 @@ from qmodel.stations.prefill import PrefillStation  # noqa: E402
 
 def station(kind: str) -> PrefillStation:
     if kind.endswith(".toml"):
-        from qmodel.engine import Solver
+        from qmodel.solver import Solver
         from qmodel.scenario import load_scenario
 
         return dataclasses.replace(Solver(load_scenario(kind))._prefill, instances=1, dispatch="random", ca2=1.0)

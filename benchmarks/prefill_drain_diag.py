@@ -7,11 +7,11 @@ permutations), which separates the drain law from the length sample.
 """
 import sys, numpy as np
 from pathlib import Path
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario
 from qmodel.validation.sustained import poisson_at
 import qmodel.validation.stations.prefill as vp
-from qmodel.validation.engine import replay_requests
+from qmodel.validation.replay import replay_requests
 
 path = sys.argv[1]; n = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 scn = load_scenario(path)
@@ -51,7 +51,7 @@ prm = np.asarray(req.prompt)
 print("replay prompts mean", prm.mean(), "max", prm.max(), "frac>B", (prm > st.max_batch_tokens).mean())
 # same lengths as the model: bootstrap pairs from the resolved sample
 import dataclasses
-from qmodel.validation.engine import load_replay_trace
+from qmodel.validation.replay import load_replay_trace
 r = s.resolved
 sc = poisson_at(scn, 1.5 * lim)
 tr = load_replay_trace(sc, n, 0)

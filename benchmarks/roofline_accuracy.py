@@ -125,7 +125,7 @@ def loo_curves(rows_csv: Path, system: str) -> EfficiencyCurves:
 
 # ---- measured tables in ../shared/data -------------------------------------------------------
 def table_rows(data: Path) -> list[tuple[str, float]]:
-    from qmodel.perf.build import table_model
+    from qmodel.perf.service_time import table_model
 
     out = []
     sw = data / "splitwise_sim" / "perf_model.csv"

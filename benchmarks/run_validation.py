@@ -12,8 +12,8 @@ tables block of docs/seed-experiment.md.
 Seed experiment method: for each trace and deployment, ``qmodel sweep --scale --rate
 0.2:2.0:0.2`` is run as a subprocess in analytic and in replay mode at the headline SLO; the
 full SLO grid comes from the same computations (replay: the per-request TTFT/TPOT table of the
-same runs, :func:`qmodel.validation.engine.replay_requests`; analytic: the composed TTFT and TPOT
-distributions, :meth:`qmodel.engine.Solver.compose`), and each grid cell at the headline SLO is
+same runs, :func:`qmodel.validation.replay.replay_requests`; analytic: the composed TTFT and TPOT
+distributions, :meth:`qmodel.solver.Solver.compose`), and each grid cell at the headline SLO is
 checked against the CLI's number.
 """
 
@@ -177,7 +177,7 @@ def _seed_scenario(trace: str, label: str, n_p: int, n_d: int, base_rate: float,
 
 def _grid_replay(scn_dict: dict, rate: float, n: int) -> dict:
     from qmodel.scenario import parse_scenario
-    from qmodel.validation.engine import replay_requests
+    from qmodel.validation.replay import replay_requests
 
     res, req = replay_requests(parse_scenario(scn_dict).with_rate(rate), n_requests=n, seed=0)
     arrival = np.asarray(req.arrival)
@@ -194,7 +194,7 @@ def _grid_replay(scn_dict: dict, rate: float, n: int) -> dict:
 
 
 def _grid_analytic(scn_dict: dict, rate: float) -> dict:
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.errors import QmodelError
     from qmodel.scenario import parse_scenario
 
@@ -224,7 +224,7 @@ def _cli_sweep(path: Path, mode: str, n: int) -> list[dict]:
 def cmd_seed(args: argparse.Namespace) -> None:
     import yaml
 
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import parse_scenario
     from qmodel.settings import data_dir
 

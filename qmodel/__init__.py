@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     # answers
     "Result": "qmodel.result",
     "Goodput": "qmodel.result",
-    "solve": "qmodel.engine",
+    "solve": "qmodel.solver",
     "goodput": "qmodel.goodput",
     "plan": "qmodel.planner",
     "compare_topologies": "qmodel.compare",
@@ -93,7 +93,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from qmodel.engine import solve
+    from qmodel.solver import solve
     from qmodel.errors import CatalogError, DataError, InputError, QmodelError, UnstableError
     from qmodel.compare import Comparison, compare_topologies
     from qmodel.planner import PlanResult, plan

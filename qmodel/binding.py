@@ -1,7 +1,7 @@
 """The binding constraint and the KV link's bandwidth need, read from the percentile the SLO names.
 
 Binding (:func:`diagnose`): the metric that binds is the one fewer requests meet (TTFT or TPOT).
-A disaggregated metric is a sum of independent station terms (:meth:`qmodel.engine.Solver.latency_terms`):
+A disaggregated metric is a sum of independent station terms (:meth:`qmodel.solver.Solver.latency_terms`):
 
     first token from prefill:  TTFT = prefill (queue wait and own batch)
                                TPOT = decode step (batch size) + (KV link + decode admission wait) / (L − 1)

@@ -6,7 +6,7 @@ It is done once per scenario; the engine then solves the stations at as many rat
 
 It is the one path from a scenario to inputs: the analytic solver, the planner (which caches the
 pieces :func:`resolve_pool` and :func:`resolve_workload` return, and assembles them with
-:func:`resolve`), the TUI and the replay (``qmodel.validation.engine.plan_from_resolved``) all read
+:func:`resolve`), the TUI and the replay (``qmodel.validation.replay.plan_from_resolved``) all read
 a :class:`Resolved`. The pieces are public so a caller can cache them, never re-derive them.
 """
 
@@ -152,7 +152,7 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
     on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
     one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision
     and KV dtype)."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
     from qmodel.perf.pipeline import pipeline_instance
 

@@ -100,7 +100,7 @@ def knee_rate(solver, lam_max: float) -> float:
 
 
 def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.binding import binding_at
     from qmodel.goodput import goodput_search
 

@@ -8,7 +8,7 @@ come from the full station solvers, which the text says beside each block.
 
 from __future__ import annotations
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 
 __all__ = ["explain_scenario"]
 

@@ -188,7 +188,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     With sensitivities, the base and the perturbed scenarios are solved by solvers that share the
     stations a perturbation leaves alone, and their solutions at rates already solved
     (:class:`qmodel.station_cache.StationCache`; the same numbers as fresh solvers)."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.source import as_scenario
 
     scenario = as_scenario(scenario)

@@ -29,8 +29,8 @@ DOCUMENTS: dict[str, tuple[str, ...]] = {
     "goodput": ("qmodel.result:Goodput",),
     "sweep": ("qmodel.result:Sweep",),
     "compare": ("qmodel.compare:Comparison",),
-    "plan": ("qmodel.planner.result:PlanResult", "qmodel.planner.result:ScheduleResult"),
-    "replay": ("qmodel.validation.report:ReplayResult",),
+    "plan": ("qmodel.planner.plan_result:PlanResult", "qmodel.planner.plan_result:ScheduleResult"),
+    "replay": ("qmodel.validation.replay_result:ReplayResult",),
 }
 
 #: verbs whose JSON carries ``schema_version`` but whose body is not modelled yet (free-form objects)
@@ -50,7 +50,7 @@ def _solve_document() -> Any:
     from pydantic import ConfigDict
 
     from qmodel.result import Result
-    from qmodel.validation.compare import CheckReport
+    from qmodel.validation.replay_check import CheckReport
 
     class SolveDocument(Result):
         model_config = ConfigDict(frozen=True, extra="forbid")

@@ -29,7 +29,7 @@ from qmodel.stations.base import MemoizedStation, Station
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved, WorkloadParts
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
 __all__ = ["StationCache", "station_key"]
 
@@ -66,7 +66,7 @@ def _remember(table: OrderedDict, key: str, value: Any, size: int) -> None:
 
 
 class StationCache:
-    """Builds :class:`~qmodel.engine.Solver` s whose stations are shared by :func:`station_key`
+    """Builds :class:`~qmodel.solver.Solver` s whose stations are shared by :func:`station_key`
     (memoised per rate in the topology's ``memo_roles``). Resolution is shared too: a scenario
     that differs from an earlier one only in its name, SLO or arrival rate reuses that one's
     :class:`~qmodel.build.Resolved` (its rate replaced, as :func:`qmodel.build.resolve_workload`
@@ -115,7 +115,7 @@ class StationCache:
 
     def solver(self, scenario: Scenario) -> Solver:
         """A solver of ``scenario`` with every station it shares with an earlier one reused."""
-        from qmodel.engine import Solver
+        from qmodel.solver import Solver
         from qmodel.topology import topology_for
 
         dump = scenario.model_dump(mode="json")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import parse_scenario
 
 SCENARIO = {

@@ -77,7 +77,7 @@ EXAMPLES = ["llama3-70b-disagg-h100", "opt13b-disagg-a100", "llama2-70b-disagg-s
 @pytest.mark.parametrize("load", [0.1, 0.5, 0.9, 0.97])
 def test_link_report_equals_plain_bisection(name: str, load: float, monkeypatch: pytest.MonkeyPatch) -> None:
     import qmodel.binding as binding
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
 
     (path,) = (Path(__file__).resolve().parent.parent / "examples").glob(f"{name}.*")

@@ -16,7 +16,7 @@ from qmodel.stations.capacity import saturated_schedule
 
 
 def _inputs(name: str):
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
 
     r = Solver(load_scenario(EXAMPLES / f"{name}.yaml")).resolved

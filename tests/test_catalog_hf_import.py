@@ -197,7 +197,7 @@ def test_serving_config_without_hf_id_says_so(repo_root):
     """A model with no hf_id gets a placeholder in the ``vllm serve`` line and a note, not its
     catalog name passed off as a Hugging Face id (opt-175b's weights were never on the Hub)."""
     from qmodel.planner.export import serving_config
-    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.planner.plan_result import PlanRow, PoolOut
     from qmodel.scenario import load_scenario
 
     sc = load_scenario(repo_root / "examples/opt13b-colocated-a100.yaml")

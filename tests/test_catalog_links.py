@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from qmodel.build import resolve
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.registry import load_catalog
 from qmodel.scenario import parse_scenario
 

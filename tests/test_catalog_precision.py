@@ -14,12 +14,12 @@ import pytest
 
 from qmodel.build import resolve
 from qmodel.cli.main import main
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import InputError
 from qmodel.perf.roofline import RooflineModel
 from qmodel.registry import load_catalog
 from qmodel.scenario import load_scenario
-from qmodel.validation.engine import build_plan
+from qmodel.validation.replay import build_plan
 from tests.data_needs import EXAMPLES
 
 DISAGG = EXAMPLES / "llama3-70b-disagg-h100.yaml"

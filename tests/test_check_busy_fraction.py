@@ -14,7 +14,7 @@ import pytest
 
 import qmodel
 from qmodel.scenario import load_scenario
-from qmodel.validation.compare import compare_with_replay
+from qmodel.validation.replay_check import compare_with_replay
 
 
 def test_decode_busy_fraction_is_compared_with_the_replay(repo_root):

@@ -65,7 +65,7 @@ def test_case_ids_are_dense():
 
 
 def test_utilization_inside_its_band_and_scenarios_valid():
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     corpus = generate(60, 3, data=False)
     for c in corpus.cases:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qmodel.engine import Solver, solve
+from qmodel.solver import Solver, solve
 from qmodel.errors import UnstableError
 from qmodel.goodput import goodput
 from qmodel.scenario import parse_scenario

@@ -172,7 +172,7 @@ def test_link_on_its_readers_step_gives_the_fine_links_answers(example: str, loa
     # TPOT step (the handoff enters TPOT divided by L − 1); the attainments by 1e-3 absolute.
     from pathlib import Path
 
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
 
     path = Path(__file__).resolve().parent.parent / "examples" / f"{example}.yaml"
@@ -204,7 +204,7 @@ def test_eager_laws_are_the_lazy_ones(example: str) -> None:
     # give the same laws and attainments, to round-off and the 1e-12 trimming.
     from pathlib import Path
 
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
 
     solver = Solver(load_scenario(Path(__file__).resolve().parent.parent / "examples" / f"{example}.yaml"))

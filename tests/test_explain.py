@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.explain import explain_scenario
 from qmodel.scenario import load_scenario
 

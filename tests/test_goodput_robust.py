@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import qmodel
 from qmodel import compare as compare_mod
 from qmodel.compare import Candidate, knee_rate
-from qmodel.engine import LIGHT_LOAD, Solver
+from qmodel.solver import LIGHT_LOAD, Solver
 from qmodel.errors import InputError, NumericalError
 from qmodel.goodput import elasticity
 from qmodel.scenario import DisaggregatedDeployment, PrefillPool, load_scenario

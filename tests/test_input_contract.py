@@ -215,7 +215,7 @@ def test_plan_bad_input_is_exit_2_not_1(capsys):
 
 
 def test_sweep_row_near_the_limit_goes_on(capsys):
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
 
     sc = load_scenario(DISAGG)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from qmodel.binding import contributions
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import Scenario, load_scenario, parse_scenario
-from qmodel.validation.engine import replay_requests, request_table
+from qmodel.validation.replay import replay_requests, request_table
 
 from test_engine import D, md1_scenario
 

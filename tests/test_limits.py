@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import load_scenario, parse_scenario
 from qmodel.validation.sustained import poisson_at, probe, sustained_rate
 
@@ -235,7 +235,7 @@ def test_colocated_solves_up_to_its_limit(make):
 def _saturated_on_own_sample(scn, n: int = 20000) -> tuple[float, float]:
     import dataclasses
 
-    from qmodel.validation.engine import load_replay_trace, replay_requests
+    from qmodel.validation.replay import load_replay_trace, replay_requests
 
     s = Solver(scn)
     lim, station = s.max_stable_rate()

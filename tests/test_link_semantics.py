@@ -16,10 +16,10 @@ import pytest
 
 from qmodel.build import resolve
 from qmodel.cli.main import main
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import InputError
 from qmodel.scenario import DisaggregatedDeployment, load_scenario, parse_scenario
-from qmodel.validation.engine import build_plan
+from qmodel.validation.replay import build_plan
 
 SCENARIO = {
     "name": "qwen32b-disagg-h200", "model": "qwen2.5-32b",

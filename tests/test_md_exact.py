@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from md_reference import erlang_md1_wait_cdf, mdc_mean_wait, mdc_sojourn_quantile, mdc_wait_cdf, simulate_mdc_sojourn
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import parse_scenario
 from test_engine import md1_scenario
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qmodel.errors import InputError
-from qmodel.perf.build import service_model
+from qmodel.perf.service_time import service_model
 from qmodel.perf.fixed import FixedModel
 from qmodel.perf.roofline import RooflineModel
 from qmodel.perf.tables import DistServeModel, SweepTableModel

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from qmodel.errors import InputError
-from qmodel.perf.build import service_model
+from qmodel.perf.service_time import service_model
 from qmodel.perf.fixed import FixedModel
 from qmodel.registry import get_gpu, get_model
 from qmodel.scenario import FixedPerf

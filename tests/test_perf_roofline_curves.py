@@ -207,7 +207,7 @@ def test_curve_roofline_vs_real_vllm_tpot(data_dir):
 def test_scenario_default_is_curves_and_constants_reproduce_the_old_roofline():
     """perf: {kind: roofline} runs the curves; efficiency: constants is exactly the old default
     (Llama-3.1-8B, 512 tokens on H100: 24.25 ms = 10 ms overhead + the mfu-0.55 GEMMs)."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.scenario import RooflinePerf
 
     l8, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
@@ -223,7 +223,7 @@ def test_scenario_default_is_curves_and_constants_reproduce_the_old_roofline():
 
 def test_scenario_override_replaces_the_curve_number():
     """An explicit mfu is the saturated GEMM efficiency: long prefills scale with 1/mfu, the rest stays."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.scenario import RooflinePerf
 
     l8, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")

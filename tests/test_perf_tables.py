@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qmodel.errors import DataError, InputError
-from qmodel.perf.build import table_model
+from qmodel.perf.service_time import table_model
 from qmodel.perf.tables import DistServeModel, detect_format, load_distserve, load_qmodel_csv, load_splitwise
 from qmodel.registry import get_gpu, get_model
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qmodel.errors import CatalogError, InputError
-from qmodel.perf.build import service_model, table_model
+from qmodel.perf.service_time import service_model, table_model
 from qmodel.perf.memory import DEFAULT_RESERVE_BYTES, kv_capacity_tokens
 from qmodel.perf.pipeline import PipelineInstance
 from qmodel.perf.table_pipeline import PipelinedTableModel
@@ -209,8 +209,8 @@ def test_kv_capacity_per_stage(repo_root):
 
 
 def _solver_and_replay(sc, rate):
-    from qmodel.engine import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.solver import Solver
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     sc = sc.with_rate(rate)

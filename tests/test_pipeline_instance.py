@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qmodel.engine import Solver
-from qmodel.perf.build import service_model
+from qmodel.solver import Solver
+from qmodel.perf.service_time import service_model
 from qmodel.perf.pipeline import PipelineInstance, pipeline_instance
 from qmodel.registry import get_gpu, get_model
 from qmodel.scenario import RooflinePerf, load_scenario, parse_scenario
-from qmodel.validation.engine import replay
+from qmodel.validation.replay import replay
 from qmodel.validation.harness import compare_scenario, latency_metrics
 
 PREFILL_S = 0.05  # fixed stage time of one prompt's prefill

@@ -172,7 +172,7 @@ def test_max_goodput_matches_exhaustive_search_on_the_engine(repo_root):
 
 def test_attainment_round_off_is_clipped_and_nan_is_an_error(scenario, monkeypatch):
     """Grid CDFs overshoot 1 by ~1e-15: clipped. A NaN would steer the search silently: NumericalError."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.errors import NumericalError
 
     ev = EngineEvaluator(scenario)

@@ -16,7 +16,7 @@ import yaml
 from qmodel.cli.main import main
 from qmodel.planner.export import role_flags, serving_config
 from qmodel.planner.manifests import GPU_PRODUCT_LABELS, manifest_name
-from qmodel.planner.result import PlanRow
+from qmodel.planner.plan_result import PlanRow
 from qmodel.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from qmodel.build import resolve
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.scenario import parse_scenario
-from qmodel.validation.engine import build_plan, replay
+from qmodel.validation.replay import build_plan, replay
 
 RAW = {
     "name": "llama70b-colocated-h200-prefix", "model": "llama-3.1-70b",

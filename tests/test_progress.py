@@ -48,7 +48,7 @@ def test_default_is_off_when_stderr_is_not_a_terminal(capsys):
 
 def test_replay_is_identical_with_progress_marks():
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
 
     sc = load_scenario(EX)
     seen: list[int] = []

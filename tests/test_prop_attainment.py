@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from tests.prop_scenarios import CHEAP, PROP, SCENARIOS, label, variant, variants
 
 TOL = 1e-6  # qmodel/goodput.py _check_monotone's tolerance on attainment

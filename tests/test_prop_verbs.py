@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import qmodel
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from tests.fuzz.cases import Case
 from tests.fuzz.runner import run_case
 from tests.prop_scenarios import CHEAP, PROP, SCENARIOS, finite, label, variant, variants

@@ -62,7 +62,7 @@ def test_replay_bad_input_is_one_line_exit_2(capsys, repo_root, argv, field):
 @pytest.mark.needs_data
 def test_replay_azure_trace_conserves(data_dir, repo_root):
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
 
     res = replay(load_scenario(repo_root / "examples" / "azure-conv-trace-disagg-a100.yaml"))
     c = res.conservation

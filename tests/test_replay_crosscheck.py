@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import des_micro  # noqa: E402
 
-from qmodel.validation.engine import ReplayPlan, simulate  # noqa: E402
+from qmodel.validation.replay import ReplayPlan, simulate  # noqa: E402
 from qmodel.validation.trace_types import Trace  # noqa: E402
 
 

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_models import LinearModel  # noqa: E402
 
-from qmodel.validation.engine import ReplayPlan, replay_plan, simulate  # noqa: E402
+from qmodel.validation.replay import ReplayPlan, replay_plan, simulate  # noqa: E402
 from qmodel.validation.trace_types import Trace  # noqa: E402
 
 
@@ -341,7 +341,7 @@ def test_step_cache_changes_speed_not_results(topology):
 
 def test_step_cache_matches_roofline_model_exactly():
     """Against the real roofline model (non-linear: max of compute and memory terms)."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.registry import get_gpu, get_model
     from qmodel.scenario import RooflinePerf
     from qmodel.validation.stations.core import StepCache
@@ -461,7 +461,7 @@ def test_littles_law_is_exact_on_the_window_whatever_the_run_length(topology):
     """Issue 16.15: L·T against the sojourns clipped to the window [w0, w1] is a sample-path
     identity, so the check is round-off (tolerance 1e-9, stated in the report) even for a run of
     800 requests, where the unclipped L = λW differed by its warm-up/drain edge terms (~1%)."""
-    from qmodel.validation.engine import LITTLE_TOLERANCE
+    from qmodel.validation.replay import LITTLE_TOLERANCE
 
     res = replay_plan(mixed_plan(topology), busy_trace(800, seed=3), seed=7)
     for s in res.stations:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_models import LinearModel  # noqa: E402
 
-from qmodel.validation.engine import ReplayPlan, simulate  # noqa: E402
+from qmodel.validation.replay import ReplayPlan, simulate  # noqa: E402
 from qmodel.validation.trace_types import Trace  # noqa: E402
 
 plans = st.fixed_dictionaries({

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from qmodel.build import Resolved, resolve
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.errors import InputError
 from qmodel.scenario import DisaggregatedDeployment, load_scenario
-from qmodel.validation.engine import ReplayPlan, build_plan
+from qmodel.validation.replay import ReplayPlan, build_plan
 from tests.data_needs import EXAMPLES, example_param
 
 NAMES = sorted(p.stem for p in EXAMPLES.iterdir() if p.suffix in (".yaml", ".json", ".toml"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from data_needs import EXAMPLES, example_param
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.goodput import goodput, perturbations, sensitivities
 from qmodel.scenario import apply_overrides, parse_scenario
 from qmodel.source import as_scenario

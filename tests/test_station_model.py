@@ -147,9 +147,9 @@ def test_a_station_its_role_and_its_replay_counterpart_carry_one_name(example):
     stations for that shape are named the same, in the same order."""
     from pathlib import Path
 
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay_plan
+    from qmodel.validation.replay import replay_plan
     from qmodel.validation.replay_run import WIRING
     from tests.test_replay_engine import busy_trace, mixed_plan
 

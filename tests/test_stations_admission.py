@@ -75,9 +75,9 @@ def test_issue_scenario_ttft_against_replay(data_dir, tmp_path):
     # the 6-seed mean too (0.70 and 0.75) and fail the hard-cap form's p90 (0.45).
     import csv
 
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     rows = list(csv.DictReader(open(data_dir / "length_distributions" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")))
@@ -155,8 +155,8 @@ def test_kv_wall_ttft_against_replay_without_data():
     # 0.43/0.56 s (mean 0.58), p90 2.62/0.82/2.70/2.45/1.45/1.90 s (mean 1.99); the seed-to-seed sd of
     # p90 is 0.7 s, so the 6-seed mean carries ~15% (one standard error): bands +-35%. Hard-cap slot
     # wait (main): mean 0.302 s (-48%), p90 0.643 s (-68%); soft wall: 0.642 (+11%), 2.026 (+2%).
-    from qmodel.engine import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.solver import Solver
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     sc = _kv_wall_scenario(1.0)
@@ -175,7 +175,7 @@ def test_kv_wall_ttft_monotone_in_rate_up_to_the_limit():
     # TTFT percentiles are finite and non-decreasing in the rate all the way (before that scaling the
     # wall's chain went unstable at ~0.97 of the limit and the form fell back to the hard cap:
     # p90 12.1 -> 6.3 s between 0.96 and 0.98 on the issue's case)
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     sc = _kv_wall_scenario(1.0)
     lim = Solver(sc).max_stable_rate()[0]
@@ -227,9 +227,9 @@ def test_kv_wall_ttft_round_robin_smooth_arrivals_against_replay():
     # +-35%. Wall wait scaled by (1 + c_L^2)/2 (main): mean 1.62 s (+216%), p90 4.97 s (+189%), p99
     # 11.9 s (+155%); by (c_a^2 + c_L^2)/2: 0.647 (+26%), 1.85 (+8%), 4.32 (-7%). Not asserted: p50
     # 0.191 s against 0.100 (+91%; main 0.220).
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import parse_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     d = _kv_wall_scenario(1.0).model_dump()

@@ -177,7 +177,7 @@ def test_gamma_arrivals_against_des():
 def test_tables_read_at_fractional_states():
     # the station reads its per-state tables at the mean decode batch without rounding it (a rounded
     # state made attainment jump where it flipped): exact at integers, linear between, rows for 2-D
-    from qmodel.stations.chunked import _at
+    from qmodel.stations.iteration_stalls import state_at as _at
 
     t1 = np.array([1.0, 3.0, 7.0])
     t2 = np.array([[0.0, 10.0], [2.0, 20.0], [4.0, 30.0]])

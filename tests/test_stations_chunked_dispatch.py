@@ -67,9 +67,9 @@ def test_example_ttft_against_replay_half_load():
     p50 0.201-0.219, p90 0.650-0.704, p99 1.255-1.357 s (about +-4%); the model is -8/-6/-7% off the
     pooled seeds. Before the least_loaded steering (Erlang C / c on prefill work) the errors were
     -31/-20/-18% (benchmarks/chunked_ttft_breadth.py, docs/validation.md)."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     sc = load_scenario(EXAMPLE)

@@ -283,8 +283,8 @@ def test_single_instance_ttft_against_replay(data_dir):
     # its limit), 2 seeds x 20000 requests of the bundled replay. The gated-batch TTFT measured at
     # 3 seeds: mean +0.6%, p50 −1.1%, p90 +5.3%, p99 −2.8% (the priority-M/G/1 form was +11.7/+11.8/
     # +16.8/+4.5%). Bands: those errors plus 3 replay standard errors (0.5% mean, 1% p90, 2% p99).
-    from qmodel.engine import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.solver import Solver
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import get_suite
 
@@ -392,8 +392,8 @@ def test_least_loaded_pool_ttft_against_replay(u, bands):
     # and the pooled bulk chain (ColocatedTTFT._with_overflow): −2.8/+0.2/+5.7% and −10.2/−4.9/+6.8%
     # (the per-engine cyclic-split bulk chain gave p99 +18.3% at 0.9). Bands: the first errors plus
     # ~2 replay standard errors (seed-to-seed spread 2-5%).
-    from qmodel.engine import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.solver import Solver
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import get_suite
 
@@ -417,8 +417,8 @@ def test_least_loaded_budget_overflow_pools_against_replay():
     # queue of 2 engines (Erlang C, conditional wait / 2): TTFT p50/p90/p99 −12.9/+0.4/+6.6%; as
     # the per-engine chain with cyclic-split arrivals (before): +11/+35/+51% (2 seeds). Bands: the
     # errors plus ~2 replay standard errors of the 4-seed mean (2.9/3.8/6.5%).
-    from qmodel.engine import Solver
-    from qmodel.validation.engine import replay
+    from qmodel.solver import Solver
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import CONFIGS
 

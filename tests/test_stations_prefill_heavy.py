@@ -103,7 +103,7 @@ def test_heavy_wait_grid_equals_the_full_grid_where_both_run(monkeypatch, frac) 
     # measured equal to 1.9e-6 (0.992) and 4e-4 / 1e-3 / 2e-3 (p50 / p90 / p99 at 0.995, where the full grid's own
     # tail decays 8% slower than λ(z0−1), rounding every drained batch time up to its step)
     from data_needs import EXAMPLES
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import load_scenario
 
     st = Solver(load_scenario(EXAMPLES / "llama3-70b-disagg-h100.yaml"))._prefill

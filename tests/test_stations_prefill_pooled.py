@@ -57,9 +57,9 @@ def test_disaggregated_least_loaded_prefill_against_replay() -> None:
     # seeds x 20000 requests. Pooled chain: TTFT p50/p90/p99 +7.7/+11.9/+15.8%; the per-engine chain
     # with cyclic-split arrivals (before): +37.5/+55.8/+70.7%. Bands: the errors +- ~2 standard
     # errors of the 4-seed replay mean (3.9/6.0/8.5%).
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.scenario import parse_scenario
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import ARRIVALS, CONFIGS, length_source
 

@@ -192,7 +192,7 @@ def test_palette_and_catalog_picker_set_fields() -> None:
 
 
 def test_planner_rows_load_into_the_form(monkeypatch) -> None:
-    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.planner.plan_result import PlanRow, PoolOut
     from qmodel.tui import planning
 
     def fake_planner(scenario, objective, target, top_k=10):

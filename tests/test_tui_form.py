@@ -105,5 +105,5 @@ def test_form_modules_do_not_import_textual() -> None:
     import subprocess
 
     code = ("import sys, qmodel.tui.form, qmodel.tui.compute, qmodel.tui.files, qmodel.tui.report, "
-            "qmodel.tui.plots, qmodel.tui.planning; assert 'textual' not in sys.modules, 'textual imported'")
+            "qmodel.tui.charts, qmodel.tui.planning; assert 'textual' not in sys.modules, 'textual imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

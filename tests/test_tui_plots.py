@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from qmodel.tui.compute import usd_per_million_tokens
-from qmodel.tui.plots import (BRAILLE_BASE, Series, VLine, density_bars, duration_axis, fmt_num, heatmap, line_chart,
+from qmodel.tui.charts import (BRAILLE_BASE, Series, VLine, density_bars, duration_axis, fmt_num, heatmap, line_chart,
                               tick_row)
 
 

@@ -2,7 +2,7 @@
 
 Fixed terminal sizes, no clock in the header, no timings on screen, focus cleared (no blinking
 cursor) and notifications dismissed, so the SVGs are byte-stable. The fake engine keeps them
-independent of the stations' numerics; the real engine is covered by test_tui_engine.py.
+independent of the stations' numerics; the real engine is covered by test_tui_session.py.
 Update after an intended layout change with ``pytest tests/test_tui_snapshots.py --snapshot-update``.
 """
 

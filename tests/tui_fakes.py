@@ -2,7 +2,7 @@
 
 Its numbers are simple closed forms of the scenario (an M/M/1-like latency in the rate), so the
 snapshots do not change when the real stations are re-tuned, and a field change still changes the
-answer. Behaviour tests that need qmodel's real numbers use :class:`qmodel.tui.compute.Engine`.
+answer. Behaviour tests that need qmodel's real numbers use :class:`qmodel.tui.compute.WhatIfSession`.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class FakeEngine:
         self.replays += 1
         for f in (0.1, 0.5, 1.0):
             progress(f, "fake replay")
-        # The metric names and order of validation.compare.diff_metrics; the replay reads 5% low.
+        # The metric names and order of validation.replay_check.diff_metrics; the replay reads 5% low.
         def latency(kind: str, stat: str) -> float:
             return getattr(getattr(result, kind), stat)
 
@@ -160,7 +160,7 @@ def screen_text(app) -> str:
 
 def fake_plans(scenario, objective, target, top_k=10):
     """Three ranked disaggregated plans with fixed numbers, in place of :func:`qmodel.tui.planning.run_planner`."""
-    from qmodel.planner.result import PlanRow, PoolOut
+    from qmodel.planner.plan_result import PlanRow, PoolOut
     from qmodel.tui import planning
 
     out = []

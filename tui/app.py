@@ -30,7 +30,7 @@ from textual.worker import get_current_worker
 from qmodel.errors import QmodelError
 
 from .analysis import Analysis, Cancelled, ReplayCheck
-from .compute import STAGES, Engine
+from .compute import STAGES, WhatIfSession
 from .screenshots import Screenshots
 from .form import DEFAULT_RAW, FormBuild, build, error_field, values_from_raw
 from .panes import TABS, TOPOLOGY_STYLES, ComparePane, PlanPane, PlotsPane, ReplayPane, ResultsPane
@@ -74,7 +74,7 @@ class QmodelApp(Screenshots, App):
 
         super().__init__()
         self.COMMANDS = App.COMMANDS | {QmodelCommands}
-        self.engine = engine or Engine()
+        self.engine = engine or WhatIfSession()
         self.show_timings = show_timings
         self.replay_requests = replay_requests
         self.stages = stages  # the later stages to run after each solve (tests and benchmarks trim them)

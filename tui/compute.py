@@ -34,7 +34,7 @@ from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool,
                              Scenario, scenario_sha256)
 from qmodel.topology import topology_named
 
-__all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "Engine", "STAGES", "usd_per_million_tokens",
+__all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "WhatIfSession", "STAGES", "usd_per_million_tokens",
            "iso_gpu_variants", "ReplayCheck"]
 
 Check = Callable[[], bool]
@@ -105,10 +105,10 @@ def _grid(n: int, most: int) -> tuple[int, ...]:
     return tuple(sorted({int(round(v)) for v in np.linspace(1, n, most)}))
 
 
-class Engine:
-    """The real backend: qmodel's solver, goodput, compare and sensitivities, with a solver cache.
+class WhatIfSession:
+    """The TUI's recompute session (the real backend): qmodel's solver, goodput, compare and sensitivities, with a solver cache.
 
-    Building a :class:`~qmodel.engine.Solver` resolves the catalog, the service-time model and the
+    Building a :class:`~qmodel.solver.Solver` resolves the catalog, the service-time model and the
     length mix, and its stations precompute per-request service times; caching solvers by scenario
     hash makes revisiting an earlier value instant, lets the later stages reuse the solver stage 1
     built, and (:mod:`qmodel.station_cache`) lets rate and SLO edits reuse the stations, and an
@@ -325,8 +325,8 @@ class Engine:
     def replay(self, sc: Scenario, result: Result, n_requests: int, seed: int,
                progress: Callable[[float, str], None]) -> ReplayCheck:
         """Replay the scenario at the result's rate (deterministic for the seed) and diff the metrics."""
-        from qmodel.validation.compare import diff_metrics
-        from qmodel.validation.engine import build_plan, load_replay_trace, replay_plan
+        from qmodel.validation.replay_check import diff_metrics
+        from qmodel.validation.replay import build_plan, load_replay_trace, replay_plan
 
         t0 = time.perf_counter()
         if sc.rate_per_s != result.rate_per_s:
@@ -351,7 +351,7 @@ def _missing_rate() -> float:
     raise InputError("workload.arrivals.rate_per_s", None, "set a rate to solve at")
 
 
-#: Later stages in the order they run (name, Engine method name).
+#: Later stages in the order they run (name, WhatIfSession method name).
 STAGES: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("curves", "curves"),
                                        ("sensitivities", "sensitivities"), ("heatmap", "heatmap"))
 

@@ -36,9 +36,19 @@ def _is(key: str, *allowed: str) -> Callable[[Values], bool]:
     return lambda v: v.get(key, "") in allowed
 
 
+def _shape(test: Callable[[Any], bool]) -> Callable[[Values], bool]:
+    """Shown for the shapes whose :class:`~qmodel.topology.Topology` passes ``test`` (asked, not named)."""
+    def when(v: Values) -> bool:
+        from qmodel.topology import TOPOLOGIES  # lazily: the form module stays light to import
+        cls = TOPOLOGIES.get(v.get(_TOPO, ""))
+        return cls is not None and test(cls)
+    return when
+
+
 _TOPO = "deployment.topology"
-_single = _is(_TOPO, "colocated", "chunked")
-_disagg = _is(_TOPO, "disaggregated")
+_single = _shape(lambda t: not t.separate_prefill)  # one pool serves both phases
+_disagg = _shape(lambda t: t.separate_prefill)  # a prefill pool and a decode pool
+_budget = {f: _shape(lambda t, f=f: t.budget_field == f) for f in ("max_batch_tokens", "chunk_tokens")}
 _ARR = "workload.arrivals.kind"
 _LEN = "workload.lengths.kind"
 _PERF = "perf.kind"
@@ -107,9 +117,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("deployment.pool.instances", "Instances", "Deployment", when=_single),
     FieldSpec("deployment.pool.max_batch", "Max batch", "Deployment", when=_single, help="concurrent sequences"),
     FieldSpec("deployment.pool.kv_memory_fraction", "KV mem frac", "Deployment", when=_single),
-    FieldSpec("deployment.max_batch_tokens", "Prefill tok", "Deployment", when=_is(_TOPO, "colocated"),
+    FieldSpec("deployment.max_batch_tokens", "Prefill tok", "Deployment", when=_budget["max_batch_tokens"],
               help="tokens per prefill iteration"),
-    FieldSpec("deployment.chunk_tokens", "Chunk tok", "Deployment", when=_is(_TOPO, "chunked"),
+    FieldSpec("deployment.chunk_tokens", "Chunk tok", "Deployment", when=_budget["chunk_tokens"],
               help="tokens per mixed iteration"),
     # disaggregated
     FieldSpec("deployment.prefill.gpu", "Prefill GPU", "Deployment", "catalog", catalog="gpus", when=_disagg),
@@ -285,7 +295,7 @@ def raw_from_values(values: Values, base: dict[str, Any] | None = None) -> dict[
         if not isinstance(current, dict) or current.get(tag) != chosen:
             _set(raw, section, {tag: chosen})
     dep = raw["deployment"]
-    if values.get(_TOPO) == "disaggregated":
+    if _disagg(values):
         dep.pop("pool", None)
     else:
         dep.pop("prefill", None)

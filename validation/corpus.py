@@ -218,7 +218,7 @@ def _perf(table: str | None) -> dict[str, Any]:
 
 def _slo(sc: dict[str, Any], mean_p: float, mean_o: float, rng: np.random.Generator) -> dict[str, Any]:
     """SLO targets as multiples of the scenario's idle step times (module docstring)."""
-    from qmodel.perf.build import service_model
+    from qmodel.perf.service_time import service_model
     from qmodel.registry import get_gpu, get_model
 
     dep = sc["deployment"]

@@ -3,7 +3,7 @@
 Per case (config x arrivals x utilization, see :mod:`qmodel.validation.suites`):
 
 * analytic: ``Solver(scenario).solve(u * max_stable_rate)``;
-* replay: :func:`qmodel.validation.engine.replay` at the same rate with one run per seed, each
+* replay: :func:`qmodel.validation.replay.replay` at the same rate with one run per seed, each
   ``suite.n_requests(u)`` long (∝ 1/(1-u)²: waiting times stay correlated over ~1/(1-u)² arrivals, Whitt, "Planning queueing simulations", Management Science 35 (1989)) with the first 10% cut as
   warm-up. The replay value is the mean over seeds; its noise is the standard error of that mean
   relative to it, |r0 - r1| / (r0 + r1) for two seeds (sample std / sqrt(k) / mean in general).
@@ -95,7 +95,7 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
     ``reuse``: an earlier record of the same scenario; its replay is taken instead of replaying again
     when it ran at the same rate (relative 1e-9), the same requests and seeds (the replay is
     deterministic in those), so an analytic change is re-scored without re-running the replays."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     rec: dict[str, Any] = {}
     solver = Solver(sc0)
@@ -126,7 +126,7 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
 
 def _replays(sc, n_requests: int, seeds: tuple[int, ...] | list[int]) -> dict[str, Any]:
     """The replay fields (:data:`REPLAY_FIELDS`) of ``sc``: one replay per seed, mean and noise per metric."""
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
 
     runs = [replay(sc, n_requests=n_requests, seed=s) for s in seeds]
     per_seed = [latency_metrics(r) for r in runs]
@@ -207,9 +207,9 @@ def replay_goodput(attainment: Callable[[float], float], guess: float, goal: flo
 
 def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
     """Analytic vs replay goodput for one (config, arrivals)."""
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
     from qmodel.goodput import goodput_search
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
 
     sc0 = config.scenario(arrivals, 1.0, suite.empirical)
     solver = Solver(sc0)

@@ -1,4 +1,4 @@
-"""The replay's statistics: per-request marks -> :class:`~qmodel.validation.report.ReplayResult`.
+"""The replay's statistics: per-request marks -> :class:`~qmodel.validation.replay_result.ReplayResult`.
 
 Statistics exclude requests arriving in the first ``warmup_fraction`` of the trace's time span
 (they are still simulated); time averages (utilization, number in station) use the window from
@@ -17,7 +17,7 @@ import numpy as np
 from qmodel.errors import NumericalError
 from qmodel.result import DistSummary
 from qmodel.validation.replay_plan import ReplayPlan
-from qmodel.validation.report import Conservation, Precision, ReplayHeader, ReplayResult, ReplayStation
+from qmodel.validation.replay_result import Conservation, Precision, ReplayHeader, ReplayResult, ReplayStation
 from qmodel.validation.trace_types import Trace
 
 if TYPE_CHECKING:  # annotations only

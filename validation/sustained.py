@@ -1,6 +1,6 @@
 """The replay's sustained rate: the largest Poisson rate at which the replay keeps up.
 
-The analytic stability limit (:meth:`qmodel.engine.Solver.max_stable_rate`) is checked against
+The analytic stability limit (:meth:`qmodel.solver.Solver.max_stable_rate`) is checked against
 this number (docs/validation.md, "Sustained rate"). Definitions:
 
 * a **probe** at rate r replays the scenario with Poisson arrivals at r (lengths and the arrival
@@ -95,7 +95,7 @@ def _batch_se(x: np.ndarray, batches: int) -> float:
 
 def probe(scenario: Scenario, rate_per_s: float, n_requests: int = 5000, seed: int = 0) -> Probe:
     """Replay ``scenario`` at Poisson ``rate_per_s`` and judge it by the module's criterion."""
-    from qmodel.validation.engine import replay_requests
+    from qmodel.validation.replay import replay_requests
 
     res, req = replay_requests(poisson_at(scenario, rate_per_s), n_requests=n_requests, seed=seed,
                                warmup_fraction=WARMUP_FRACTION)

@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qmodel.validation.engine import replay_requests
+    from qmodel.validation.replay import replay_requests
 
     if args.requests < 1:
         raise InputError("--requests", args.requests, "a positive number of requests")
@@ -70,7 +70,7 @@ def _write_csv(path: str, req) -> None:
     import math
 
     from qmodel.errors import DataError
-    from qmodel.validation.engine import request_table
+    from qmodel.validation.replay import request_table
 
     cols = request_table(req)
     names = list(cols)

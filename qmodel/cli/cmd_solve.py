@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qmodel.engine import Solver
+    from qmodel.solver import Solver
 
     with gc_paused():  # one load and one solve: bounded work
         sc = scenario_from_args(args, warn=False)  # its output lists the warnings
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         out = to_plain(res)
     check = None
     if args.check:
-        from qmodel.validation.compare import compare_with_replay
+        from qmodel.validation.replay_check import compare_with_replay
 
         check = compare_with_replay(sc, res, n_requests=args.requests, seed=args.seed)
         out["check"] = to_plain(check)

@@ -41,7 +41,7 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
 
     rows: list[SweepRow] = []
     if mode == "analytic":
-        from qmodel.engine import Solver
+        from qmodel.solver import Solver
 
         solver = Solver(scenario)
         for i, r in enumerate(rates):
@@ -57,7 +57,7 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
                 continue
             rows.append(_row(r, res, ""))
     else:
-        from qmodel.validation.engine import replay
+        from qmodel.validation.replay import replay
 
         for i, r in enumerate(rates):
             if progress is not None:

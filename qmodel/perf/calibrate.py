@@ -142,7 +142,7 @@ def calibrate_table(path: str, model: ModelSpec, gpu: GPUSpec, tp: int, pp: int 
                     model_key: str | None = None, hardware_key: str | None = None,
                     start: dict[str, float] | None = None, field_prefix: str = "calibrate") -> dict[str, Any]:
     """Load a measured table for (model, gpu, tp) and fit the roofline to its points."""
-    from qmodel.perf.build import table_model
+    from qmodel.perf.service_time import table_model
 
     check_parallelism(model, tp, pp, field_prefix)
     table = table_model(path, model, gpu, tp, pp, fmt=fmt, model_key=model_key, hardware_key=hardware_key,

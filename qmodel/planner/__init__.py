@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from qmodel.planner.core import plan
-from qmodel.planner.result import PlanResult, PlanRow, ScheduleResult
+from qmodel.planner.plan_result import PlanResult, PlanRow, ScheduleResult
 from qmodel.planner.schedule import plan_schedule
 from qmodel.planner.search import Budget
 from qmodel.planner.space import SearchSpace

@@ -13,7 +13,7 @@ import math
 from typing import Sequence
 
 from qmodel.errors import InputError
-from qmodel.planner.result import CheckRow, PlanCheck, PlanRow
+from qmodel.planner.plan_result import CheckRow, PlanCheck, PlanRow
 from qmodel.planner.space import Family, PlanSpec, Pool
 from qmodel.scenario import Scenario
 
@@ -40,7 +40,7 @@ def _rel(a: float, b: float) -> float:
 def check_plans(scenario: Scenario, rows: Sequence[PlanRow], *, n_requests: int = 5000, seed: int = 0,
                 evaluator=None, rate_per_s: float | None = None) -> PlanCheck:
     from qmodel.planner.evaluate import EngineEvaluator, scenario_for
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
 
     if not rows:
         raise InputError("--check", 0, "at least one plan to replay")

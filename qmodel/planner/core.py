@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from qmodel.errors import InputError
 from qmodel.planner.evaluate import EngineEvaluator, Evaluator
-from qmodel.planner.result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
+from qmodel.planner.plan_result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
 from qmodel.planner.rank import rank_found
 from qmodel.planner.search import (Budget, FamilyOutcome, Found, SerialExecutor, cost_of, max_goodput_family,
                                    maximal_points, min_cost_family, pareto_flags, power_of, prune_threshold, run_tasks,

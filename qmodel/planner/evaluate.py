@@ -14,7 +14,7 @@ The search needs five answers per candidate, from cheapest to dearest:
 4. ``metrics(plan, rate)``: the full :class:`~qmodel.result.Result` at one rate.
 5. ``knee(plan, lam_max)``: where queueing starts to dominate (:func:`qmodel.compare.knee_rate`).
 
-:class:`EngineEvaluator` answers them with :class:`qmodel.engine.Solver`, with the expensive parts
+:class:`EngineEvaluator` answers them with :class:`qmodel.solver.Solver`, with the expensive parts
 of :func:`qmodel.build.resolve` cached: the workload half (:func:`qmodel.build.resolve_workload`)
 is computed once, each pool (:func:`qmodel.build.resolve_pool`: service-time model and KV
 capacity) once per (role, gpu, tp, pp, KV fraction), and the per-plan
@@ -130,7 +130,7 @@ _MEMO_RATES = 64
 
 
 class EngineEvaluator(Evaluator):
-    """Answers from :class:`qmodel.engine.Solver`, with pools, stations and solvers cached (see module doc)."""
+    """Answers from :class:`qmodel.solver.Solver`, with pools, stations and solvers cached (see module doc)."""
 
     MAX_SOLVERS = 2048  # LRU bound on solvers kept (their stations are shared, see solver())
     MAX_STATIONS = 8192
@@ -244,7 +244,7 @@ class EngineEvaluator(Evaluator):
         if s is not None:
             self._solvers.move_to_end(plan)
             return s
-        from qmodel.engine import Solver
+        from qmodel.solver import Solver
 
         roles = topology_named(plan.family.topology).roles
         s = Solver(*self._plan_inputs(plan), stations={role: self._station(plan, role) for role in roles})

@@ -15,7 +15,7 @@ import json
 import shlex
 from typing import Any
 
-from qmodel.planner.result import PlanRow
+from qmodel.planner.plan_result import PlanRow
 from qmodel.scenario import PoolConfig, Scenario
 from qmodel.topology import Topology, topology_named
 

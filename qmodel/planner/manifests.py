@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from qmodel.planner.result import PlanRow
+from qmodel.planner.plan_result import PlanRow
 from qmodel.scenario import Scenario
 from qmodel.topology import TOPOLOGIES
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from qmodel.errors import InputError
-from qmodel.planner.result import PeriodPlan, ScheduleResult
+from qmodel.planner.plan_result import PeriodPlan, ScheduleResult
 from qmodel.scenario import Scenario
 
 __all__ = ["plan_schedule"]

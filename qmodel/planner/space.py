@@ -8,7 +8,7 @@ under the dispatch rules used here), which is what lets the search walk a family
 by its boundary instead of solving every point.
 
 Plans are plain frozen dataclasses (tens of thousands are enumerated; pydantic is used only for
-what crosses a boundary, see :mod:`qmodel.planner.result`).
+what crosses a boundary, see :mod:`qmodel.planner.plan_result`).
 """
 
 from __future__ import annotations

@@ -75,23 +75,14 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import Param, StationModel, StationSolution, integer
 from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
-from qmodel.stations.iteration_stalls import L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes, stall_tpot
+from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes,
+                                               stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
 from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 
 __all__ = ["ChunkedStation"]
 
-
-def _at(table: np.ndarray, v: float):
-    """table[v] for a fractional state v (rows of a 2-D table), linear between the neighbours."""
-    j = int(math.floor(v))
-    f = v - j
-    if f <= 0.0 or j + 1 >= len(table):
-        row = table[min(j, len(table) - 1)]
-        return float(row) if np.ndim(row) == 0 else row
-    out = (1.0 - f) * table[j] + f * table[j + 1]
-    return float(out) if np.ndim(out) == 0 else out
 
 _W_NODES = 1
 
@@ -280,15 +271,16 @@ class ChunkedStation(StationModel):
         # cost the goodput search many solves around such a step.
         nbar = min(mean_n, float(self.cap))
         rho_all = self._rho_c(lam)
-        rho_c = _at(rho_all, nbar)
+        rho_c = state_at(rho_all, nbar)
         if rho_c >= 1.0:
             raise UnstableError(self.name, rho_c, rate_per_s, lam_max, "prompt backlog at the mean decode batch")
 
         def share(v: float) -> float:
-            return 1.0 - min(_at(rho_all, v), 1.0)
+            return 1.0 - min(state_at(rho_all, v), 1.0)
 
         def work(v: float) -> np.ndarray:
-            return self.p * _at(self.lin_per_token, v) + (_at(self._quad, v) + share(v) * _at(self._extra, v))[self._inv]
+            return (self.p * state_at(self.lin_per_token, v)
+                    + (state_at(self._quad, v) + share(v) * state_at(self._extra, v))[self._inv])
 
         # ---- TTFT: M/G/1 prompt backlog + decode residual + own chunks -------------------------
         s_own = work(nbar)
@@ -319,7 +311,8 @@ class ChunkedStation(StationModel):
         wait = convolve(pk, dec_part)
         # packed prompts end mid-iteration in the fluid view; the token comes at the iteration's end
         c_bar = self.chunk_tokens - nbar
-        half_iter = 0.5 * rho_c * float(_at(self.lin_per_token, nbar) * c_bar + _at(self.mean_quad, nbar) * c_bar / self.mean_p)
+        half_iter = 0.5 * rho_c * float(state_at(self.lin_per_token, nbar) * c_bar
+                                        + state_at(self.mean_quad, nbar) * c_bar / self.mean_p)
         own = GridDist(dxs, own_pmf, mean_s, exact=False)
         ttft = convolve(wait, own, GridDist.point(half_iter, dxs))
 
@@ -328,14 +321,14 @@ class ChunkedStation(StationModel):
         # nobody overtakes it), so the own term is lam (W + S_own), not lam S_own as in colocated.
         nodes, wts = n_nodes(pi)
         # strata of the wait: a request that waited long has a long backlog behind it (its stalls)
-        w_nodes, w_wts = _dist_nodes(wait, _W_NODES)
+        w_nodes, w_wts = strata_nodes(wait, _W_NODES)
         jumps, rhos, tds, caps, owns, node_w, life, rates = [], [], [], [], [], [], [], []
         # stall samples at the mean state (they vary little across N nodes; one FFT per L group)
         j1 = min(nbar + 1.0, float(self.cap))
         w_1 = work(j1)
-        iters_1 = self.p / (self.chunk_tokens - j1) + share(j1) * _at(self._extra_iters, j1)[self._inv]
-        x = np.maximum(w_1 - iters_1 * _at(self.td, j1), 0.0)
-        rc_1 = min(_at(rho_all, j1), 0.99)
+        iters_1 = self.p / (self.chunk_tokens - j1) + share(j1) * state_at(self._extra_iters, j1)[self._inv]
+        x = np.maximum(w_1 - iters_1 * state_at(self.td, j1), 0.0)
+        rc_1 = min(state_at(rho_all, j1), 0.99)
         y = busy_period_stalls(w_1, x, rc_1, m_burst)
         # bursty arrivals: the members of the tagged request's batch behind it on its instance
         # (floor(J/c), J ~ Geometric_0(1 - 1/m)) are queued behind it too; added to the own window as
@@ -352,7 +345,7 @@ class ChunkedStation(StationModel):
                 rates.append((1.0 - rc_j) / m_burst)
                 jumps.append(x)
                 rhos.append(min(lam * float(x.mean()), 0.999))
-                tds.append(_at(self.td, j))
+                tds.append(state_at(self.td, j))
                 # every iteration emits a token: a gap is at most one full mixed iteration
                 caps.append(float(np.mean(w_j)) * c / self.mean_p)
                 owns.append(wn + behind_s)
@@ -391,21 +384,3 @@ class ChunkedStation(StationModel):
                    "lam_fluid_per_instance": self.lam_fluid,
                    "mean_slot_wait_s": adm.mean_s if adm is not None else 0.0},
         )
-
-
-def _dist_nodes(d: GridDist, k: int) -> tuple[list[float], list[float]]:
-    """k equal-probability strata of a grid distribution: conditional means (keeps the mean) and weights."""
-    if k <= 1:
-        return [d.mean_s], [1.0]
-    x = np.arange(d.n) * d.dx
-    p = d.pmf / max(float(d.pmf.sum()), 1e-300)
-    c = np.cumsum(p)
-    cuts = [0] + [int(np.searchsorted(c, q)) + 1 for q in np.linspace(0, 1, k + 1)[1:-1]] + [d.n]
-    nodes, wts = [], []
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        w = float(p[lo:hi].sum())
-        if hi > lo and w > 0:
-            nodes.append(float(np.dot(x[lo:hi], p[lo:hi]) / w))
-            wts.append(w)
-    scale = d.mean_s / max(sum(a * b for a, b in zip(nodes, wts)), 1e-300) if nodes else 1.0
-    return [v * scale for v in nodes], [w / sum(wts) for w in wts]

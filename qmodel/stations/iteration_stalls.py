@@ -3,7 +3,9 @@
 The compound Poisson law of the prefill work that lands in a window
 (:func:`compound_poisson_pmf`), the busy periods prefill stalls cluster into
 (:func:`busy_period_stalls`), the per-request TPOT with those stalls (:func:`stall_tpot`, over the
-occupancy nodes of :func:`n_nodes`) and the residual of a decode step (:func:`decode_residual`).
+occupancy nodes of :func:`n_nodes`) and the residual of a decode step (:func:`decode_residual`);
+for chunked's per-state tables, :func:`state_at` (a fractional state) and :func:`strata_nodes`
+(equal-probability strata of a wait law).
 Formulas and measured accuracy: the docstrings of :mod:`qmodel.stations.colocated` and
 :mod:`qmodel.stations.chunked`.
 """
@@ -16,7 +18,8 @@ import numpy as np
 
 from qmodel.dist import GridDist, fast_len as _fast_len
 
-__all__ = ["N_NODES", "L_GROUPS", "compound_poisson_pmf", "grid_pmf", "split_pmf", "n_nodes", "stall_tpot", "OWN_BP_POINTS", "busy_period_stalls", "decode_residual"]
+__all__ = ["N_NODES", "L_GROUPS", "compound_poisson_pmf", "grid_pmf", "split_pmf", "n_nodes", "stall_tpot", "OWN_BP_POINTS", "busy_period_stalls", "decode_residual",
+           "state_at", "strata_nodes"]
 
 N_NODES = 5
 L_GROUPS = 10
@@ -224,3 +227,32 @@ def decode_residual(gd: np.ndarray, wd: np.ndarray, slow: float, busy: float, dx
     xk = np.arange(int(math.ceil(top / dx)) + 2) * dx
     cdf = (1.0 - busy) + busy * (wd @ np.clip(xk[None, :] * slow / gd[:, None], 0.0, 1.0))
     return GridDist(dx, np.diff(cdf, prepend=0.0), busy * float(np.dot(wd, gd)) / (2.0 * slow), exact=False)
+
+
+def state_at(table: np.ndarray, v: float) -> float | np.ndarray:
+    """table[v] for a fractional state v (rows of a 2-D table), linear between the neighbours."""
+    j = int(math.floor(v))
+    f = v - j
+    if f <= 0.0 or j + 1 >= len(table):
+        row = table[min(j, len(table) - 1)]
+        return float(row) if np.ndim(row) == 0 else row
+    out = (1.0 - f) * table[j] + f * table[j + 1]
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def strata_nodes(d: GridDist, k: int) -> tuple[list[float], list[float]]:
+    """k equal-probability strata of a grid distribution: conditional means (keeps the mean) and weights."""
+    if k <= 1:
+        return [d.mean_s], [1.0]
+    x = np.arange(d.n) * d.dx
+    p = d.pmf / max(float(d.pmf.sum()), 1e-300)
+    c = np.cumsum(p)
+    cuts = [0] + [int(np.searchsorted(c, q)) + 1 for q in np.linspace(0, 1, k + 1)[1:-1]] + [d.n]
+    nodes, wts = [], []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        w = float(p[lo:hi].sum())
+        if hi > lo and w > 0:
+            nodes.append(float(np.dot(x[lo:hi], p[lo:hi]) / w))
+            wts.append(w)
+    scale = d.mean_s / max(sum(a * b for a, b in zip(nodes, wts)), 1e-300) if nodes else 1.0
+    return [v * scale for v in nodes], [w / sum(wts) for w in wts]

@@ -26,7 +26,7 @@ A :class:`Topology` owns, for one shape (colocated, chunked, disaggregated, and 
   ``unread_fields``: the deployment fields each station is built without (so the perturbed
   scenarios' solvers share the stations a perturbation does not touch, :mod:`qmodel.station_cache`).
 
-A topology instance belongs to one :class:`~qmodel.engine.Solver` (it may cache values that depend
+A topology instance belongs to one :class:`~qmodel.solver.Solver` (it may cache values that depend
 on that solver's resolved inputs); the solver passes itself as the context, from which the topology
 reads ``scenario``, ``resolved`` and ``station(role)``.
 """
@@ -152,7 +152,7 @@ class Topology(ABC):
     @abstractmethod
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         """The stations solved at ``rate`` (already checked stable) and composed (see
-        :meth:`qmodel.engine.Solver.compose` for ``laws``)."""
+        :meth:`qmodel.solver.Solver.compose` for ``laws``)."""
 
     def binding_part(self, solver: Any, c: Composition, metric: str) -> str | None:
         """The largest part of ``metric`` ("TTFT" or "TPOT") at ``c`` in words, where this shape

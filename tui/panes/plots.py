@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from qmodel.topology import TOPOLOGIES
 
-from .. import plots
+from .. import charts
 from ..layout import whole_lines
 from .base import Pane
 from ..widgets import Chart, TableView
@@ -95,15 +95,15 @@ class PlotsPane(Pane):
         else:
             curves = [c for c in a.curves if c.rates]
             goal = a.scenario.slo.attainment_goal
-            refs = [plots.VLine("yellow", "goal", y=goal)]
+            refs = [charts.VLine("yellow", "goal", y=goal)]
             rate = a.scenario.rate_per_s
             if rate:
-                refs.append(plots.VLine("white", "rate", x=rate))
-            series = [plots.Series(c.topology, c.rates, c.attainment, TOPOLOGY_STYLES.get(c.topology, "white"))
+                refs.append(charts.VLine("white", "rate", x=rate))
+            series = [charts.Series(c.topology, c.rates, c.attainment, TOPOLOGY_STYLES.get(c.topology, "white"))
                       for c in curves]
             x_hi = max((c.rates[-1] for c in curves), default=1.0)
             knees = [(c.knee_rps, TOPOLOGY_STYLES.get(c.topology, "white")) for c in curves if c.knee_rps > 0]
-            att.plot(lambda w, h: plots.line_chart(series, w, h, x_range=(0.0, x_hi), y_range=(0.0, 1.0), refs=refs,
+            att.plot(lambda w, h: charts.line_chart(series, w, h, x_range=(0.0, x_hi), y_range=(0.0, 1.0), refs=refs,
                                                    y_fmt=lambda v: f"{v * 100:.0f}%", x_marks=knees,
                                                    y_label="SLO attainment (%)", x_label="arrival rate (req/s)"))
             lines = Text()
@@ -136,10 +136,10 @@ class PlotsPane(Pane):
             title.update(Text.assemble((f"{which.upper()} ", "bold"), f"p50 {fd(d.p50_s)} ",
                                        (f"p90 {fd(d.p90_s)} ", "bright_red"), (f"p99 {fd(d.p99_s)} ", "red"),
                                        (f"target {fd(d.target_s)}", "yellow")))
-            factor, unit = plots.duration_axis(d.x_s[-1])
-            chart.plot(lambda w, h, d=d, marks=marks, factor=factor, unit=unit, which=which: plots.density_bars(
+            factor, unit = charts.duration_axis(d.x_s[-1])
+            chart.plot(lambda w, h, d=d, marks=marks, factor=factor, unit=unit, which=which: charts.density_bars(
                 d.x_s, d.cdf, w, h, marks=marks, style="cyan" if which == "ttft" else "bright_blue",
-                x_fmt=lambda v: plots.fmt_num(v * factor), y_label="share of requests",
+                x_fmt=lambda v: charts.fmt_num(v * factor), y_label="share of requests",
                 x_label=f"{which.upper()} ({unit})"))
         hm = self.query_one("#heatmap", TableView)
         if a is None or a.error:
@@ -155,7 +155,7 @@ class PlotsPane(Pane):
             best = None
             if h.best_per_gpu is not None:
                 best = (h.decode.index(h.best_per_gpu[1]), h.prefill.index(h.best_per_gpu[0]))
-            grid = plots.heatmap(h.goodput, [f"D{d}" for d in h.decode[:len(h.goodput)]],
+            grid = charts.heatmap(h.goodput, [f"D{d}" for d in h.decode[:len(h.goodput)]],
                                  [f"P{p}" for p in h.prefill], highlight=cur, best=best)
             if not h.complete:
                 grid.append(f"computing rows {len(h.goodput) + 1}..{len(h.decode)}…\n", style="dim")

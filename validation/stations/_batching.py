@@ -29,7 +29,7 @@ from .core import Meter, Requests, RunningBatch, Sim, pick_instance, step_cumsum
 from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
-    from qmodel.validation.engine import ReplayPlan
+    from qmodel.validation.replay import ReplayPlan
 
 __all__ = ["SingleInstance", "SinglePoolStation"]
 

@@ -24,7 +24,7 @@ from .core import Requests, Sim
 from .prefill import PrefixCache
 
 if TYPE_CHECKING:  # the engine imports the stations; only type checkers need the plan here
-    from qmodel.validation.engine import ReplayPlan
+    from qmodel.validation.replay import ReplayPlan
 
 __all__ = ["ColocatedStation"]
 

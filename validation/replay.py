@@ -4,7 +4,7 @@ It is the referee for the analytical engine, so it never calls it: it simulates 
 batching, queues, link sharing, KV reservation and continuous batching directly, from the same
 service-time model (``qmodel.perf``) and catalog entries.
 
-Entry points: :func:`replay` (scenario -> :class:`~qmodel.validation.report.ReplayResult`) and
+Entry points: :func:`replay` (scenario -> :class:`~qmodel.validation.replay_result.ReplayResult`) and
 :func:`replay_plan` (a fully resolved :class:`ReplayPlan`, for tests and the validation harness).
 
 Topologies and their stations (``validation/stations/``):
@@ -40,7 +40,7 @@ from qmodel.validation.replay_plan import ReplayPlan, build_plan, plan_from_reso
 from qmodel.validation.replay_run import progress_marks, wiring_for
 from qmodel.validation.replay_stats import ENGINE, FCFS_NOTE  # noqa: F401  (importable from here as before)
 from qmodel.validation.replay_stats import LITTLE_TOLERANCE, little_rel_error, summarize
-from qmodel.validation.report import ReplayResult
+from qmodel.validation.replay_result import ReplayResult
 from qmodel.validation.stations.core import Requests, Sim, StepCache
 from qmodel.validation.trace_types import Trace
 

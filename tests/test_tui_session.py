@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from qmodel.engine import Solver
+from qmodel.solver import Solver
 from qmodel.goodput import goodput, sensitivities
 from qmodel.scenario import load_scenario
 from qmodel.tui.app import QmodelApp
-from qmodel.tui.compute import Engine
+from qmodel.tui.compute import WhatIfSession
 from qmodel.tui.form import DEFAULT_RAW, build, values_from_raw
 from tui_fakes import settle
 
@@ -29,7 +29,7 @@ def _default():
 
 def test_first_stage_equals_the_library_solve() -> None:
     sc = _default()
-    a = Engine().solve(sc)
+    a = WhatIfSession().solve(sc)
     assert a.error is None and a.unstable is None
     assert a.result == Solver(sc).solve()
     # the plotted distributions are the composed ones: their percentiles are the Result's
@@ -38,7 +38,7 @@ def test_first_stage_equals_the_library_solve() -> None:
 
 def test_rate_and_slo_edits_reuse_stations_without_changing_numbers() -> None:
     sc = _default()
-    eng = Engine()
+    eng = WhatIfSession()
     eng.solve(sc)
     for edited in (sc.with_rate(3.3),
                    sc.model_copy(update={"slo": sc.slo.model_copy(update={"ttft_s": 0.35, "percentile": 99.0})})):
@@ -51,7 +51,7 @@ def test_rate_and_slo_edits_reuse_stations_without_changing_numbers() -> None:
 
 def test_goodput_stage_equals_the_library_goodput() -> None:
     sc = _default()
-    eng = Engine()
+    eng = WhatIfSession()
     a = eng.goodput(eng.solve(sc), lambda: False)
     ref = goodput(sc)
     assert a.goodput.goodput_rps == ref.goodput_rps
@@ -63,7 +63,7 @@ def test_goodput_stage_equals_the_library_goodput() -> None:
 
 def test_sensitivities_equal_the_library(data_dir) -> None:
     sc = load_scenario(EXAMPLES / "opt13b-colocated-a100.yaml")
-    eng = Engine()
+    eng = WhatIfSession()
     a = eng.sensitivities(eng.goodput(eng.solve(sc), lambda: False), lambda: False)
     ref = sensitivities(sc, goodput(sc).goodput_rps)
     assert [(s.input, s.elasticity) for s in a.sensitivities] == [(s.input, s.elasticity) for s in ref]
@@ -72,7 +72,7 @@ def test_sensitivities_equal_the_library(data_dir) -> None:
 def test_unstable_rate_names_the_station_and_limit() -> None:
     sc = _default()
     lam, station = Solver(sc).max_stable_rate()
-    a = Engine().solve(sc.with_rate(lam * 1.2))
+    a = WhatIfSession().solve(sc.with_rate(lam * 1.2))
     assert a.result is None and a.unstable.station == station
     assert a.unstable.max_stable_rate_per_s == pytest.approx(lam, rel=1e-12)
 
@@ -121,7 +121,7 @@ def test_heatmap_cells_equal_the_library_goodput() -> None:
     from qmodel.tui.compute import disaggregated_variant
 
     sc = load_scenario(EXAMPLES / "opt13b-disagg-a100.yaml")
-    eng = Engine()
+    eng = WhatIfSession()
     h = eng.heatmap(eng.goodput(eng.solve(sc), lambda: False), lambda: False).heatmap
     cells = [(p, d, g) for d, row in zip(h.decode, h.goodput) for p, g in zip(h.prefill, row) if g is not None]
     assert len(cells) >= 4

@@ -67,7 +67,7 @@ def diff_metrics(analytic, replay) -> tuple[list[MetricDiff], list[MetricDiff]]:
 
 def compare_with_replay(scenario: Scenario, result: Result, n_requests: int = 20000, seed: int = 0) -> CheckReport:
     """Replay the scenario at the result's rate and report the differences."""
-    from qmodel.validation.engine import replay
+    from qmodel.validation.replay import replay
 
     sc = scenario if scenario.rate_per_s == result.rate_per_s else scenario.with_rate(result.rate_per_s)
     rep = replay(sc, n_requests=n_requests, seed=seed)
