@@ -1,16 +1,10 @@
 """Colocated vs chunked prefill vs disaggregated on the same GPUs (``qmodel compare``).
 
-For the scenario's GPU type, instance shape (TP x PP) and total GPU count N, qmodel builds, with
-n = N / (TP x PP) instances of the scenario's pool (a disaggregated scenario: its decode pool, whose
-KV fraction, batch cap and dispatch every topology keeps):
-  * colocated: n instances, prefill-priority iterations;
-  * chunked:   n instances, Sarathi-style chunks (the scenario's chunk budget, else 512);
-  * disaggregated: every P:D split of the n instances (P, D >= 1), keeping the best by goodput,
-    over the scenario's link as the scenario states it (bandwidth override, sharing, transfer mode,
-    where the first token comes from, prefill budget and dispatch), or InfiniBand NDR 400 with the
-    defaults when the scenario is not disaggregated. So a disaggregated scenario of one GPU type and
-    shape is one of the splits compared, evaluated as ``qmodel goodput`` evaluates it.
-and reports goodput, goodput per GPU, the knee and the largest stable rate of each.
+For the scenario's GPUs laid out as each topology (:func:`qmodel.layouts.iso_gpu_layouts`: n
+instances of the scenario's pool shape as colocated, as chunked, and every disaggregated P:D split
+with P, D >= 1 over the scenario's link as stated, keeping the best split by goodput; so a
+disaggregated scenario of one GPU type and shape is one of the splits compared, evaluated as
+``qmodel goodput`` evaluates it), qmodel and reports goodput, goodput per GPU, the knee and the largest stable rate of each.
 
 The knee is the rate at which the binding percentile (TTFT or TPOT at the SLO percentile) reaches
 twice its near-idle value: past it, queueing dominates service and latency climbs steeply.
@@ -27,13 +21,9 @@ from pydantic import BaseModel, ConfigDict
 
 from qmodel.errors import NumericalError, QmodelError, UnstableError
 from qmodel.progress import ProgressFn
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DisaggregatedDeployment, PrefillPool,
-                             Scenario)
+from qmodel.scenario import Scenario
 
 __all__ = ["Candidate", "Comparison", "compare_topologies", "knee_rate"]
-
-DEFAULT_LINK = "ib-ndr-400"
-
 
 class Candidate(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -137,40 +127,21 @@ def compare_topologies(scenario: Scenario | str | Path, progress: ProgressFn | N
     from qmodel.source import as_scenario
 
     scenario = as_scenario(scenario)
-    from qmodel.topology import topology_named
+    from qmodel.layouts import iso_gpu_layouts
 
-    dep = scenario.deployment
-    topo = topology_named(dep.topology)
-    # the decode pool as the scenario states it (TP, PP, KV fraction, batch cap, dispatch), on all its GPUs
-    pool = topo.decode_config(dep).model_copy(update={"instances": 1})
-    n_inst = dep.gpus // pool.gpus
-    budget, chunk = topo.prefill_token_budget(dep), topo.chunk_budget(dep)
-    if topo.has_link:
-        # the link as it states it (bandwidth override, sharing, mode, where the first token comes from)
-        link = {"link": dep.link, "link_sharing": dep.link_sharing, "transfer_mode": dep.transfer_mode,
-                "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s, "first_token_from": dep.first_token_from}
-        dispatch = dep.prefill.dispatch
-    else:
-        link = {"link": DEFAULT_LINK, "link_sharing": "fcfs", "transfer_mode": "layerwise"}
-        dispatch = PrefillPool.model_fields["dispatch"].default
-    gpu, tp = pool.gpu, pool.tp
+    lay = iso_gpu_layouts(scenario)
+    n_inst, tp = lay.instances, lay.tp
     total = 2 + max(n_inst - 1, 0)
     tick = progress or (lambda done, total, what: None)
     cands: list[Candidate] = []
-    whole = pool.model_copy(update={"instances": n_inst})
-    cands.append(_row(scenario.model_copy(update={"deployment": ColocatedDeployment(pool=whole, max_batch_tokens=budget)}),
-                      "colocated", f"{n_inst} x TP{tp}"))
+    cands.append(_row(lay.colocated(), "colocated", f"{n_inst} x TP{tp}"))
     tick(1, total, "layouts")
-    cands.append(_row(scenario.model_copy(update={"deployment": ChunkedDeployment(pool=whole, chunk_tokens=chunk)}),
-                      "chunked", f"{n_inst} x TP{tp}, {chunk}-token chunks"))
+    cands.append(_row(lay.chunked(), "chunked", f"{n_inst} x TP{tp}, {lay.chunk_tokens}-token chunks"))
     tick(2, total, "layouts")
     best_dis: Candidate | None = None
     failed: list[str] = []
     for p in range(1, n_inst):
-        d = DisaggregatedDeployment(
-            prefill=PrefillPool(gpu=gpu, tp=tp, pp=pool.pp, instances=p, max_batch_tokens=budget, dispatch=dispatch),
-            decode=pool.model_copy(update={"instances": n_inst - p}), **link)
-        c = _row(scenario.model_copy(update={"deployment": d}), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
+        c = _row(lay.disaggregated(p), "disaggregated", f"P:D = {p}:{n_inst - p} (TP{tp})")
         tick(2 + p, total, "layouts")
         if c.reason is not None:
             failed.append(f"P:D = {p}:{n_inst - p}: {c.reason}")
@@ -181,7 +152,7 @@ def compare_topologies(scenario: Scenario | str | Path, progress: ProgressFn | N
         best_dis = _not_evaluated("disaggregated", "-", why)
     cands.append(best_dis)
     best = max(cands, key=lambda c: c.goodput_rps)
-    return Comparison(scenario=scenario.name, gpu=gpu, tp=tp, gpus=n_inst * pool.gpus, candidates=cands,
+    return Comparison(scenario=scenario.name, gpu=lay.gpu, tp=tp, gpus=lay.gpus, candidates=cands,
                       best=best.topology, verdict=_verdict(cands, best, n_inst))
 
 

@@ -118,7 +118,7 @@ def test_results_point_to_the_replay_key_not_the_cli_flag() -> None:
 def test_heatmap_cells_equal_the_library_goodput() -> None:
     """The heatmap's variants share stations (P + D of them for a P x D grid): every cell is still
     exactly the library's goodput of that split."""
-    from qmodel.tui.compute import disaggregated_variant
+    from qmodel.layouts import pd_split
 
     sc = load_scenario(EXAMPLES / "opt13b-disagg-a100.yaml")
     eng = WhatIfSession()
@@ -126,5 +126,5 @@ def test_heatmap_cells_equal_the_library_goodput() -> None:
     cells = [(p, d, g) for d, row in zip(h.decode, h.goodput) for p, g in zip(h.prefill, row) if g is not None]
     assert len(cells) >= 4
     for p, d, g in cells:
-        ref = goodput(disaggregated_variant(sc, p, d)).goodput_rps
+        ref = goodput(pd_split(sc, p, d)).goodput_rps
         assert g == ref, (p, d)

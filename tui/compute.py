@@ -27,15 +27,15 @@ from typing import Any, Callable
 import numpy as np
 
 from qmodel.errors import QmodelError, UnstableError
+from qmodel.layouts import iso_gpu_layouts, pd_split
 from qmodel.result import Goodput, Result
 
 from .analysis import Analysis, Cancelled, Curve, DistCurve, Heatmap, ReplayCheck, UnstableInfo
-from qmodel.scenario import (ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool,
-                             Scenario, scenario_sha256)
+from qmodel.scenario import Scenario, scenario_sha256
 from qmodel.topology import topology_named
 
 __all__ = ["Cancelled", "DistCurve", "Curve", "Heatmap", "Analysis", "WhatIfSession", "STAGES", "usd_per_million_tokens",
-           "iso_gpu_variants", "ReplayCheck"]
+           "ReplayCheck"]
 
 Check = Callable[[], bool]
 
@@ -54,48 +54,6 @@ def _dist_curve(dist, target_s: float, points: int = 400) -> DistCurve:
     cdf = np.clip(np.asarray(dist.cdf(x), dtype=float), 0.0, 1.0)
     return DistCurve(tuple(float(v) for v in x), tuple(float(v) for v in cdf), float(s["p50"]), float(s["p90"]),
                      float(s["p99"]), float(target_s))
-
-
-def iso_gpu_variants(scenario: Scenario) -> tuple[str, int, int, dict[str, Scenario]]:
-    """(gpu, tp, instances, {topology: scenario}) for colocated and chunked on the scenario's GPUs.
-
-    The same rules as ``qmodel compare``: one pool of all instances at the decode pool's GPU and TP;
-    the chunk budget and prefill budget carry over where the scenario has them.
-    """
-    dep = scenario.deployment
-    topo = topology_named(dep.topology)
-    budget, chunk = topo.prefill_token_budget(dep), topo.chunk_budget(dep)
-    if topo.separate_prefill:
-        dec = topo.decode_config(dep)
-        gpu, tp = dec.gpu, dec.tp
-        n = dep.gpus // tp
-        pool = DecodePool(gpu=gpu, tp=tp, instances=max(n, 1), kv_memory_fraction=dec.kv_memory_fraction,
-                          max_batch=dec.max_batch)
-    else:
-        pool = topo.decode_config(dep)
-        gpu, tp, n = pool.gpu, pool.tp, pool.instances
-    out = {
-        "colocated": scenario.model_copy(update={"deployment": ColocatedDeployment(pool=pool, max_batch_tokens=budget)}),
-        "chunked": scenario.model_copy(update={"deployment": ChunkedDeployment(pool=pool, chunk_tokens=chunk)}),
-    }
-    return gpu, tp, n, out
-
-
-def disaggregated_variant(scenario: Scenario, p: int, d: int) -> Scenario:
-    """The scenario on ``p`` prefill and ``d`` decode instances of its own GPU type and TP."""
-    from qmodel.compare import DEFAULT_LINK
-
-    dep = scenario.deployment
-    topo = topology_named(dep.topology)
-    if topo.separate_prefill:
-        new = dep.model_copy(update={"prefill": dep.prefill.model_copy(update={"instances": p}),
-                                     "decode": dep.decode.model_copy(update={"instances": d})})
-    else:
-        pool = topo.decode_config(dep)
-        budget = topo.prefill_token_budget(dep)
-        new = DisaggregatedDeployment(prefill=PrefillPool(gpu=pool.gpu, tp=pool.tp, instances=p, max_batch_tokens=budget),
-                                      decode=pool.model_copy(update={"instances": d}), link=DEFAULT_LINK)
-    return scenario.model_copy(update={"deployment": new})
 
 
 def _grid(n: int, most: int) -> tuple[int, ...]:
@@ -218,7 +176,9 @@ class WhatIfSession:
         from qmodel.compare import knee_rate
 
         sc = a.scenario
-        gpu, tp, n, variants = iso_gpu_variants(sc)
+        lay = iso_gpu_layouts(sc)
+        tp, n = lay.tp, lay.instances
+        variants = {"colocated": lay.colocated(), "chunked": lay.chunked()}
         own = topology_named(sc.deployment.topology)
         picks: list[tuple[str, str, Scenario | None, str]] = []
         for topo, variant in variants.items():  # the single-pool shapes on the same GPUs
@@ -236,7 +196,7 @@ class WhatIfSession:
             best: tuple[float, int] | None = None
             for p in range(1, n):
                 try:
-                    g, _, _ = self._goodput(disaggregated_variant(sc, p, n - p), check)
+                    g, _, _ = self._goodput(lay.disaggregated(p), check)
                 except QmodelError:
                     continue
                 if best is None or g > best[0]:
@@ -245,7 +205,7 @@ class WhatIfSession:
                 picks.append(("disaggregated", "no feasible split", None, "no P:D split could be solved"))
             else:
                 p = best[1]
-                picks.append(("disaggregated", f"P:D = {p}:{n - p} (best split)", disaggregated_variant(sc, p, n - p), ""))
+                picks.append(("disaggregated", f"P:D = {p}:{n - p} (best split)", lay.disaggregated(p), ""))
         solved: list[tuple[str, str, Any, float, float, float, str]] = []
         for topo, layout, variant, note in picks:
             if variant is None:
@@ -275,7 +235,8 @@ class WhatIfSession:
     def heatmap(self, a: Analysis, check: Check, emit: Callable[[Analysis], None] | None = None) -> Analysis:
         sc = a.scenario
         dep = sc.deployment
-        gpu, tp, n, _ = iso_gpu_variants(sc)
+        lay = iso_gpu_layouts(sc)
+        gpu, tp, n = lay.gpu, lay.tp, lay.instances
         if topology_named(dep.topology).separate_prefill:
             current = (dep.prefill.instances, dep.decode.instances)
             n = max(n, current[0] + current[1])
@@ -297,7 +258,7 @@ class WhatIfSession:
             row: list[float | None] = []
             for p in ps:
                 try:
-                    variant = disaggregated_variant(sc, p, d)
+                    variant = pd_split(sc, p, d)
                     g, _, solver = self._goodput(variant, check)
                 except QmodelError:
                     row.append(None)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from qmodel.errors import InputError
+from qmodel.layouts import DEFAULT_LINK
 from qmodel.planner.evaluate import EngineEvaluator, Evaluator
 from qmodel.planner.plan_result import Objective, PlanResult, PlanRow, PoolOut, SearchStats
 from qmodel.planner.rank import rank_found
@@ -34,9 +35,7 @@ from qmodel.planner.space import Family, PlanSpec, SearchSpace
 from qmodel.progress import Progress
 from qmodel.scenario import Scenario
 
-__all__ = ["plan", "make_executor", "Progress", "DEFAULT_LINK"]
-
-DEFAULT_LINK = "ib-ndr-400"
+__all__ = ["plan", "make_executor", "Progress"]
 OBJECTIVES = ("min-gpus", "min-cost", "max-goodput")
 
 
