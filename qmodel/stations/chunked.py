@@ -19,8 +19,7 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   its tokens (extra_n = T_p(n + r) + Delta - (r/c)(T_p(B_c) + Delta); rho_c solved in closed form);
   the stall it adds to decoding sequences is X_n(P) = S_n(P) - [P/c + (1 - rho_c)(1 - r/c)] t_d(n):
   every iteration, the partial one included, gives each running sequence a token (counting only the
-  fluid P/c iterations overstated TPOT: against the replay, chunked TPOT p90 median |error| 8.0% ->
-  2.9%, mistral7b goodput -10.5% -> -4.3%);
+  fluid P/c iterations overstated TPOT; docs/methods.md, "Model history");
 * decode occupancy: GPS chain with per-state step time g(n) = t_d(n) / (1 - rho_x(n)),
   rho_x(n) = lam E[X_n(P)] (every iteration gives each sequence one token; a fraction of them
   is stretched by chunks); when the prefill share rho_c(n) = lam E[S_n] reaches 1 every iteration

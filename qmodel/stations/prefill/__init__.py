@@ -55,20 +55,14 @@ more often), so P(W > 0) is QNA's GI/G/1 value (:func:`~qmodel.stations.fcfs.qna
 with the batch time's SCV), and those who wait keep the chain's conditional wait times the factor.
 Against the token-budget DES (4 engines, 50% load), wait + own batch: P(W > 0) 0.341 vs 0.335
 (0.561 without), p50 / p90 / p99 +6 / −4 / −11% (+25 / +16 / −5% without); the wait alone runs
-low (mean −48%). Against the replay (validation suite, disaggregated, 24 cases) the TTFT median
-|error| went from 15.3 / 8.7 / 8.5% (p50 / p90 / p99) to 5.7 / 3.5 / 8.7%, and the four
-disaggregated goodputs from −0.7 / +1.6 / −5.6 / +13.8% to −0.6 / +1.1 / −0.4 / −0.2%. Keeping the
-scaled mean instead (stretching the conditional wait by busy/P(W > 0)) gave 9.1 / 9.4 / 14.1% and
-goodput errors up to +18.5%, so it was not adopted.
+low (mean −48%). Measured against the replay, and the variant not adopted: docs/methods.md, "Model history".
 least_loaded is read as *least work left*: with b = 1 it is exactly the central FCFS queue, so
 M/D/c (exact) or M/G/c (Cosmetatos/Whitt); with b > 1 the engines share one backlog and the chain
 is read as a central queue of c bulk servers, as M/G/c is read from M/G/1 (approximate): one
 engine's Poisson chain at λ/c, P(W > 0) = Erlang C(c, c ρ_b) with ρ_b its busy fraction, the
 conditional wait divided by c (exact for M/M/c, the heavy-traffic limit of a pooled queue); for
 c_a² ≠ 1 the conditional wait takes the heavy-traffic factor at the pool's SCV and ρ_b becomes
-QNA's P(W > 0) at that SCV. (The per-engine chain with cyclic-split arrivals, used before, ignored
-the pooling: TTFT p99 +72…+239% at 0.8-0.95 of the limit on the suite's disaggregated configs with
-least_loaded; now +19…+114%. docs/validation.md, "least_loaded pools: the pooled bulk chain".)
+QNA's P(W > 0) at that SCV. (What it replaced: docs/methods.md, "Model history".)
 
 **Stability.** λ < c · E[N] / E[S_N] (c · b / E[S_b] under a cap): batching raises capacity above
 c / E[S_1], and a batched configuration is never rejected by its unbatched load.
