@@ -36,7 +36,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 def _scenario(name: str):
     from qmodel.scenario import load_scenario
 
-    return load_scenario(_ROOT / "examples" / f"{name}.yaml")
+    # any of the example formats (yaml, toml, json): the first file named <name>.*
+    return load_scenario(sorted((_ROOT / "examples").glob(f"{name}.*"))[0])
 
 
 def case_solve(name: str):

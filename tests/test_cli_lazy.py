@@ -84,3 +84,24 @@ def test_import_qmodel_does_not_load_pydantic_and_goodput_stays_the_verb() -> No
             "from qmodel.goodput import goodput_search\n"
             "print(callable(f), f is qmodel.goodput, not isinstance(qmodel.goodput, types.ModuleType))\n")
     assert _fresh(code, dict(os.environ)).split() == ["False", "False", "True", "True", "True"]
+
+
+def test_solve_resolves_the_scenario_once(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``qmodel solve`` hands the resolution its scenario check made to the Solver (issue 20: no
+    rate-independent work repeated in one call; a trace or preset mix resolves in ~10 ms)."""
+    import qmodel.build
+    import qmodel.solver
+    from qmodel.cli.main import main
+
+    calls: list[str] = []
+    real = qmodel.build.resolve
+
+    def counted(scenario, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(scenario.name)
+        return real(scenario, **kwargs)
+
+    monkeypatch.setattr(qmodel.build, "resolve", counted)
+    monkeypatch.setattr(qmodel.solver, "resolve", counted)
+    assert main(["solve", str(REPO / "examples" / "opt13b-disagg-a100.yaml"), "--json"]) == 0
+    assert '"rate_per_s"' in capsys.readouterr().out
+    assert calls == ["opt13b-disagg-a100"]

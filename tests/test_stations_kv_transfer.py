@@ -234,3 +234,31 @@ def test_prefill_time_override_per_rate() -> None:
     assert st.solve(1.0).delay.mean_s == pytest.approx(0.15, abs=1e-12)  # nothing hidden
     got = st.solve(1.0, prefill_time_s=np.array([0.05, 0.05])).delay.mean_s
     assert got == pytest.approx(np.mean([0.050625, 0.2 - 0.049375]), abs=1e-12)
+
+
+@pytest.mark.parametrize("bandwidth", [1.0, 3.0 * GB, 10 * GB, 12.5e9 / 7.0, 1.2697867137638703, 1e-300])
+@pytest.mark.parametrize("sample", ["spread", "repeats", "one", "collide"])
+def test_service_from_distinct_sizes_is_the_samples_law_to_the_bit(sample: str, bandwidth: float) -> None:
+    """The link service law built from the distinct sizes (shared by every bandwidth variant) is
+    ``ServiceSample.of(x / C)`` exactly: same values, same weights, bit for bit, also where two sizes
+    meet in one quotient ("collide": adjacent doubles whose quotients by C = 1.2697867137638703 round
+    to one value, merged as the plain sample merges them) and where a quotient overflows
+    (C = 1e-300: the same error as the plain merge)."""
+    from qmodel.stations.fcfs import ServiceSample
+
+    x = {"spread": np.rint(np.random.default_rng(1).lognormal(20, 1, 5000)),
+         "repeats": np.repeat([3.0, 1.0, 7.0, 1.0], [5, 9, 2, 4]) * 1e6,
+         "one": np.array([5.0e8]),
+         "collide": np.array([1.6369616873214543, 1.6369616873214545, 1.7, 1.6369616873214545])}[sample]
+    st = KVTransferStation(x, bandwidth)
+    if sample == "collide" and bandwidth == 1.2697867137638703:
+        assert x[0] / bandwidth == x[1] / bandwidth  # the case this sample is here for
+    try:
+        ref = ServiceSample.of(x / bandwidth)
+    except InputError:
+        with pytest.raises(InputError):
+            _ = st.service
+        return
+    for s in (st.service, st.with_bandwidth(2.0 * GB).with_bandwidth(bandwidth).service):
+        assert s.values_s.tobytes() == ref.values_s.tobytes()
+        assert s.weights.tobytes() == ref.weights.tobytes()

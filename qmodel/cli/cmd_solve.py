@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qmodel.cli.common import add_scenario_args, gc_paused, scenario_from_args
+from qmodel.cli.common import add_scenario_args, gc_paused, resolved_scenario_from_args
 from qmodel.cli.output import print_json, print_table, say, to_plain
 from qmodel.units import format_bandwidth, format_duration, parse_rate
 
@@ -29,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from qmodel.solver import Solver
 
     with gc_paused():  # one load and one solve: bounded work
-        sc = scenario_from_args(args, warn=False)  # its output lists the warnings
+        sc, resolved = resolved_scenario_from_args(args, warn=False)  # its output lists the warnings
         rate = parse_rate(args.rate, "--rate") if args.rate else None
-        solver = Solver(sc)
+        solver = Solver(sc, resolved=resolved)
         res = solver.solve(rate)
         out = to_plain(res)
     check = None

@@ -7,13 +7,17 @@ import gc
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from qmodel.cli.output import add_set_option, add_width_option
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, load_scenario
 from qmodel.units import parse_rate
 
-__all__ = ["add_scenario_args", "scenario_from_args", "parse_rate_range", "gc_paused"]
+if TYPE_CHECKING:  # qmodel.build loads the solver's stack: only where a verb resolves
+    from qmodel.build import Resolved
+
+__all__ = ["add_scenario_args", "scenario_from_args", "resolved_scenario_from_args", "parse_rate_range", "gc_paused"]
 
 
 @contextmanager
@@ -38,7 +42,14 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:
-    """The verb's scenario, validated the same way for every verb (one scenario path).
+    """The verb's scenario, validated the same way for every verb (one scenario path): see
+    :func:`resolved_scenario_from_args`."""
+    return resolved_scenario_from_args(args, warn)[0]
+
+
+def resolved_scenario_from_args(args: argparse.Namespace, warn: bool = True) -> tuple[Scenario, Resolved]:
+    """The verb's scenario and its resolution, validated the same way for every verb (one scenario
+    path); a verb that solves hands the resolution to its ``Solver`` rather than resolving twice.
 
     Schema validation (:func:`~qmodel.scenario.load_scenario`) is followed by
     :func:`qmodel.build.resolve`: catalog names, model fit and KV room of every pool, the workload.
@@ -64,10 +75,10 @@ def scenario_from_args(args: argparse.Namespace, warn: bool = True) -> Scenario:
             sc = load_scenario(real, args.overrides)
     else:
         sc = load_scenario(path, args.overrides)
-    warnings = resolve(sc).warnings
-    for line in warnings if warn else ():
+    resolved = resolve(sc)
+    for line in resolved.warnings if warn else ():
         print(f"qmodel: warning: {line.removeprefix('warning: ')}", file=sys.stderr)
-    return sc
+    return sc, resolved
 
 
 def parse_rate_range(text: str, field: str = "--rate") -> list[float]:

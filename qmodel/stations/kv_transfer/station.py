@@ -166,9 +166,27 @@ class KVTransferStation(StationModel):
         return float(np.mean(occupancy)), float(np.mean(self.x * occupancy))
 
     @cached_property
+    def distinct_bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct transfer sizes, ascending; how many transfers have each) of the bytes sample:
+        it does not depend on the bandwidth, so every bandwidth variant shares it
+        (:meth:`with_bandwidth`; the binding's bandwidth search builds 3-6 of them per solve)."""
+        sizes, counts = np.unique(self.x, return_counts=True)
+        return sizes, counts.astype(float)
+
+    @cached_property
     def service(self) -> ServiceSample:
-        """Link occupancy per transfer X/C (rate-independent: built once per station)."""
-        return ServiceSample.of(self.x / self.bandwidth_bytes_per_s)
+        """Link occupancy per transfer X/C (rate-independent: built once per station).
+
+        ``ServiceSample.of(x / C)`` to the bit, from the distinct sizes: division by C > 0 keeps
+        their order (IEEE division is monotone), so the distinct values of x/C are the distinct
+        sizes over C with the same counts, unless two sizes round to one quotient or a quotient
+        overflows; then the sample's own merge (``of``) decides."""
+        sizes, counts = self.distinct_bytes
+        with np.errstate(over="ignore"):  # (an overflow goes to the plain merge, which reports it)
+            values = sizes / self.bandwidth_bytes_per_s
+        if not (np.all(np.isfinite(values)) and np.all(values[1:] > values[:-1]) and values[-1] > 0):
+            return ServiceSample.of(self.x / self.bandwidth_bytes_per_s)
+        return ServiceSample(values, counts / counts.sum())
 
     def _exposed(self, bandwidth: float) -> tuple[np.ndarray, float, float]:
         """(exposed time per transfer, its mean, its maximum) at ``bandwidth``: latency + g."""
@@ -300,9 +318,9 @@ class KVTransferStation(StationModel):
     def with_bandwidth(self, bandwidth_bytes_per_s: float) -> "KVTransferStation":
         """This station with each path's bandwidth set to ``bandwidth_bytes_per_s`` (the binding
         diagnosis's bandwidth search), sharing the bytes sample and its mean, which do not depend
-        on it; the bandwidth is checked as at construction."""
-        _ = self.mean_bytes  # built here once, not in every variant
-        return self.evolved({"bandwidth_bytes_per_s": bandwidth_bytes_per_s}, keep=("x", "mean_bytes"))
+        on it, and its distinct sizes; the bandwidth is checked as at construction."""
+        _ = self.mean_bytes, self.distinct_bytes  # built here once, not in every variant
+        return self.evolved({"bandwidth_bytes_per_s": bandwidth_bytes_per_s}, keep=("x", "mean_bytes", "distinct_bytes"))
 
     def _variant(self, changes: dict) -> "KVTransferStation":
         """This station with the per-rate fields in ``changes`` replaced, sharing its rate-independent
