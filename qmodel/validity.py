@@ -7,12 +7,11 @@ conservative). The bands are read off a table fitted on the generated validation
 (``catalog/validity_bands.toml``, made by ``python -m qmodel.validation.band_fit``; its header
 names the corpus, the commit it was measured at and the command; docs/validation.md, "Validity
 band"). A table cell is a group of corpus scenarios with the same values of the cell features
-(``levels`` in the table, coarsest first, chosen from :data:`LEVEL_FEATURES`); its
-band is the equal-tailed split-conformal interval of the group's errors, the floor((n+1) 0.05)-th
-and ceil((n+1) 0.95)-th smallest of its n errors (clamped to 1..n), which covers a new scenario
-drawn like the group's with probability >= 0.9 when n >= 19. Cells with fewer than ``min_cases``
-scenarios are not in the table: the answer reads the deepest cell its features reach (its parent
-group when a cell is too small).
+(``levels`` in the table, coarsest first, chosen from :data:`LEVEL_FEATURES`); its band is the
+k-th smallest and k-th largest of the group's errors, k chosen so that the band covers at least
+90% of new scenarios drawn like the group's with probability >= 0.9 (the fit's docstring,
+:mod:`qmodel.validation.band_fit`). Groups too small for that (``min_cases``, 38) are not in the
+table: the answer reads the deepest cell its features reach.
 
 **The envelope.** The table also records what the corpus drew: the kinds (arrivals, lengths,
 step times, dispatch, model family) and the ranges (load, arrival SCV, instances, batch limits,
@@ -125,7 +124,12 @@ def band_table() -> dict[str, Any]:
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:+.0f}%".replace("+0%", "0%")
+    """A band end in percent: whole points, one decimal where rounding would reach -100% (the
+    analytic value zero) without being it."""
+    text = f"{x * 100:+.0f}%"
+    if text == "-100%" and x > -1.0:
+        text = f"{x * 100:+.1f}%"
+    return text.replace("+0%", "0%").replace("-0%", "0%")
 
 
 def validity_text(v: Validity) -> str:

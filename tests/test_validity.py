@@ -11,7 +11,9 @@ import pytest
 
 from qmodel.scenario import load_scenario, parse_scenario
 from qmodel.solver import Solver
-from qmodel.validation.band_fit import conformal_interval, fit_table, table_toml
+from scipy.special import betainc
+
+from qmodel.validation.band_fit import conformal_interval, fit_table, table_toml, tail_rank
 from qmodel.validation.harness import LATENCY_METRICS
 from qmodel.validity import (BAND_METRICS, arrival_class, band_table, cell_features, cell_of, load_band, outside_envelope,
                              validity_of)
@@ -26,16 +28,15 @@ def test_metrics_are_the_harness_metrics() -> None:
 
 
 def test_conformal_ranks() -> None:
+    # the largest k whose [x_(k), x_(n+1-k)] covers 90% of new errors with probability >= 0.9:
+    # its coverage is Beta(n+1-2k, 2k), P(< 0.9) = I_0.9(n+1-2k, 2k) <= 0.1
+    assert [tail_rank(n) for n in (10, 37, 38, 80, 100, 200)] == [0, 0, 1, 2, 3, 7]
+    assert betainc(37, 2, 0.9) <= 0.1 < betainc(36, 2, 0.9)  # n = 38 is the first with k = 1
     x = [i / 100 for i in range(100)]  # the k-th smallest is (k - 1) / 100
-    # n = 100: floor(101 x 0.05) = 5th, ceil(101 x 0.95) = 96th smallest
-    assert conformal_interval(x) == (0.04, 0.95)
-    # n = 20: floor(1.05) = 1st, ceil(19.95) = 20th: the extremes (the smallest n with a guarantee is 19)
-    assert conformal_interval(x[:20]) == (0.0, 0.19)
-    # n = 39: floor(2.0) = 2nd, ceil(38.0) = 38th (exact products must not round the wrong way)
-    assert conformal_interval(x[:39]) == (0.01, 0.37)
-    # unsigned: the ceil((n+1) 0.9)-th smallest |e| (n = 20: 19th), both sides
-    assert conformal_interval([-e for e in x[:20]], signed=False) == (-0.18, 0.18)
-    assert conformal_interval([0.5, -2.0, 1.0]) == (-2.0, 1.0)  # too few: clamped to the extremes
+    assert conformal_interval(x) == (0.02, 0.97)  # n = 100: 3rd smallest and 3rd largest
+    assert conformal_interval(x[:38]) == (0.0, 0.37)  # n = 38: the extremes
+    assert conformal_interval(x[:37]) == (0.0, 0.36)  # too few for the guarantee: clamped to the extremes
+    assert conformal_interval([0.5, -2.0, 1.0]) == (-2.0, 1.0)
 
 
 def _row(i: int, top: str, load: str, arr: str, err: float, kind: str = "poisson", scv: float = 1.0) -> dict:
@@ -45,28 +46,28 @@ def _row(i: int, top: str, load: str, arr: str, err: float, kind: str = "poisson
 
 
 def test_fit_on_a_tiny_input_is_exact() -> None:
-    rows = [_row(i, "chunked", "u<=0.5", "smooth", (i - 5) / 100) for i in range(20)]
-    rows += [_row(20 + i, "chunked", "0.8-0.9", "bursty", 1.0, kind="gamma", scv=4.0) for i in range(5)]
-    rows.append(_row(25, "chunked", "0.8-0.9", "bursty", 0.0, kind="trace", scv=173.0) | {"errors": None})  # failed
-    t = fit_table(rows, min_cases=20)
-    assert t["corpus_cases"] == 25 and t["levels"] == ["topology", "load", "arrivals"]
-    # the 20-row group is a cell at both depths; the 5-row group is not; the topology always is
+    rows = [_row(i, "chunked", "u<=0.5", "smooth", (i - 5) / 100) for i in range(40)]
+    rows += [_row(40 + i, "chunked", "0.8-0.9", "bursty", 1.0, kind="gamma", scv=4.0) for i in range(5)]
+    rows.append(_row(45, "chunked", "0.8-0.9", "trace", 0.0, kind="trace", scv=173.0) | {"errors": None})  # failed
+    t = fit_table(rows)
+    assert t["corpus_cases"] == 45 and t["levels"] == ["topology", "load", "arrivals"] and t["min_cases"] == 38
+    # the 40-row group is a cell at both depths; the 5-row group is not; the topology always is
     assert set(t["cells"]) == {"chunked", "chunked/u<=0.5", "chunked/u<=0.5/smooth"}
-    assert t["cells"]["chunked/u<=0.5/smooth"]["ttft_p50"] == [-0.05, 0.14]  # the extremes of 20 (n < 39)
-    assert t["cells"]["chunked/u<=0.5"]["tpot_p99"] == [pytest.approx(-0.3), pytest.approx(0.84)]  # x (1 + 5)
-    # the topology cell: 25 errors, ranks floor(1.3) = 1 and ceil(24.7) = 25
-    assert t["cells"]["chunked"] == {"cases": 25} | {m: [pytest.approx(-0.05 * (1 + k)), pytest.approx(1.0 * (1 + k))]
+    assert t["cells"]["chunked/u<=0.5/smooth"]["ttft_p50"] == [-0.05, 0.34]  # the extremes of 40 (k = 1)
+    assert t["cells"]["chunked/u<=0.5"]["tpot_p99"] == [pytest.approx(-0.3), pytest.approx(2.04)]  # x (1 + 5)
+    # the topology cell: 45 errors, k = 1
+    assert t["cells"]["chunked"] == {"cases": 45} | {m: [pytest.approx(-0.05 * (1 + k)), pytest.approx(1.0 * (1 + k))]
                                                        for k, m in enumerate(BAND_METRICS)}
     # the envelope counts every drawn row, the failed one too; the load widens to two decimals
     assert t["envelope"] == {"kinds": {"arrivals": ["gamma", "poisson", "trace"], "dispatch": ["random"]},
-                             "ranges": {"arrival SCV": [1.0, 173.0], "load": [0.2, 0.23]}}
+                             "ranges": {"arrival SCV": [1.0, 173.0], "load": [0.2, 0.25]}}
     # a 5-row cell falls back to its topology; an unseen topology has no cell
     assert cell_of(t, {"topology": "chunked", "load": "0.8-0.9", "arrivals": "bursty"}) == "chunked"
     assert cell_of(t, {"topology": "colocated", "load": "u<=0.5", "arrivals": "smooth"}) is None
 
 
 def test_table_toml_reads_back() -> None:
-    rows = [_row(i, "colocated", "0.9-0.97", "bursty", (i - 3) / 7) for i in range(30)]
+    rows = [_row(i, "colocated", "0.9-0.97", "bursty", (i - 3) / 7) for i in range(50)]
     t = fit_table(rows) | {"measured_at": "abc1234", "command": "x", "corpus_seed": 0, "corpus_n": 30, "folds": 5,
                            "coverage": {"all": {"ttft_p50": 0.9, "n": 30}}}
     back = tomllib.loads(table_toml(t, ["header"]))
@@ -147,3 +148,20 @@ def test_docs_quote_the_shipped_coverage() -> None:
         assert doc[group][0] == c["n"]
         assert doc[group][1:] == pytest.approx([c[m] for m in BAND_METRICS], abs=5e-4), group
     tomllib.loads((ROOT / "catalog" / "validity_bands.toml").read_text())  # parses
+
+
+def test_text_line() -> None:
+    from qmodel.result import MetricBand, Validity
+    from qmodel.validity import validity_text
+
+    bands = [MetricBand(metric=m, percentile=p, low=lo, high=hi) for m in ("ttft", "tpot")
+             for p, lo, hi in ((50, -0.9952, 0.004), (90, -1.0, 2.37), (99, 0.0, 12.5))]
+    v = Validity(level=0.9, bands=bands, cell="chunked/0.8-0.9", cell_cases=38, corpus_cases=600, measured_at="abc1234",
+                 inside_envelope=False, outside=["load 0.99 > 0.97", "instances 8 > 4"], text="")
+    # -99.52% keeps a decimal (it is not -100%: the analytic value zero); 0.4% rounds to 0%
+    assert validity_text(v) == (
+        "TTFT p50 -99.5%..0%, p90 -100%..+237%, p99 0%..+1250%; TPOT p50 -99.5%..0%, p90 -100%..+237%, p99 0%..+1250% "
+        "(90% band of (analytic - replay) / replay; corpus cell chunked/0.8-0.9, 38 of 600 cases, at abc1234); "
+        "outside the validated envelope: load 0.99 > 0.97, instances 8 > 4; check this scenario with --check")
+    empty = v.model_copy(update={"bands": [], "cell": "nowhere"})
+    assert validity_text(empty) == "unmeasured: the corpus holds no nowhere scenario; check this scenario with --check"
