@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import tomllib
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from qmodel.result import MetricBand, Validity
@@ -111,16 +110,13 @@ def cell_of(table: dict[str, Any], features: dict[str, str]) -> str | None:
     return found
 
 
-def _table_path() -> Path:
-    import qmodel.catalog
-
-    return Path(qmodel.catalog.__file__).resolve().parent / "validity_bands.toml"
-
-
 @cache
 def band_table() -> dict[str, Any]:
-    """The shipped band table (``catalog/validity_bands.toml``), read once."""
-    return tomllib.loads(_table_path().read_text(encoding="utf-8"))
+    """The shipped band table (``catalog/validity_bands.toml``), read once (as a package resource:
+    the installed package may be a zip)."""
+    from importlib import resources
+
+    return tomllib.loads(resources.files("qmodel.catalog").joinpath("validity_bands.toml").read_text(encoding="utf-8"))
 
 
 def _pct(x: float) -> str:
