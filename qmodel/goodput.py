@@ -222,6 +222,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
         cost_per_hour_usd=cost,
         **(tok.model_dump() if tok else {}),
         sensitivities=sens,
+        validity=solver.validity(g),
         inputs_sha256=scenario_sha256(scenario),
     )
 

@@ -1,7 +1,7 @@
 """The JSON documents qmodel prints: one pydantic model per verb, one schema version, one JSON Schema.
 
 Every ``--json`` document is an object whose first key is ``schema_version`` (:data:`SCHEMA_VERSION`,
-raised whenever a key is renamed or removed; adding a key keeps it). Keys carry their unit (``_s``
+raised whenever a key is renamed or removed or its type changes; adding a key keeps it). Keys carry their unit (``_s``
 seconds, ``_per_s`` per second, ``_bytes``, ``_usd``), values are SI. A nested latency summary is
 ``{"mean_s", "p50_s", "p90_s", "p99_s"}`` (:class:`qmodel.result.DistSummary`); a flat table (sweep,
 plan, their CSV) spells the same figure with the parent's name in front: ``ttft.p90_s`` in ``solve``
@@ -20,8 +20,9 @@ from typing import Any
 
 __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "LOOSE", "document_models", "json_schema"]
 
-#: version of the JSON output documents (2: units in every key, e.g. ttft.p90 -> ttft.p90_s)
-SCHEMA_VERSION = 2
+#: version of the JSON output documents (2: units in every key, e.g. ttft.p90 -> ttft.p90_s; 3: solve's
+#: ``validity`` is an object, the error band per metric and the envelope flag, where it was a sentence)
+SCHEMA_VERSION = 3
 
 #: verb -> the models its ``--json`` document may be, as "module:Class"
 DOCUMENTS: dict[str, tuple[str, ...]] = {

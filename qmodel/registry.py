@@ -131,6 +131,11 @@ def parse_toml_cached(text: str, origin: str) -> dict:
     return data
 
 
+#: bundled TOML files that hold no catalog entries: the roofline curves (qmodel.perf.efficiency) and
+#: the validity bands (qmodel.validity)
+_NOT_ENTRIES = ("efficiency.toml", "validity_bands.toml")
+
+
 def _bundled_files() -> Iterable[tuple[str, str]]:
     root = resources.files("qmodel.catalog")
     stack = [(root, "qmodel.catalog")]
@@ -139,7 +144,7 @@ def _bundled_files() -> Iterable[tuple[str, str]]:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
             if child.is_dir():
                 stack.append((child, f"{label}/{child.name}"))
-            elif child.name.endswith(".toml") and child.name != "efficiency.toml":  # roofline curves: qmodel.perf.efficiency
+            elif child.name.endswith(".toml") and child.name not in _NOT_ENTRIES:
                 yield f"{label}/{child.name}", child.read_text(encoding="utf-8")
 
 

@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "Result", "Goodput", "SweepRow", "Sweep"]
+__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result", "Goodput",
+           "SweepRow", "Sweep"]
 
 
 class _Out(BaseModel):
@@ -92,6 +93,31 @@ class Sensitivity(_Out):
     note: str = ""
 
 
+class MetricBand(_Out):
+    """The validity band of one metric: the signed relative error (analytic - replay) / replay lies
+    in [low, high] for the band's share of the corpus scenarios like this one (qmodel.validity)."""
+
+    metric: Literal["ttft", "tpot"]
+    percentile: Literal[50, 90, 99]
+    low: float = Field(description="lower end of the band, a fraction (-0.1: the analytic value 10% below the replay's)")
+    high: float = Field(description="upper end of the band, a fraction")
+
+
+class Validity(_Out):
+    """Expected agreement with the replay (:mod:`qmodel.validity`): a band per metric, fitted on the
+    generated validation corpus, and whether the scenario lies inside what the corpus drew."""
+
+    level: float = Field(description="share of the corpus errors a band holds (0.9: a 90% band)")
+    bands: list[MetricBand] = Field(description="one per metric; empty when the corpus has no such scenario")
+    cell: str = Field(description="the corpus cell the bands come from, e.g. 'disaggregated/0.8-0.9/bursty'")
+    cell_cases: int = Field(description="corpus scenarios in that cell")
+    corpus_cases: int = Field(description="corpus scenarios the table was fitted on")
+    measured_at: str = Field(description="commit of the corpus run the table comes from")
+    inside_envelope: bool = Field(description="False when a feature lies outside what the corpus drew")
+    outside: list[str] = Field(default_factory=list, description="the features outside the envelope, with their values")
+    text: str = Field(description="the same in one line, as the CLI prints it")
+
+
 class Result(_Out):
     scenario: str
     topology: Literal["colocated", "chunked", "disaggregated"]
@@ -108,7 +134,8 @@ class Result(_Out):
     gpus: int
     inputs_sha256: str
     perf_sha256: dict[str, str] = Field(default_factory=dict)
-    validity: str = Field(default="", description="expected agreement with the replay, from the validation envelope")
+    validity: Validity | None = Field(default=None, description="expected agreement with the replay: an error band "
+                                      "per metric fitted on the validation corpus, and the envelope flag")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -127,6 +154,7 @@ class Goodput(_Out):
     usd_per_million_output_tokens: float | None = Field(default=None, description="cost per hour / output tokens per hour at goodput, x 1e6")
     usd_per_million_tokens: float | None = Field(default=None, description="cost per hour / (prompt + output) tokens per hour at goodput, x 1e6")
     sensitivities: list[Sensitivity] = Field(default_factory=list)
+    validity: Validity | None = Field(default=None, description="the validity band at the goodput rate (as in solve)")
     inputs_sha256: str
 
 

@@ -6,7 +6,7 @@
 checks stability and lets the topology compose the stations' solutions into TTFT, TPOT and the
 SLO attainment (the formulas per shape: :mod:`qmodel.topology.single_pool`,
 :mod:`qmodel.topology.disaggregated`). :meth:`Solver.solve` turns that into a
-:class:`~qmodel.result.Result` with the binding constraint and the validity label.
+:class:`~qmodel.result.Result` with the binding constraint and the validity band.
 
 Stability is checked before anything is solved: a rate at or above any station's limit raises
 :class:`~qmodel.errors.UnstableError` naming that station and the largest stable rate.
@@ -22,7 +22,7 @@ from pathlib import Path
 from qmodel.build import Resolved, resolve
 from qmodel.dist import GridDist
 from qmodel.errors import InputError, NumericalError, UnstableError
-from qmodel.result import DistSummary, LinkReport, Result
+from qmodel.result import DistSummary, LinkReport, Result, Validity
 from qmodel.scenario import Scenario, scenario_sha256
 from qmodel.stations.base import Station, StationSolution
 from qmodel.topology import Composition, Topology, topology_for
@@ -185,7 +185,7 @@ class Solver:
             gpus=self.resolved.gpus,
             inputs_sha256=self._inputs_sha256,
             perf_sha256=self.resolved.perf_sha256,
-            validity=self.validity(c),
+            validity=self.validity(c.rate_per_s),
             warnings=list(self.resolved.warnings)
             + [n for s in c.stations for n in s.notes if n.startswith("warning")],
         )
@@ -201,15 +201,12 @@ class Solver:
 
         return diagnose(self, c)
 
-    def validity(self, c: Composition) -> str:
-        """Expected agreement with the replay: the validation suite's measured errors for this
-        topology at this load (:mod:`qmodel.validity`)."""
-        from qmodel.validity import validity_label
+    def validity(self, rate: float) -> Validity:
+        """Expected agreement with the replay at ``rate``: the error bands fitted on the validation
+        corpus for this topology, load and arrivals, and the envelope flag (:mod:`qmodel.validity`)."""
+        from qmodel.validity import validity_of
 
-        label = validity_label(self.topology.name, c.rate_per_s / self.max_stable_rate()[0], self.resolved.ca2)
-        if all(s.exact for s in c.stations):
-            label += " (every station here is solved exactly for its stated model)"
-        return label
+        return validity_of(self.resolved, self.topology.name, rate / self.max_stable_rate()[0])
 
     def _link_report(self, c: Composition) -> LinkReport | None:
         return self.topology.link_report(self, c)

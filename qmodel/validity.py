@@ -1,72 +1,161 @@
-"""How far the analytical engine is from the replay, as measured: the validity label of a result.
+"""How far the analytic answer is expected to be from the replay: the validity band of an answer.
 
-The numbers are the validation suite's (``benchmarks/run_validation.py validation --suite full``,
-72 scenarios: 3 topologies x 2 arrival processes x utilization 0.3-0.95, empirical Azure 2023
-lengths; docs/validation.md, "Per topology and utilization band"). Each cell is (median, 90th
-percentile) of |relative error| against the replay over the scenarios of that topology and band.
-``tests/test_validity.py`` checks this table against the one in docs/validation.md, so a rerun of
-the suite that moves the numbers fails until they are copied here.
+**The band.** For each latency metric m (TTFT and TPOT p50/p90/p99) the answer carries a signed
+90% band [lo, hi] of the relative error e = (analytic - replay) / replay: on scenarios like this
+one, 90% of the analytic answers fell within that band of the replay (positive: the model is
+conservative). The bands are read off a table fitted on the generated validation corpus
+(``catalog/validity_bands.toml``, made by ``python -m qmodel.validation.band_fit``; its header
+names the corpus, the commit it was measured at and the command; docs/validation.md, "Validity
+band"). A table cell is a group of corpus scenarios with the same values of the cell features
+(``levels`` in the table, coarsest first, chosen from :data:`LEVEL_FEATURES`); its band is the
+k-th smallest and k-th largest of the group's errors, k chosen so that the band covers at least
+90% of new scenarios drawn like the group's with probability >= 0.9 (the fit's docstring,
+:mod:`qmodel.validation.band_fit`). Groups too small for that (``min_cases``, 38) are not in the
+table: the answer reads the deepest cell its features reach.
 
-The label of a solved scenario is read off its topology and its load u = rate / the smallest
-station stability limit (the suite's definition), from the largest median |error| of TTFT and
-TPOT p90/p99 in that cell: good up to 5%, fair up to 15%, poor above; the line also gives the
-90th percentile of the errors there.
+**The envelope.** The table also records what the corpus drew: the kinds (arrivals, lengths,
+step times, dispatch, model family) and the ranges (load, arrival SCV, instances, batch limits,
+token budgets, tp / pp, prefix-cache hit ratio). An answer whose scenario lies outside is flagged
+with the feature that is out ("outside the validated envelope: load 0.99 > 0.97"); its band is
+then an extrapolation. A load below the corpus's lowest (0.2) is not flagged: queueing errors
+shrink towards an idle system, and the lowest band covers it.
 """
 
 from __future__ import annotations
 
-__all__ = ["BANDS", "MEASURED_AT", "MEASURED", "SUITE_MAX_ARRIVAL_SCV", "band_of", "validity_label"]
+import math
+import tomllib
+from functools import cache
+from typing import Any
 
-#: commit of the validation run the table comes from
-MEASURED_AT = "6d49965"
+from qmodel.result import MetricBand, Validity
 
-#: the suite's load bands: (name, lower, upper); u above the last upper bound falls in the last band
-BANDS = (("u<=0.5", 0.0, 0.5), ("0.5<u<=0.8", 0.5, 0.8), ("u>0.8", 0.8, 1.0))
+__all__ = ["BAND_METRICS", "LOAD_BANDS", "LEVEL_FEATURES", "load_band", "arrival_class", "cell_features",
+           "envelope_values", "outside_envelope", "cell_of", "band_table", "validity_of", "validity_text"]
 
-_METRICS = ("ttft_p90", "ttft_p99", "tpot_p90", "tpot_p99")
-
-#: (topology, band) -> metric -> (median, p90) of |relative error| against the replay
-MEASURED: dict[tuple[str, str], dict[str, tuple[float, float]]] = {
-    ("chunked", "u<=0.5"): {"ttft_p90": (0.069, 0.094), "ttft_p99": (0.076, 0.103), "tpot_p90": (0.040, 0.181), "tpot_p99": (0.049, 0.099)},
-    ("chunked", "0.5<u<=0.8"): {"ttft_p90": (0.071, 0.089), "ttft_p99": (0.089, 0.144), "tpot_p90": (0.020, 0.062), "tpot_p99": (0.042, 0.189)},
-    ("chunked", "u>0.8"): {"ttft_p90": (0.128, 0.303), "ttft_p99": (0.224, 0.433), "tpot_p90": (0.004, 0.110), "tpot_p99": (0.019, 0.048)},
-    ("colocated", "u<=0.5"): {"ttft_p90": (0.070, 0.149), "ttft_p99": (0.097, 0.228), "tpot_p90": (0.106, 0.207), "tpot_p99": (0.100, 0.405)},
-    ("colocated", "0.5<u<=0.8"): {"ttft_p90": (0.117, 0.520), "ttft_p99": (0.258, 0.628), "tpot_p90": (0.152, 0.423), "tpot_p99": (0.193, 0.296)},
-    ("colocated", "u>0.8"): {"ttft_p90": (0.279, 0.752), "ttft_p99": (0.334, 0.854), "tpot_p90": (0.286, 0.428), "tpot_p99": (0.429, 1.830)},
-    ("disaggregated", "u<=0.5"): {"ttft_p90": (0.022, 0.056), "ttft_p99": (0.047, 0.111), "tpot_p90": (0.005, 0.015), "tpot_p99": (0.011, 0.023)},
-    ("disaggregated", "0.5<u<=0.8"): {"ttft_p90": (0.050, 0.104), "ttft_p99": (0.083, 0.162), "tpot_p90": (0.006, 0.014), "tpot_p99": (0.021, 0.063)},
-    ("disaggregated", "u>0.8"): {"ttft_p90": (0.085, 0.265), "ttft_p99": (0.148, 0.370), "tpot_p90": (0.013, 0.025), "tpot_p99": (0.057, 0.108)},
-}
+BAND_METRICS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99")
+#: load bands of u = rate / the smallest station stability limit: (name, upper bound); above the
+#: last bound, the last band (and the envelope flag)
+LOAD_BANDS: tuple[tuple[str, float], ...] = (("u<=0.5", 0.5), ("0.5-0.8", 0.8), ("0.8-0.9", 0.9), ("0.9-0.97", 0.97))
+#: the cell features a table may use as its levels (:func:`cell_features`)
+LEVEL_FEATURES = ("topology", "load", "arrivals", "kv", "lengths", "dispatch", "batch")
 
 
-def band_of(u: float) -> str:
-    """The suite's utilization band of load u."""
-    for name, lo, hi in BANDS:
-        if lo < u <= hi or (lo == 0.0 and u <= hi):
-            return name
-    return BANDS[-1][0]
+def load_band(u: float) -> str:
+    """The load band of u (the last one above its bound)."""
+    return next((name for name, hi in LOAD_BANDS if u <= hi), LOAD_BANDS[-1][0])
 
 
-#: the burstiest arrivals in the suite (Gamma, CV 2)
-SUITE_MAX_ARRIVAL_SCV = 4.0
+def arrival_class(kind: str, ca2: float) -> str:
+    """'trace' for recorded arrivals (their rate drifts: no renewal SCV describes them); else
+    'smooth' for an SCV up to 1 (Poisson included), 'bursty' above."""
+    return "trace" if kind == "trace" else "smooth" if ca2 <= 1.0 + 1e-9 else "bursty"
 
 
-def validity_label(topology: str, u: float, arrival_scv: float = 1.0) -> str:
-    """One line: good / fair / poor, the band, and the measured errors that back it; arrivals
-    burstier than the suite's get a caveat with what the seed experiment found beyond it."""
-    band = band_of(u)
-    cell = MEASURED.get((topology, band))
-    if cell is None:
-        return f"unmeasured: no validation cell for {topology}; check with --check"
-    caveat = ""
-    if arrival_scv > SUITE_MAX_ARRIVAL_SCV * (1.0 + 1e-9):
-        caveat = (f"; caution: arrival SCV {arrival_scv:.3g} is burstier than the suite's (<= {SUITE_MAX_ARRIVAL_SCV:g}). "
-                  "On the Azure code trace (SCV 173) attainment was optimistic by up to 30 points for colocated "
-                  "and up to 20 for disaggregated (docs/seed-experiment.md)")
-    typical = max(cell[m][0] for m in _METRICS)
-    worst = max(cell[m][1] for m in _METRICS)
-    grade = "good" if typical <= 0.05 else "fair" if typical <= 0.15 else "poor"
-    pct = " / ".join(f"{cell[m][0] * 100:.0f}" for m in _METRICS)
-    return (f"{grade}: at {u:.2f} of the largest stable rate ({band}) the validation suite measured median |error| {pct}% "
-            f"on TTFT p90 / p99 and TPOT p90 / p99 against the replay, 90th percentile up to "
-            f"{worst * 100:.0f}% (suite at {MEASURED_AT}); check this scenario with --check{caveat}")
+def cell_features(resolved: Any, topology: str, u: float) -> dict[str, str]:
+    """The values of :data:`LEVEL_FEATURES` for an answer at load u: topology; load band; the
+    arrivals' class (:func:`arrival_class`); kv 'binding' when the decode (or single) pool's KV holds
+    fewer mean requests (prompt + output) than its max_batch, else 'ample'; the length law's kind;
+    the first pool's dispatch (prefill where disaggregated); max_batch '1-8', '16-64' or '128+'."""
+    pools = list(resolved.pools.values())  # the topology's pool roles, prefill first
+    first, dec = pools[0], pools[-1]
+    slots = dec.kv_capacity_tokens / (resolved.mean_prompt_tokens + resolved.mean_output_tokens)
+    mb = dec.config.max_batch
+    return {"topology": topology, "load": load_band(u), "arrivals": arrival_class(resolved.scenario.workload.arrivals.kind, float(resolved.ca2)),
+            "kv": "binding" if slots < mb else "ample", "lengths": resolved.scenario.workload.lengths.kind,
+            "dispatch": first.config.dispatch, "batch": "1-8" if mb <= 8 else "16-64" if mb <= 64 else "128+"}
+
+
+def envelope_values(resolved: Any) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """(kinds, numbers) of a resolved scenario (:class:`qmodel.build.Resolved`) that the envelope
+    checks: the corpus's drawn kinds / ranges are these over its scenarios (the load is added by
+    the caller: it is a property of the rate, not the scenario)."""
+    sc, spec = resolved.scenario, resolved.model
+    dep = sc.deployment
+    pools = [dep.prefill, dep.decode] if dep.topology == "disaggregated" else [dep.pool]
+    budget = {"colocated": "max_batch_tokens", "chunked": "chunk_tokens"}.get(dep.topology)
+    family = "mla" if spec.attention == "mla" else "moe" if spec.moe is not None else spec.attention
+    kinds = {"arrivals": [sc.workload.arrivals.kind], "lengths": [sc.workload.lengths.kind], "perf": [sc.perf.kind],
+             "dispatch": sorted({p.dispatch for p in pools}), "model family": [family]}
+    numbers = {"arrival SCV": float(resolved.ca2), "instances": float(max(p.instances for p in pools)),
+               "tp": float(max(p.tp for p in pools)), "pp": float(max(p.pp for p in pools)),
+               "max batch": float(pools[-1].max_batch),
+               "token budget": float(getattr(dep, budget) if budget else dep.prefill.max_batch_tokens),
+               "prefix hit ratio": float(sc.workload.prefix_hit_ratio)}
+    return kinds, numbers
+
+
+def outside_envelope(kinds: dict[str, list[str]], numbers: dict[str, float], envelope: dict[str, Any]) -> list[str]:
+    """Why the scenario lies outside ``envelope`` (the table's), one phrase per feature; empty inside.
+    The load is checked against its upper end only (module docstring)."""
+    out = [f"{k} {v} never drawn" for k, vs in kinds.items() for v in vs if v not in envelope["kinds"].get(k, ())]
+    for k, v in numbers.items():
+        lo, hi = envelope["ranges"][k]
+        if v > hi * (1 + 1e-9) + 1e-12:
+            out.append(f"{k} {v:.3g} > {hi:.3g}")
+        elif k != "load" and v < lo * (1 - 1e-9) - 1e-12:
+            out.append(f"{k} {v:.3g} < {lo:.3g}")
+    return out
+
+
+def cell_of(table: dict[str, Any], features: dict[str, str]) -> str | None:
+    """The deepest cell of ``table`` that ``features`` reach along its levels (None: not even the
+    topology's)."""
+    path = [features[k] for k in table["levels"]]
+    found = None
+    for depth in range(1, len(path) + 1):
+        key = "/".join(path[:depth])
+        if key in table["cells"]:
+            found = key
+    return found
+
+
+@cache
+def band_table() -> dict[str, Any]:
+    """The shipped band table (``catalog/validity_bands.toml``), read once (as a package resource:
+    the installed package may be a zip)."""
+    from importlib import resources
+
+    return tomllib.loads(resources.files("qmodel.catalog").joinpath("validity_bands.toml").read_text(encoding="utf-8"))
+
+
+def _pct(x: float) -> str:
+    """A band end in percent: whole points, one decimal where rounding would reach -100% (the
+    analytic value zero) without being it."""
+    text = f"{x * 100:+.0f}%"
+    if text == "-100%" and x > -1.0:
+        text = f"{x * 100:+.1f}%"
+    return text.replace("+0%", "0%").replace("-0%", "0%")
+
+
+def validity_text(v: Validity) -> str:
+    """The human line, e.g. 'TTFT p50 -3..+12%, p90 ...; TPOT ... (90% band of (analytic - replay) /
+    replay; corpus cell disaggregated/0.8-0.9, 40 of 297 cases, at 3b2bc73)'."""
+    if not v.bands:
+        return f"unmeasured: the corpus holds no {v.cell} scenario; check this scenario with --check"
+    parts = []
+    for name in ("ttft", "tpot"):
+        bs = [b for b in v.bands if b.metric == name]
+        parts.append(f"{name.upper()} " + ", ".join(f"p{b.percentile} {_pct(b.low)}..{_pct(b.high)}" for b in bs))
+    text = (f"{'; '.join(parts)} ({v.level * 100:.0f}% band of (analytic - replay) / replay; corpus cell {v.cell}, "
+            f"{v.cell_cases} of {v.corpus_cases} cases, at {v.measured_at})")
+    if v.outside:
+        text += "; outside the validated envelope: " + ", ".join(v.outside)
+    return text + "; check this scenario with --check"
+
+
+def validity_of(resolved: Any, topology: str, u: float, table: dict[str, Any] | None = None) -> Validity:
+    """The validity band of an answer at load u = rate / the smallest stability limit (module docstring)."""
+    t = band_table() if table is None else table
+    feats = cell_features(resolved, topology, u)
+    found = cell_of(t, feats)
+    cell, entry = (feats["topology"], None) if found is None else (found, t["cells"][found])
+    kinds, numbers = envelope_values(resolved)
+    numbers["load"] = float(u) if math.isfinite(u) else 0.0
+    outside = outside_envelope(kinds, numbers, t["envelope"])
+    bands = [] if entry is None else [MetricBand(metric=m[:4], percentile=int(m[6:]), low=entry[m][0], high=entry[m][1])
+                                      for m in BAND_METRICS]
+    v = Validity(level=t["level"], bands=bands, cell=cell, cell_cases=0 if entry is None else entry["cases"],
+                 corpus_cases=t["corpus_cases"], measured_at=t["measured_at"], inside_envelope=not outside,
+                 outside=outside, text="")
+    return v.model_copy(update={"text": validity_text(v)})

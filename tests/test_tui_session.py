@@ -108,7 +108,7 @@ def test_results_point_to_the_replay_key_not_the_cli_flag() -> None:
         app = QmodelApp(str(EXAMPLES / "llama3-70b-disagg-h100.yaml"), show_timings=False, stages=())
         async with app.run_test(size=(160, 50)) as pilot:
             await settle(app, pilot)
-            assert "--check" in app.analysis.result.validity  # the library's sentence names the CLI flag
+            assert "--check" in app.analysis.result.validity.text  # the library's sentence names the CLI flag
             text = " ".join(view_text(app, app.query_one("#results")).split())
             assert "--check" not in text
             assert f"check this scenario in the replay ({REPLAY_KEY})" in text

@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 from qmodel.errors import UnstableError
-from qmodel.result import DistSummary, Goodput, LinkReport, Result, Sensitivity, StationReport
+from qmodel.result import DistSummary, Goodput, LinkReport, MetricBand, Result, Sensitivity, StationReport, Validity
 from qmodel.scenario import scenario_sha256
 from qmodel.tui.analysis import Analysis, Curve, DistCurve, Heatmap, ReplayCheck, UnstableInfo
 from qmodel.tui.compute import usd_per_million_tokens
@@ -25,6 +25,11 @@ def _exp_curve(mean: float, target: float) -> DistCurve:
     cdf = tuple(1 - math.exp(-x / mean) for x in xs)
     q = lambda p: -mean * math.log(1 - p)  # noqa: E731
     return DistCurve(xs, cdf, q(0.5), q(0.9), q(0.99), target)
+
+
+_FAKE_VALIDITY = Validity(level=0.9, bands=[MetricBand(metric=m, percentile=p, low=-0.05, high=0.05) for m in ("ttft", "tpot")
+                                            for p in (50, 90, 99)], cell="fake", cell_cases=1, corpus_cases=1,
+    measured_at="fake", inside_envelope=True, text="good: fake engine; check this scenario with --check")
 
 
 def _summary(mean: float) -> DistSummary:
@@ -70,7 +75,7 @@ class FakeEngine:
                                                                                               min(a_ttft, a_tpot)),
                      ttft_attainment=a_ttft, tpot_attainment=a_tpot, stations=stations,
                      binding=f"TTFT binds: fake binding at utilization {rho:.2f}", link=link, gpus=sc.deployment.gpus,
-                     inputs_sha256=sha, validity="good: fake engine; check this scenario with --check")
+                     inputs_sha256=sha, validity=_FAKE_VALIDITY)
         return dataclasses.replace(base, result=res, ttft=_exp_curve(ttft_mean, sc.slo.ttft_s),
                                    tpot=_exp_curve(tpot_mean, sc.slo.tpot_s))
 

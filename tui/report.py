@@ -163,7 +163,10 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
                 + f"{format_bandwidth(lk.bandwidth_available_bytes_per_s, bits=True)} ",
                 ("ok" if lk.sufficient else "INSUFFICIENT", "green" if lk.sufficient else "bold red"),
                 f"; exposed {format_duration(lk.mean_exposed_s)}"))
-        _kv(kv, "Validity", in_app_terms(r.validity), "green" if r.validity.startswith("good") else "yellow")
+        if r.validity is not None:
+            v = r.validity
+            tight = v.inside_envelope and bool(v.bands) and all(max(-b.low, b.high) <= 0.15 for b in v.bands)
+            _kv(kv, "Validity", in_app_terms(v.text), "green" if tight else "yellow")
     parts.append(kv)
     if r is not None:
         st = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, title_justify="left")

@@ -4,9 +4,9 @@
     python -m qmodel.validation.corpus_report corpus.json > section.md
 
 Prints the grouped tables (:func:`qmodel.validation.corpus_run.markdown_tables`), the target
-check per topology x load band, the worst feature groups (n >= 10, by the larger median |error|
-of TTFT p90 and TPOT p90) and the error-band model's held-out coverage
-(:func:`qmodel.validation.corpus_band.coverage`, seeds 0-2).
+check per topology x load band and the worst feature groups (n >= 10, by the larger median |error|
+of TTFT p90 and TPOT p90). The validity bands fitted on a corpus run, and their held-out coverage,
+come from ``python -m qmodel.validation.band_fit corpus.json`` (:mod:`qmodel.validation.band_fit`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from qmodel.validation.corpus_band import coverage
 from qmodel.validation.corpus_run import markdown_tables, summarize_corpus
 
-__all__ = ["MIN_ROWS_FOR_BANDS", "worst_groups", "report", "main"]
-
-#: fewer rows than this leave the fit/calibration/held-out parts too small to say anything
-MIN_ROWS_FOR_BANDS = 30
+__all__ = ["worst_groups", "report", "main"]
 
 
 def worst_groups(out: dict, k: int = 12, min_n: int = 10) -> list[tuple[str, str, dict]]:
@@ -60,19 +56,6 @@ def report(out: dict) -> str:
         lines.append(f"| {axis} = {v} | {g['n']} | {cell('ttft_p90')} | {cell('tpot_p90')} | "
                      f"{g['attainment']['median_abs_rel_error']:.3f} |")
     lines += ["", f"**Failures** ({len(s['failures'])}):", ""] + [f"- {f}" for f in s["failures"]]
-    lines += ["", "**Error-band model** (90% band of |err|; held-out coverage, median band width; baseline: "
-              "p90 per topology x band)", "", "| seed | metric | coverage | median band | baseline coverage | "
-              "baseline median band | outside envelope |", "|---|---|---|---|---|---|---|"]
-    n_ok = sum(1 for r in out["scenarios"] if r.get("error_rel"))
-    if n_ok < MIN_ROWS_FOR_BANDS:
-        return "\n".join(lines + ["", f"(band model not fitted: {n_ok} rows with an analytic answer, fewer than "
-                                   f"{MIN_ROWS_FOR_BANDS})"]) + "\n"
-    for seed in (0, 1, 2):
-        c = coverage(out["scenarios"], seed)
-        for m, v in c["metrics"].items():
-            lines.append(f"| {seed} ({c['fit']}/{c['calibration']}/{c['held_out']}) | {m} | {v['coverage']:.2f} | "
-                         f"{v['median_band'] * 100:.0f}% | {v['baseline_coverage']:.2f} | "
-                         f"{v['baseline_median_band'] * 100:.0f}% | {v['outside_envelope']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -30,7 +30,6 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from qmodel.errors import QmodelError
-from qmodel.validity import BANDS, band_of
 from qmodel.validation.suites import Case, Config, Suite
 
 __all__ = ["REPLAY_FIELDS", "LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "compare_scenario", "run_case", "run_goodput",
@@ -40,6 +39,16 @@ LATENCY_METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "
 SUMMARY_METRICS = LATENCY_METRICS + ["attainment", "goodput"]
 GOODPUT_REL_TOL = 0.02
 GOODPUT_WITHIN = 0.05
+#: the suite's load bands: (name, lower, upper); u above the last upper bound falls in the last band
+BANDS = (("u<=0.5", 0.0, 0.5), ("0.5<u<=0.8", 0.5, 0.8), ("u>0.8", 0.8, 1.0))
+
+
+def band_of(u: float) -> str:
+    """The suite's utilization band of load u."""
+    for name, lo, hi in BANDS:
+        if lo < u <= hi or (lo == 0.0 and u <= hi):
+            return name
+    return BANDS[-1][0]
 
 
 def round_sig(x: Any, digits: int = 4) -> Any:

@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     elif g.cost_per_hour_usd is None:
         say("cost: no price for a GPU of this deployment (add prices: {GPU: USD per GPU-hour} to the scenario)")
     say(f"binding: {g.binding}")
+    if g.validity is not None:
+        say(f"validity at goodput: {g.validity.text}")
     if g.sensitivities:
         print()
         print_table(["input", "elasticity", "what changed"], [[s.input, "n/a" if s.elasticity is None else f"{s.elasticity:+.3f}", s.note] for s in g.sensitivities])

@@ -88,7 +88,8 @@ def _print_text(res, goal: float) -> None:
             + (f"; mean byte rate {format_bandwidth(lk.mean_byte_rate_bytes_per_s, bits=True)}"
                if lk.mean_byte_rate_bytes_per_s is not None else "")
             + f"; mean exposed transfer {format_duration(lk.mean_exposed_s)}")
-    say(f"validity: {res.validity}")
+    if res.validity is not None:
+        say(f"validity: {res.validity.text}")
     for warn in res.warnings:
         say(warn)
 

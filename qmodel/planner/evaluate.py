@@ -336,7 +336,8 @@ class EngineEvaluator(Evaluator):
     def metrics(self, plan: PlanSpec, rate: float) -> PlanMetrics:
         res = self.solver(plan).solve(rate, link=False)  # the plan table shows no link report
         return PlanMetrics(rate_per_s=rate, attainment=res.attainment, ttft_p90_s=res.ttft.p90, tpot_p90_s=res.tpot.p90,
-                           binding=res.binding, validity=res.validity, warnings=tuple(res.warnings))
+                           binding=res.binding, validity=res.validity.text if res.validity else "",
+                           warnings=tuple(res.warnings))
 
     def knee(self, plan: PlanSpec, lam_max: float) -> float:
         """The knee of :func:`qmodel.compare.knee_rate` (binding percentile at twice its near-idle

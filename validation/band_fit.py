@@ -1,0 +1,216 @@
+"""Fitting the validity bands (:mod:`qmodel.validity`) on a corpus run, and their held-out coverage.
+
+    qmodel validate --suite corpus --n 600 --seed 0 --json corpus.json
+    python -m qmodel.validation.band_fit corpus.json --out catalog/validity_bands.toml
+
+**Rows.** The corpus is regenerated from the run's (n, seed, data) and each scenario resolved, so a
+row's cell features (topology, load band of its u, arrival burstiness from the resolved SCV) and
+envelope values are computed by the same functions the solver uses (:func:`qmodel.validity.cell_features`,
+:func:`~qmodel.validity.envelope_values`). A case whose analytic side failed has no errors: it
+counts towards the envelope (it was drawn) but not towards any band.
+
+**Fit** (:func:`fit_table`). For every prefix of the levels (topology; topology/load;
+topology/load/arrivals) each group of rows becomes a cell when it is large enough for the band's
+guarantee, whose band per metric is the equal-tailed interval of its signed errors
+(:func:`conformal_interval`): the k-th smallest and k-th largest of its n errors, k the largest
+rank (:func:`tail_rank`) for which the interval covers at least 90% of new exchangeable errors
+with probability >= 0.9 over the draw of the n (the interval's coverage is Beta(n+1-2k, 2k)
+distributed: the training-conditional conformal guarantee, Vovk, "Conditional validity of
+inductive conformal predictors", ACML 2012). A group needs n >= 38 for k = 1 (``min_cases``);
+the plain marginal rank floor((n+1) 0.05) would be right only on average over fits, and with
+errors this heavy-tailed a 20-case cell's band fell short on fresh scenarios (docs/validation.md).
+The topology cells are kept whatever their size (the fallback of last resort). The envelope is every kind seen and every number's [min, max] over all rows, the
+load's widened outward to two decimals (the corpus draws u up to 0.97).
+
+**Held-out coverage** (:func:`holdout_coverage`): rows split into k folds by the number in their
+id (id mod k, deterministic); each fold's errors are checked against the table fitted on the
+others; the fraction inside their band, per topology and metric and overall, and the median band
+width (high - low). ``--fresh-from N`` checks a table fitted on the first N ids against the rest
+instead (the corpus's later draws: a check on scenarios no choice of the model has seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from qmodel.toml_out import toml_value
+from qmodel.validity import BAND_METRICS, cell_features, cell_of, envelope_values
+
+__all__ = ["LEVEL", "DELTA", "LEVELS", "FOLDS", "tail_rank", "conformal_interval", "band_rows", "fit_table",
+           "holdout_coverage", "coverage_markdown", "table_toml", "main"]
+
+LEVEL = 0.9
+#: the band covers LEVEL of new errors with probability >= 1 - DELTA over the corpus draw
+DELTA = 0.1
+LEVELS: tuple[str, ...] = ("topology", "load", "arrivals")
+FOLDS = 5
+
+
+def tail_rank(n: int, level: float = LEVEL, delta: float = DELTA) -> int:
+    """The largest k >= 1 whose interval [x_(k), x_(n+1-k)] of n exchangeable errors covers at least
+    ``level`` of new ones with probability >= 1 - ``delta`` over the fit (its coverage is
+    Beta(n+1-2k, 2k)); 0 when even the extremes cannot (n < 38 for 0.9 / 0.1)."""
+    from scipy.special import betainc
+
+    k = 0
+    while 2 * (k + 1) <= n and betainc(n + 1 - 2 * (k + 1), 2 * (k + 1), level) <= delta:
+        k += 1
+    return k
+
+
+def conformal_interval(errors: Sequence[float], level: float = LEVEL, delta: float = DELTA) -> tuple[float, float]:
+    """The equal-tailed band of ``errors``: their k-th smallest and k-th largest, k = :func:`tail_rank`
+    (clamped to the extremes when k is 0: a topology's cell that small still answers)."""
+    x = sorted(float(e) for e in errors)
+    k = max(tail_rank(len(x), level, delta), 1)
+    return x[k - 1], x[len(x) - k]
+
+
+def band_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per scenario of a corpus run's JSON (module docstring): id, cell features,
+    envelope kinds and numbers, and the signed errors (None where the analytic side failed)."""
+    from qmodel.build import resolve
+    from qmodel.validation.corpus import generate
+
+    ids = {r["id"]: r for r in out["scenarios"]}
+    corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
+    rows = []
+    for case in corpus.cases:
+        r = ids.get(case.id)
+        if r is None:
+            continue
+        res = resolve(case.scenario)
+        kinds, numbers = envelope_values(res)
+        numbers["load"] = float(case.utilization)
+        err = r.get("error_rel")
+        rows.append({"id": case.id, "cell": cell_features(res, case.features["topology"], case.utilization),
+                     "kinds": kinds, "numbers": numbers,
+                     "errors": None if not err else {m: float(err[m]) for m in BAND_METRICS}})
+    return rows
+
+
+def fit_table(rows: list[dict[str, Any]], levels: Sequence[str] = LEVELS, level: float = LEVEL,
+              delta: float = DELTA) -> dict[str, Any]:
+    """The band table of ``rows`` (module docstring), without its provenance fields."""
+    ok = [r for r in rows if r["errors"] is not None]
+    groups: dict[str, list[dict]] = {}
+    for r in ok:
+        for depth in range(1, len(levels) + 1):
+            groups.setdefault("/".join(r["cell"][k] for k in levels[:depth]), []).append(r)
+    cells = {}
+    for key in sorted(groups):
+        g = groups[key]
+        if tail_rank(len(g), level, delta) >= 1 or "/" not in key:
+            cells[key] = {"cases": len(g)} | {m: list(conformal_interval([r["errors"][m] for r in g], level, delta))
+                                              for m in BAND_METRICS}
+    kinds: dict[str, set[str]] = {}
+    ranges: dict[str, list[float]] = {}
+    for r in rows:
+        for k, vs in r["kinds"].items():
+            kinds.setdefault(k, set()).update(vs)
+        for k, v in r["numbers"].items():
+            lo, hi = ranges.get(k, [v, v])
+            ranges[k] = [min(lo, v), max(hi, v)]
+    if "load" in ranges:
+        ranges["load"] = [math.floor(ranges["load"][0] * 100) / 100, math.ceil(ranges["load"][1] * 100) / 100]
+    return {"level": level, "delta": delta, "min_cases": next(n for n in range(2, 10**6) if tail_rank(n, level, delta)),
+            "levels": list(levels), "corpus_cases": len(ok),
+            "envelope": {"kinds": {k: sorted(v) for k, v in sorted(kinds.items())}, "ranges": dict(sorted(ranges.items()))},
+            "cells": cells}
+
+
+def _number(row: dict[str, Any]) -> int:
+    return int(row["id"].lstrip("c"))
+
+
+def holdout_coverage(rows: list[dict[str, Any]], folds: int = FOLDS, fresh_from: int | None = None,
+                     **fit: Any) -> dict[str, Any]:
+    """k-fold held-out coverage of the bands (module docstring); ``fresh_from`` N instead fits once
+    on the ids below N and checks the ids from N on (scenarios drawn after the fit's)."""
+    ok = [r for r in rows if r["errors"] is not None]
+    splits = ([(lambda r: _number(r) < fresh_from, lambda r: _number(r) >= fresh_from)] if fresh_from is not None else
+              [(lambda r, f=f: _number(r) % folds != f, lambda r, f=f: _number(r) % folds == f) for f in range(folds)])
+    hits: dict[str, dict[str, list[float]]] = {}
+    widths: dict[str, list[float]] = {m: [] for m in BAND_METRICS}
+    for in_fit, in_test in splits:
+        table = fit_table([r for r in rows if in_fit(r)], **fit)
+        for r in filter(in_test, ok):
+            key = cell_of(table, r["cell"])
+            for m in BAND_METRICS:
+                lo, hi = table["cells"][key][m] if key else (math.inf, -math.inf)
+                inside = float(lo <= r["errors"][m] <= hi)
+                for group in ("all", r["cell"]["topology"]):
+                    hits.setdefault(group, {}).setdefault(m, []).append(inside)
+                widths[m].append(hi - lo)
+    cov = {g: {m: float(np.mean(v)) for m, v in ms.items()} | {"n": len(ms[BAND_METRICS[0]])}
+           for g, ms in sorted(hits.items(), key=lambda kv: (kv[0] != "all", kv[0]))}
+    split = f"fit on ids below {fresh_from}, checked on the rest" if fresh_from is not None else f"{folds} folds by id"
+    return {"folds": folds, "split": split, "coverage": cov,
+            "median_width": {m: float(np.median(v)) for m, v in widths.items()}}
+
+
+def coverage_markdown(cov: dict[str, Any]) -> str:
+    """The held-out coverage as the Markdown table docs/validation.md quotes (per group: n, then the
+    share of errors inside their band per metric, %), and the median band widths."""
+    lines = ["| group | n | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p90 | TPOT p99 |", "|" + "---|" * 8]
+    lines += [f"| {g} | {c['n']} | " + " | ".join(f"{c[m] * 100:.1f}%" for m in BAND_METRICS) + " |"
+              for g, c in cov["coverage"].items()]
+    lines += ["", f"Median band width (high - low) over the held-out answers ({cov['split']}): "
+              + ", ".join(f"{m} {w * 100:.0f}%" for m, w in cov["median_width"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def table_toml(table: dict[str, Any], header: Sequence[str]) -> str:
+    """The table as TOML, ``header`` as leading comments."""
+    lines = [f"# {h}" for h in header] + [""]
+    for k in ("measured_at", "command", "corpus_seed", "corpus_n", "corpus_cases", "level", "delta", "min_cases",
+              "levels", "folds"):
+        lines.append(f"{k} = {toml_value(table[k], k)}")
+    for k in ("kinds", "ranges"):
+        lines += ["", f"[envelope.{k}]"] + [f"{json.dumps(n)} = {toml_value(v, n)}" for n, v in table["envelope"][k].items()]
+    for group, c in table["coverage"].items():  # held-out: share of errors inside their band, n
+        lines += ["", f"[coverage.{json.dumps(group)}]"] + [f"{k} = {toml_value(round(v, 4), k)}" for k, v in c.items()]
+    for key, c in table["cells"].items():
+        lines += ["", f"[cells.{json.dumps(key)}]", f"cases = {c['cases']}"]
+        lines += [f"{m} = {toml_value([round(x, 4) for x in c[m]], m)}" for m in BAND_METRICS]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qmodel.validation.band_fit", description=__doc__.splitlines()[0])
+    ap.add_argument("corpus_json", help="JSON of `qmodel validate --suite corpus --json F`")
+    ap.add_argument("--out", help="write the table here (catalog/validity_bands.toml)")
+    ap.add_argument("--measured-at", help="commit of the corpus run (default: this tree's HEAD)")
+    ap.add_argument("--fresh-from", type=int, metavar="N", help="coverage of a table fitted on the ids below N, "
+                    "checked on the ids from N on (instead of the k folds)")
+    args = ap.parse_args(argv)
+    try:
+        out = json.loads(Path(args.corpus_json).read_text(encoding="utf-8"))
+        rows = band_rows(out)
+    except (OSError, ValueError, KeyError) as err:
+        sys.stderr.write(f"error: {args.corpus_json}: cannot read a corpus run ({type(err).__name__}: {err})\n")
+        return 2
+    sys.stdout.write(coverage_markdown(holdout_coverage(rows, fresh_from=args.fresh_from)))
+    cov = holdout_coverage(rows)
+    if args.out:
+        commit = args.measured_at or subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True,
+                                                    text=True, check=False).stdout.strip()
+        table = fit_table(rows) | {"measured_at": commit, "folds": cov["folds"], "coverage": cov["coverage"], "corpus_seed": int(out["seed"]), "corpus_n": int(out["n"]),
+                                   "command": f"qmodel validate --suite corpus --n {out['n']} --seed {out['seed']} "
+                                              f"--json F; python -m qmodel.validation.band_fit F --out PATH"}
+        header = ["Validity bands of the analytic engine against the replay (qmodel/validity.py reads this).",
+                  "Made by qmodel.validation.band_fit from a corpus run; do not edit by hand (docs/validation.md)."]
+        Path(args.out).write_text(table_toml(table, header), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
