@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result", "ClosedLoop",
-           "Goodput", "SweepRow", "Sweep"]
+           "Goodput", "SweepRow", "Sweep", "ConcurrencyRow", "ConcurrencySweep"]
 
 
 class _Out(BaseModel):
@@ -195,3 +195,20 @@ class Sweep(_Out):
     scenario: str
     mode: Literal["analytic", "replay"]
     rows: list[SweepRow]
+
+
+class ConcurrencyRow(SweepRow):
+    """One concurrency of a closed-loop sweep (``qmodel sweep --concurrency``): the latency columns are a
+    sweep row's, ``rate_per_s`` the rate they are read at (analytic: the rate a request sees,
+    :class:`ClosedLoop`; replay: the measured arrival rate), ``throughput_per_s`` X(N)."""
+
+    concurrency: int
+    think_time_s: float
+    throughput_per_s: float
+    saturated: bool = False
+
+
+class ConcurrencySweep(_Out):
+    scenario: str
+    mode: Literal["analytic", "replay"]
+    rows: list[ConcurrencyRow]
