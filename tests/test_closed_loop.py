@@ -147,9 +147,13 @@ def test_closed_loop_agrees_with_the_replay(n):
     (["solve", str(COLOCATED), "--concurrency", "4", "--think-time", "soon"], "--think-time"),
     (["sweep", str(COLOCATED), "--concurrency", "1,0"], "--concurrency"),
     (["sweep", str(COLOCATED), "--rate", "1,2", "--think-time", "1"], "--think-time"),
-    (["goodput", str(COLOCATED), "--set", "workload.arrivals={kind: closed, concurrency: 4}"], "workload.arrivals"),
+    (["solve", "CLOSED0"], "workload.arrivals.concurrency"),
 ])
-def test_cli_bad_closed_loop_input_is_one_line_exit_2(argv, field, capsys):
+def test_cli_bad_closed_loop_input_is_one_line_exit_2(argv, field, capsys, tmp_path):
+    if argv[1] == "CLOSED0":  # a scenario file whose closed loop has no clients
+        text = COLOCATED.read_text().replace("{kind: gamma, rate_per_s: 10, cv: 2.0}", "{kind: closed, concurrency: 0}")
+        argv = [argv[0], str(tmp_path / "c.yaml")]
+        Path(argv[1]).write_text(text)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and field in err
