@@ -50,6 +50,11 @@ def test_a_closed_loop_has_no_rate_to_set():
         with_concurrency(as_scenario(COLOCATED), 4).with_rate(3.0)
 
 
+def test_the_open_solver_says_how_a_closed_loop_is_solved():
+    with pytest.raises(InputError, match="qmodel.closed.solve_closed"):
+        Solver(with_concurrency(as_scenario(COLOCATED), 4)).solve()
+
+
 @pytest.mark.parametrize("bad", ["0", "-3", "2.5", "x", "", "1000001", True])
 def test_parse_concurrency_refuses(bad):
     with pytest.raises(InputError, match="whole number of clients"):
