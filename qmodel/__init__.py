@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "PoissonArrivals": "qmodel.scenario",
     "GammaArrivals": "qmodel.scenario",
     "TraceArrivals": "qmodel.scenario",
+    "ClosedArrivals": "qmodel.scenario",
     "FixedLengths": "qmodel.scenario",
     "LognormalLengths": "qmodel.scenario",
     "EmpiricalLengths": "qmodel.scenario",

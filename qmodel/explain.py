@@ -31,7 +31,7 @@ def explain_scenario(solver: Solver, rate: float) -> list[str]:
                       f"{bits:g}/8 = {m.kv_bytes_per_token():.6g} B")
     topo = solver.topology
     blocks += topo.explain_blocks(solver, rate, m)
-    dec = c.stations[topo.roles.index(topo.pool_roles[-1])].extra  # the station that runs decode
+    dec = c.stations[-1].extra  # the station that runs decode: the last role (decode, or the single pool)
     a, beta = dec.get("a_s"), dec.get("beta_s")
     if a is not None and beta is not None and beta > 0:
         el = float(r.lengths.output.mean())

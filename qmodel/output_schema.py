@@ -28,7 +28,7 @@ SCHEMA_VERSION = 3
 DOCUMENTS: dict[str, tuple[str, ...]] = {
     "solve": ("qmodel.output_schema:SolveDocument",),
     "goodput": ("qmodel.result:Goodput",),
-    "sweep": ("qmodel.result:Sweep",),
+    "sweep": ("qmodel.result:Sweep", "qmodel.result:ConcurrencySweep"),
     "compare": ("qmodel.compare:Comparison",),
     "plan": ("qmodel.planner.plan_result:PlanResult", "qmodel.planner.plan_result:ScheduleResult"),
     "replay": ("qmodel.validation.replay_result:ReplayResult",),
@@ -46,15 +46,17 @@ def _load(ref: str) -> Any:
 
 
 def _solve_document() -> Any:
-    """``qmodel solve --json``: the result, plus the replay comparison (``--check``) and the closed
-    forms (``--explain``) when asked for."""
+    """``qmodel solve --json``: the result, plus the closed loop's throughput (a closed scenario or
+    ``--concurrency``), the replay comparison (``--check``) and the closed forms (``--explain``)
+    when there or asked for."""
     from pydantic import ConfigDict
 
-    from qmodel.result import Result
+    from qmodel.result import ClosedLoop, Result
     from qmodel.validation.replay_check import CheckReport
 
     class SolveDocument(Result):
         model_config = ConfigDict(frozen=True, extra="forbid")
+        closed_loop: ClosedLoop | None = None
         check: CheckReport | None = None
         explain: list[str] | None = None
 

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result", "Goodput",
-           "SweepRow", "Sweep"]
+__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result", "ClosedLoop",
+           "Goodput", "SweepRow", "Sweep", "ConcurrencyRow", "ConcurrencySweep"]
 
 
 class _Out(BaseModel):
@@ -139,6 +139,21 @@ class Result(_Out):
     warnings: list[str] = Field(default_factory=list)
 
 
+class ClosedLoop(_Out):
+    """A closed loop's own answer (:mod:`qmodel.closed`): its throughput, and the open rate whose
+    solve gives its latencies (the accompanying :class:`Result` is that solve)."""
+
+    concurrency: int
+    think_time_s: float
+    think_time_dist: Literal["exponential", "fixed"]
+    throughput_per_s: float = Field(description="X(N): requests completed per second")
+    seen_rate_per_s: float = Field(description="the open rate whose solve gives the latencies: X (N - 1)/N, or at "
+                                               "saturation the rate whose mean latency is N/X - Z")
+    mean_latency_s: float = Field(description="mean end-to-end latency, E[TTFT] + E[L - 1] E[TPOT]")
+    saturated: bool = Field(description="X is the stability limit: the deployment never idles")
+    max_stable_rate_per_s: float
+
+
 class Goodput(_Out):
     scenario: str
     topology: Literal["colocated", "chunked", "disaggregated"]
@@ -180,3 +195,20 @@ class Sweep(_Out):
     scenario: str
     mode: Literal["analytic", "replay"]
     rows: list[SweepRow]
+
+
+class ConcurrencyRow(SweepRow):
+    """One concurrency of a closed-loop sweep (``qmodel sweep --concurrency``): the latency columns are a
+    sweep row's, ``rate_per_s`` the rate they are read at (analytic: the rate a request sees,
+    :class:`ClosedLoop`; replay: the measured arrival rate), ``throughput_per_s`` X(N)."""
+
+    concurrency: int
+    think_time_s: float
+    throughput_per_s: float
+    saturated: bool = False
+
+
+class ConcurrencySweep(_Out):
+    scenario: str
+    mode: Literal["analytic", "replay"]
+    rows: list[ConcurrencyRow]

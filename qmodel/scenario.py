@@ -40,6 +40,7 @@ __all__ = [
     "PoissonArrivals",
     "GammaArrivals",
     "TraceArrivals",
+    "ClosedArrivals",
     "Arrivals",
     "FixedLengths",
     "LognormalLengths",
@@ -96,7 +97,19 @@ class TraceArrivals(Strict):
         default=None, ge=0, description="spread arrivals uniformly within quantised timestamp slots (Mooncake's ~3 s slots), seeded")
 
 
-Arrivals = Annotated[Union[PoissonArrivals, GammaArrivals, TraceArrivals], Field(discriminator="kind")]
+class ClosedArrivals(Strict):
+    """A closed loop: ``concurrency`` clients, each sending its next request when its last one has
+    finished (its last token), after a think time of mean ``think_time_s`` (exponential or fixed).
+    This is how ``vllm bench serve --max-concurrency`` and concurrency sweeps load a server; its
+    throughput is an output (docs/methods.md, "Closed-loop workloads")."""
+
+    kind: Literal["closed"] = "closed"
+    concurrency: Count = Field(ge=1, le=1_000_000, description="clients, each with one request in flight or thinking")
+    think_time_s: Seconds = Field(default=0.0, ge=0, le=1e6, description="mean pause between a reply and the next request")
+    think_time_dist: Literal["exponential", "fixed"] = "exponential"
+
+
+Arrivals = Annotated[Union[PoissonArrivals, GammaArrivals, TraceArrivals, ClosedArrivals], Field(discriminator="kind")]
 
 
 class FixedLengths(Strict):
@@ -252,7 +265,11 @@ class Scenario(Strict):
         return getattr(self.workload.arrivals, "rate_per_s", None)
 
     def with_rate(self, rate_per_s: float) -> "Scenario":
-        """The same scenario at another mean arrival rate (trace arrivals get rescaled)."""
+        """The same scenario at another mean arrival rate (trace arrivals get rescaled). A closed loop
+        has no rate to set: its throughput follows from its concurrency (:mod:`qmodel.closed`)."""
+        if isinstance(self.workload.arrivals, ClosedArrivals):
+            raise InputError("workload.arrivals.kind", "closed", "an open arrival kind (poisson, gamma, trace) to set a "
+                             "rate; a closed loop's throughput follows from its concurrency")
         arr = self.workload.arrivals.model_copy(update={"rate_per_s": float(rate_per_s)})
         return self.model_copy(update={"workload": self.workload.model_copy(update={"arrivals": arr})})
 

@@ -167,6 +167,9 @@ class Solver:
         if rate is None:
             rate = self.resolved.base_rate_per_s
             if rate is None:
+                if self.scenario.workload.arrivals.kind == "closed":
+                    raise InputError("workload.arrivals.kind", "closed", "a closed loop's rate is solved for: "
+                                     "qmodel.closed.solve_closed (what qmodel solve calls), or pass a rate")
                 raise InputError("workload.arrivals.rate_per_s", None, "set a rate (or pass --rate) to solve at")
         c = self.compose(float(rate), laws=True) if composition is None else composition
         return Result(

@@ -21,7 +21,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from qmodel.scenario import (EmpiricalLengths, FixedLengths, GammaArrivals, LognormalLengths, PoissonArrivals,
+from qmodel.scenario import (ClosedArrivals, EmpiricalLengths, FixedLengths, GammaArrivals, LognormalLengths, PoissonArrivals,
                              PresetLengths, TraceArrivals, Workload)
 
 __all__ = ["LengthMix", "length_mix", "arrival_stats", "lognormal_pairs", "lognormal_quadrature", "clipped_lognormal_mean",
@@ -176,8 +176,13 @@ def length_mix(workload: Workload, n: int = DEFAULT_SAMPLE, seed: int = 0, iid: 
 
 
 def arrival_stats(workload: Workload) -> tuple[float | None, float]:
-    """(mean rate per second or None if unset, squared CV of inter-arrival times)."""
+    """(mean rate per second or None if unset, squared CV of inter-arrival times).
+
+    A closed loop has no rate (its throughput is solved for, :mod:`qmodel.closed`); its SCV is
+    Poisson's, 1 (docs/methods.md, "Closed-loop workloads", says why)."""
     a = workload.arrivals
+    if isinstance(a, ClosedArrivals):
+        return None, 1.0
     if isinstance(a, PoissonArrivals):
         return a.rate_per_s, 1.0
     if isinstance(a, GammaArrivals):

@@ -32,3 +32,12 @@ def test_explain_mla_model():
     solver = Solver(load_scenario(EX / "deepseek-v3-disagg-h200.json"))
     text = "\n".join(explain_scenario(solver, 1.0))
     assert "MLA" in text and "70272" in text.replace(",", "")
+
+
+@pytest.mark.parametrize("name", ["llama3-8b-colocated-h100.yaml", "llama3-8b-chunked-h100.yaml"])
+def test_explain_single_pool_reads_its_decode_station(name):
+    """A single pool's decode runs in its one station (role 'colocated'/'chunked', pool role 'pool'):
+    --explain looked it up by the pool's role and raised ValueError."""
+    solver = Solver(load_scenario(EX / name))
+    blocks = explain_scenario(solver, 0.5 * solver.max_stable_rate()[0])
+    assert blocks and all(isinstance(b, str) for b in blocks)

@@ -29,6 +29,7 @@ Speed: ``python benchmarks/bench_replay.py``.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -44,7 +45,10 @@ from qmodel.validation.replay_result import ReplayResult
 from qmodel.validation.stations.core import Requests, Sim, StepCache
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["LITTLE_TOLERANCE", "little_rel_error", "ReplayPlan", "build_plan", "plan_from_resolved", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace"]
+#: second word of the think-time generator's seed sequence (the synthetic trace's arrivals use 1)
+_THINK_STREAM = 2
+
+__all__ = ["closed_think_times", "LITTLE_TOLERANCE", "little_rel_error", "ReplayPlan", "build_plan", "plan_from_resolved", "replay", "replay_requests", "request_table", "replay_plan", "simulate", "load_replay_trace"]
 
 
 # ---- traces -----------------------------------------------------------------------------------
@@ -158,12 +162,39 @@ def simulate(plan: ReplayPlan, trace: Trace, *, seed: int = 0, warmup_fraction: 
     arrival = arrival - arrival[0]
     prompt = np.maximum(np.asarray(trace.prompt_tokens, dtype=np.int64), 1)
     output = np.maximum(np.asarray(trace.output_tokens, dtype=np.int64), 1)
+    think = closed_think_times(plan, len(trace), seed)
+    if plan.closed_concurrency:
+        # A closed loop's arrival times are an outcome of the run. The run is deterministic, so a
+        # first pass finds them (and the measurement window they imply) and a second, identical
+        # one is metered over that window.
+        req = _run(run_plan, trace, arrival, prompt, output, think, seed, (0.0, math.inf), None)[0]
+        arrival = np.asarray(req.arrival)
     t_end_arr = float(arrival[-1])
     window = (warmup_fraction * t_end_arr, t_end_arr)
+    req, sim, stations = _run(run_plan, trace, arrival, prompt, output, think, seed, window, progress)
+    return summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req
+
+
+def closed_think_times(plan: ReplayPlan, n: int, seed: int) -> list[float]:
+    """A closed loop's think time after each of ``n`` requests: exponential of mean
+    ``plan.think_time_s`` or that constant, from its own seeded stream (the dispatch draws keep
+    theirs); empty for open arrivals."""
+    if not plan.closed_concurrency:
+        return []
+    if plan.think_time_dist == "fixed" or plan.think_time_s == 0.0:
+        return [float(plan.think_time_s)] * n
+    return np.random.default_rng([seed, _THINK_STREAM]).exponential(plan.think_time_s, size=n).tolist()
+
+
+def _run(plan: ReplayPlan, trace: Trace, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+         think: list[float], seed: int, window: tuple[float, float],
+         progress: ProgressFn | None) -> tuple[Requests, Sim, list]:
+    """One pass of the event loop over the requests (see :func:`simulate`)."""
     req = Requests(arrival, prompt, output)
+    req.think = think
     sim = Sim()
     rng = np.random.default_rng(seed)
-    marks = progress_marks(sim, t_end_arr, progress)
-    stations = wiring_for(plan.topology)(run_plan, trace, req, sim, rng, window)
+    marks = progress_marks(sim, window[1], progress)
+    stations = wiring_for(plan.topology)(plan, trace, req, sim, rng, window)
     sim.events -= marks  # the progress marks are not events of the system
-    return summarize(plan, trace, req, sim, stations, window, seed, warmup_fraction), req
+    return req, sim, stations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from qmodel.result import Result
-from qmodel.scenario import Scenario
+from qmodel.scenario import ClosedArrivals, Scenario
 
 __all__ = ["MetricDiff", "CheckReport", "diff_metrics", "compare_with_replay", "METRICS"]
 
@@ -65,12 +65,19 @@ def diff_metrics(analytic, replay) -> tuple[list[MetricDiff], list[MetricDiff]]:
     return out, st
 
 
-def compare_with_replay(scenario: Scenario, result: Result, n_requests: int = 20000, seed: int = 0) -> CheckReport:
-    """Replay the scenario at the result's rate and report the differences."""
+def compare_with_replay(scenario: Scenario, result: Result, n_requests: int = 20000, seed: int = 0,
+                        throughput_per_s: float | None = None) -> CheckReport:
+    """Replay the scenario at the result's rate and report the differences. A closed loop
+    (:class:`~qmodel.scenario.ClosedArrivals`) is replayed as itself; pass its analytic
+    ``throughput_per_s`` (:mod:`qmodel.closed`) to compare it with the replay's completions per second."""
     from qmodel.validation.replay import replay
 
-    sc = scenario if scenario.rate_per_s == result.rate_per_s else scenario.with_rate(result.rate_per_s)
+    closed = isinstance(scenario.workload.arrivals, ClosedArrivals)
+    sc = scenario if closed or scenario.rate_per_s == result.rate_per_s else scenario.with_rate(result.rate_per_s)
     rep = replay(sc, n_requests=n_requests, seed=seed)
     metrics, stations = diff_metrics(result, rep)
+    if throughput_per_s is not None:
+        metrics.insert(0, MetricDiff(metric="throughput_per_s", analytic=throughput_per_s, replay=rep.throughput_rps,
+                                     rel_error=_rel(throughput_per_s, rep.throughput_rps)))
     return CheckReport(scenario=scenario.name, rate_per_s=result.rate_per_s, replay_requests=rep.header.n_requests,
                        seed=seed, trace_sha256=rep.header.trace_sha256, metrics=metrics, stations=stations)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from qmodel.build import PoolRuntime, Resolved
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.scenario import DecodePool, Scenario, scenario_sha256
+from qmodel.scenario import ClosedArrivals, DecodePool, Scenario, scenario_sha256
 from qmodel.topology import topology_named
 
 __all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
@@ -51,11 +51,18 @@ class ReplayPlan:
     name: str = "scenario"
     scenario_sha256: str = ""
     notes: tuple[str, ...] = field(default=())
+    #: a closed loop's clients (0: open arrivals from the trace's times) and think time
+    closed_concurrency: int = 0
+    think_time_s: float = 0.0
+    think_time_dist: str = "exponential"
 
 
 def _slo(scn: Scenario) -> dict:
+    a = scn.workload.arrivals
+    closed = ({"closed_concurrency": a.concurrency, "think_time_s": float(a.think_time_s),
+               "think_time_dist": a.think_time_dist} if isinstance(a, ClosedArrivals) else {})
     return {"slo_ttft_s": float(scn.slo.ttft_s), "slo_tpot_s": float(scn.slo.tpot_s), "name": scn.name,
-            "scenario_sha256": scenario_sha256(scn)}
+            "scenario_sha256": scenario_sha256(scn), **closed}
 
 
 def _decode_part(pool: DecodePool, rt: PoolRuntime, model: ServiceTimeModel | None) -> dict:

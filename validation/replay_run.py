@@ -35,10 +35,34 @@ def progress_marks(sim: Sim, t_end: float, progress: ProgressFn | None, steps: i
     return steps
 
 
-def _feed(sim: Sim, req: Requests, admit) -> None:
-    """Schedule arrivals one at a time (keeps the heap small)."""
+def _feed(sim: Sim, req: Requests, admit: Callable[[int], None], clients: int = 0) -> None:
+    """Open arrivals (``clients`` 0): scheduled one at a time at the trace's times (keeps the heap
+    small). A closed loop of ``clients`` clients: each issues a request at time 0, then its next one
+    ``req.think[r]`` seconds after its request r finished (last token) or was dropped; requests are
+    numbered in the order they are issued, and ``req.arrival`` is filled as they are."""
     arrival = req.arrival
     n = req.n
+    if clients:
+        issued = [0]
+        think = req.think
+
+        def issue(_: object) -> None:
+            r = issued[0]
+            if r >= n:
+                return
+            issued[0] = r + 1
+            arrival[r] = sim.now
+            admit(r)
+            if req.dropped[r]:
+                done(r, sim.now)
+
+        def done(r: int, t: float) -> None:
+            sim.at(t + think[r], issue, None)
+
+        req.on_done = done
+        for _ in range(min(clients, n)):
+            sim.at(0.0, issue, None)
+        return
 
     def arrive(r: int) -> None:
         if r + 1 < n:
@@ -77,7 +101,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
             if from_prefill:
                 req.t_first[r] = t
                 if output[r] == 1:
-                    req.t_last[r] = t
+                    req.finish(r, t)
                     continue
             items.append((r, bpt * prompt[r]))
         if items and not layerwise:
@@ -94,7 +118,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
             return
         prefill.arrive(r)
 
-    _feed(sim, req, admit)
+    _feed(sim, req, admit, plan.closed_concurrency)
     sim.run()
     return [(prefill, plan.prefill_instances), (kv, plan.prefill_instances), (decode, plan.decode_instances)]
 
@@ -111,7 +135,7 @@ def run_single(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.
             return
         st.arrive(r)
 
-    _feed(sim, req, admit)
+    _feed(sim, req, admit, plan.closed_concurrency)
     sim.run()
     return [(st, plan.decode_instances)]
 

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from qmodel.errors import InputError
-from qmodel.scenario import (EmpiricalLengths, FixedLengths, GammaArrivals, LognormalLengths, PoissonArrivals,
+from qmodel.scenario import (ClosedArrivals, EmpiricalLengths, FixedLengths, GammaArrivals, LognormalLengths, PoissonArrivals,
                              PresetLengths, TraceArrivals, Workload)
 from qmodel.validation.trace_types import Trace
 from qmodel.validation.traces import load_trace, require_arrivals
@@ -161,6 +161,11 @@ def generate(workload: Workload, n_requests: int, seed: int, rate_per_s: float |
         meta.update(tmeta)
         meta["rate_per_s"] = tmeta["native_rate_per_s"] / tmeta["time_scale"]
         desc = f"trace {Path(a.path).name} at {meta['rate_per_s']:.6g} req/s"
+    elif isinstance(a, ClosedArrivals):
+        # the run sets a closed loop's arrival times (validation/replay_run._feed); the trace holds lengths
+        arrival = np.zeros(n)
+        meta.update(concurrency=a.concurrency, think_time_s=a.think_time_s, think_time_dist=a.think_time_dist)
+        desc = f"closed loop of {a.concurrency} clients, think time {a.think_time_s:.6g} s ({a.think_time_dist})"
     else:  # pragma: no cover - the schema admits no other kind
         raise TypeError(type(a))
     prompt, output, hashes, lmeta = _lengths(workload, n, seed, arrival_trace)

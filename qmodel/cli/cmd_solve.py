@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from qmodel.cli.common import add_scenario_args, gc_paused, resolved_scenario_from_args
 from qmodel.cli.output import print_json, print_table, say, to_plain
-from qmodel.units import format_bandwidth, format_duration, parse_rate
+from qmodel.errors import InputError
+from qmodel.units import format_bandwidth, format_duration, parse_duration, parse_rate
 
-__all__ = ["register", "run"]
+if TYPE_CHECKING:
+    from qmodel.scenario import Scenario
+
+__all__ = ["register", "run", "closed_from_args"]
 
 
 def register(sub) -> None:
@@ -17,6 +22,10 @@ def register(sub) -> None:
                        description="Solve a scenario: TTFT/TPOT mean/p50/p90/p99, SLO attainment, per-station load, binding constraint.")
     add_scenario_args(p)
     p.add_argument("--rate", help="arrival rate to solve at (req/s), overriding the scenario's")
+    p.add_argument("--concurrency", help="solve as a closed loop of N clients, each sending its next request when "
+                                         "its last one finishes (overrides the scenario's arrivals)")
+    p.add_argument("--think-time", help="with --concurrency: mean pause between a reply and the next request "
+                                        "(e.g. '2 s'; default 0, or the scenario's closed loop's)")
     p.add_argument("--json", action="store_true", help="print JSON (docs/output-schema.json)")
     p.add_argument("--explain", action="store_true", help="print the closed forms with this scenario's numbers")
     p.add_argument("--check", action="store_true", help="also run the replay and print analytic-vs-replay differences")
@@ -26,19 +35,32 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from qmodel.scenario import ClosedArrivals
     from qmodel.solver import Solver
 
     with gc_paused():  # one load and one solve: bounded work
-        sc, resolved = resolved_scenario_from_args(args, warn=False)  # its output lists the warnings
-        rate = parse_rate(args.rate, "--rate") if args.rate else None
-        solver = Solver(sc, resolved=resolved)
-        res = solver.solve(rate)
+        sc0, resolved = resolved_scenario_from_args(args, warn=False)  # its output lists the warnings
+        sc = closed_from_args(sc0, args)
+        loop = None
+        solver = Solver(sc, resolved=resolved) if sc is sc0 else Solver(sc)  # --concurrency: its own arrivals
+        if isinstance(sc.workload.arrivals, ClosedArrivals):
+            if args.rate:
+                raise InputError("--rate", args.rate, "no rate with a closed loop (--concurrency or arrivals kind closed): "
+                                 "its throughput follows from its concurrency")
+            from qmodel.closed import solve_closed
+
+            loop, res = (lambda s: (s.loop, s.result))(solve_closed(sc, solver))
+        else:
+            res = solver.solve(parse_rate(args.rate, "--rate") if args.rate else None)
         out = to_plain(res)
+        if loop is not None:
+            out["closed_loop"] = to_plain(loop)
     check = None
     if args.check:
         from qmodel.validation.replay_check import compare_with_replay
 
-        check = compare_with_replay(sc, res, n_requests=args.requests, seed=args.seed)
+        check = compare_with_replay(sc, res, n_requests=args.requests, seed=args.seed,
+                                    throughput_per_s=None if loop is None else loop.throughput_per_s)
         out["check"] = to_plain(check)
     explain = None
     if args.explain:
@@ -49,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
+    if loop is not None:
+        _print_loop(loop)
     _print_text(res, sc.slo.attainment_goal)
     if check is not None:
         _print_check(check)
@@ -58,6 +82,31 @@ def run(args: argparse.Namespace) -> int:
             print(block)
             print()
     return 0
+
+
+def closed_from_args(sc: Scenario, args: argparse.Namespace) -> Scenario:
+    """The scenario as the closed loop ``--concurrency N [--think-time S]`` asks for (unchanged without them)."""
+    from qmodel.closed import parse_concurrency, with_concurrency
+    from qmodel.scenario import ClosedArrivals
+
+    if args.concurrency is None:
+        if args.think_time is not None and not isinstance(sc.workload.arrivals, ClosedArrivals):
+            raise InputError("--think-time", args.think_time, "needs --concurrency (or a scenario whose arrivals are closed)")
+        if args.think_time is None:
+            return sc
+        return with_concurrency(sc, sc.workload.arrivals.concurrency, parse_duration(args.think_time, "--think-time"))
+    n = parse_concurrency(args.concurrency, "--concurrency")
+    z = parse_duration(args.think_time, "--think-time") if args.think_time is not None else None
+    return with_concurrency(sc, n, z)
+
+
+def _print_loop(loop) -> None:
+    sat = " (saturated: the deployment's stability limit)" if loop.saturated else ""
+    say(f"closed loop: {loop.concurrency} client{'s' if loop.concurrency != 1 else ''}, think time "
+        f"{loop.think_time_s:g} s ({loop.think_time_dist}): throughput X(N) = "
+        f"{loop.throughput_per_s:.4g} req/s{sat}; mean end-to-end latency {format_duration(loop.mean_latency_s)}; "
+        f"latencies below are the open solve at {loop.seen_rate_per_s:.4g} req/s, what a request sees "
+        "(docs/methods.md, \"Closed-loop workloads\")\n")
 
 
 def _print_text(res, goal: float) -> None:
@@ -98,7 +147,9 @@ def _print_check(check) -> None:
     print()
     rows = []
     for m in check.metrics:
-        if m.metric.endswith("attainment"):  # an absolute difference of probabilities, in points
+        if m.metric == "throughput_per_s":
+            rows.append(["throughput", f"{m.analytic:.4g} req/s", f"{m.replay:.4g} req/s", f"{m.rel_error * 100:+.1f}%"])
+        elif m.metric.endswith("attainment"):  # an absolute difference of probabilities, in points
             rows.append([m.metric, f"{m.analytic * 100:.2f}%", f"{m.replay * 100:.2f}%", f"{m.rel_error * 100:+.2f} points"])
         else:
             rows.append([m.metric, format_duration(m.analytic), format_duration(m.replay), f"{m.rel_error * 100:+.1f}%"])

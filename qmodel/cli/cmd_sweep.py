@@ -1,4 +1,5 @@
-"""``qmodel sweep SCENARIO --rate LO:HI:STEP``: attainment and percentiles per rate (analytic or replay)."""
+"""``qmodel sweep SCENARIO --rate LO:HI:STEP``: attainment and percentiles per rate (analytic or replay);
+``--concurrency 1,2,4,...``: the same per closed-loop concurrency, with its throughput X(N)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ import sys
 
 from qmodel.cli.common import add_scenario_args, parse_rate_range, scenario_from_args
 from qmodel.cli.output import add_progress_option, print_json, print_table, progress_on
-from qmodel.result import Sweep, SweepRow
+from qmodel.result import ConcurrencyRow, ConcurrencySweep, Sweep, SweepRow
 from qmodel.units import format_duration
 
-__all__ = ["register", "run", "sweep_rows"]
+__all__ = ["register", "run", "sweep_rows", "concurrency_rows"]
 
 FIELDS = list(SweepRow.model_fields)
+CLOSED_FIELDS = list(ConcurrencyRow.model_fields)
 
 
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="attainment and TTFT/TPOT percentiles over a range of rates")
     add_scenario_args(p)
-    p.add_argument("--rate", required=True, help="LO:HI:STEP (req/s) or a comma list")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--rate", help="LO:HI:STEP (req/s) or a comma list")
+    what.add_argument("--concurrency", help="closed-loop clients, a comma list (e.g. 1,2,4,8,16,32,64): the "
+                                            "throughput X(N) and latencies of each closed loop")
+    p.add_argument("--think-time", help="with --concurrency: mean pause between a reply and the next request (default 0)")
     p.add_argument("--scale", action="store_true",
                    help="treat --rate values as multipliers of the scenario's own rate (e.g. 0.2:2.0:0.1)")
     p.add_argument("--mode", choices=["analytic", "replay"], default="analytic")
@@ -67,6 +73,36 @@ def sweep_rows(scenario, rates: list[float], mode: str = "analytic", n_requests:
     return rows
 
 
+def concurrency_rows(scenario, concurrencies: list[int], think_time_s: float | None = None, mode: str = "analytic",
+                     n_requests: int = 20000, seed: int = 0, progress=None) -> list[ConcurrencyRow]:
+    """One row per closed-loop concurrency (:mod:`qmodel.closed`; the replay runs the loop itself).
+    The analytic rows share one solver: the stations do not depend on the concurrency."""
+    from qmodel.closed import solve_closed, with_concurrency
+
+    rows: list[ConcurrencyRow] = []
+    solver = None
+    for i, n in enumerate(concurrencies):
+        if progress is not None:
+            progress(i, len(concurrencies), "concurrencies")
+        sc = with_concurrency(scenario, n, think_time_s)
+        z = sc.workload.arrivals.think_time_s
+        if mode == "analytic":
+            from qmodel.solver import Solver
+
+            solver = Solver(sc) if solver is None else solver
+            sol = solve_closed(sc, solver)
+            extra = {"concurrency": n, "think_time_s": z, "throughput_per_s": sol.loop.throughput_per_s,
+                     "saturated": sol.loop.saturated}
+            rows.append(ConcurrencyRow(**_row(sol.loop.seen_rate_per_s, sol.result, "").model_dump(), **extra))
+        else:
+            from qmodel.validation.replay import replay
+
+            res = replay(sc, n_requests=n_requests, seed=seed)
+            extra = {"concurrency": n, "think_time_s": z, "throughput_per_s": res.throughput_rps}
+            rows.append(ConcurrencyRow(**_row(res.rate_per_s, res, "").model_dump(), **extra))
+    return rows
+
+
 def _row(r: float, res, note: str) -> SweepRow:
     return SweepRow(rate_per_s=r, attainment=res.attainment, ttft_attainment=res.ttft_attainment,
                     tpot_attainment=res.tpot_attainment,
@@ -92,6 +128,12 @@ def _csv_value(v: object) -> object:
 
 def run(args: argparse.Namespace) -> int:
     sc = scenario_from_args(args)
+    if args.concurrency is not None:
+        return _run_closed(sc, args)
+    if args.think_time is not None:
+        from qmodel.errors import InputError
+
+        raise InputError("--think-time", args.think_time, "needs --concurrency")
     rates = parse_rate_range(args.rate)
     if args.scale:
         from qmodel.errors import InputError
@@ -117,4 +159,32 @@ def run(args: argparse.Namespace) -> int:
                     [[r.rate_per_s, f"{r.attainment * 100:.1f}%"] +
                      [("-" if getattr(r, k) is None else format_duration(getattr(r, k))) for k in FIELDS[4:10]]
                      + [r.note] for r in rows])
+    return 0
+
+
+def _run_closed(sc, args: argparse.Namespace) -> int:
+    """``--concurrency``: one closed loop per value."""
+    from qmodel.closed import parse_concurrency
+    from qmodel.errors import InputError
+    from qmodel.progress import Progress
+    from qmodel.units import parse_duration
+
+    if args.scale:
+        raise InputError("--scale", True, "applies to --rate, not --concurrency")
+    ns = [parse_concurrency(v.strip(), "--concurrency") for v in str(args.concurrency).split(",")]
+    z = parse_duration(args.think_time, "--think-time") if args.think_time is not None else None
+    with Progress(progress_on(args), "sweep") as bar:
+        rows = concurrency_rows(sc, ns, z, args.mode, args.requests, args.seed, progress=bar)
+        bar(len(ns), len(ns), "concurrencies")
+    if args.json:
+        print_json(ConcurrencySweep(scenario=sc.name, mode=args.mode, rows=rows))
+    elif args.csv:
+        w = csv.DictWriter(sys.stdout, fieldnames=CLOSED_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: _csv_value(v) for k, v in r.model_dump().items()} for r in rows)
+    else:
+        print_table(["clients", "X req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
+                    [[r.concurrency, f"{r.throughput_per_s:.4g}", f"{r.attainment * 100:.1f}%"] +
+                     [("-" if getattr(r, k) is None else format_duration(getattr(r, k))) for k in FIELDS[4:10]]
+                     + ["saturated" if r.saturated else ""] for r in rows])
     return 0

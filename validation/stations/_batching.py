@@ -136,7 +136,7 @@ class SinglePoolStation(ABC):
         d.join(r, req.prompt[r] + 1, L - 1)
 
     def _finish(self, d: SingleInstance, r: int, t: float) -> None:
-        self.req.t_last[r] = t
+        self.req.finish(r, t)
         self.exit[r] = t
         self.in_sys.add(t, -1)
         d.kv_used -= self.need(r)

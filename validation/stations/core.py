@@ -98,6 +98,17 @@ class Requests:
         self.dropped = [False] * n
         # station name -> (entry, service start, exit) lists, created on demand
         self.marks: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        #: told of each request's completion (last token) or drop: a closed loop's clients
+        #: (``validation/replay_run._feed``); None for open arrivals
+        self.on_done: Callable[[int, float], None] | None = None
+        #: a closed loop's think time after each request (seconds), drawn before the run
+        self.think: list[float] = []
+
+    def finish(self, r: int, t: float) -> None:
+        """Request ``r``'s last token at ``t``."""
+        self.t_last[r] = t
+        if self.on_done is not None:
+            self.on_done(r, t)
 
     def station(self, name: str) -> tuple[list[float], list[float], list[float]]:
         if name not in self.marks:

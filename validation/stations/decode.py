@@ -142,7 +142,7 @@ class DecodeStation:
             self.seq_steps += d.advance(steps)
         released = False
         for r in d.retire():
-            req.t_last[r] = t
+            req.finish(r, t)
             self.exit[r] = t
             self.in_sys.add(t, -1)
             need = req.prompt[r] + req.output[r]

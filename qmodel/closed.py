@@ -1,0 +1,147 @@
+"""Closed-loop workloads: N clients, each sending its next request when its last one has finished.
+
+A benchmark run with ``--max-concurrency N`` (vLLM's ``bench serve``, concurrency sweeps) is a
+closed queueing network: N clients cycle between a think state (mean Z seconds) and the serving
+deployment. Its throughput X(N) is an output, not an input. qmodel solves it with the open
+solver's stations through a mean-value fixed point (docs/methods.md, "Closed-loop workloads"):
+
+* **Throughput.** By the arrival theorem of closed product-form networks, a request arriving at
+  the deployment sees it as it is with the other N - 1 clients: an open deployment carrying the
+  rate X (N - 1)/N. With T(lambda) the open solver's mean end-to-end latency at rate lambda,
+  T = E[TTFT] + E[L - 1] E[TPOT] (L the output tokens; TPOT is (last - first token)/(L - 1)),
+  and Little's law over the clients' cycle,
+
+      X = N / (T(X (N - 1)/N) + Z).
+
+  lambda (T(lambda (N - 1)/N) + Z) rises with lambda, so X is its root in (0, lambda_max),
+  found by bracketing (Brent). The two exact limits hold by construction: N = 1 sees an empty
+  deployment, X = 1/(T(0) + Z); and for a single exponential server with Z = 0 the root is
+  X = mu, the always-busy server's rate, for every N. Where the root would lie at or beyond the
+  stability limit (the open chain's queue is more variable than a closed loop's, which never
+  holds more than N requests), X = lambda_max: the deployment is saturated.
+* **Latencies.** TTFT, TPOT, their percentiles and the SLO attainment are the open solve's at the
+  rate whose mean latency is Little's N/X - Z: the rate X (N - 1)/N itself below saturation,
+  and at saturation the rate found by bisection for it. The arrivals' SCV there is Poisson's
+  (:func:`qmodel.workload.arrival_stats`): a closed loop's arrivals are smoother than Poisson,
+  and docs/validation.md ("Closed-loop workloads") gives the measured effect against the replay.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from qmodel.errors import InputError, NumericalError, UnstableError
+from qmodel.result import ClosedLoop, Result
+from qmodel.scenario import ClosedArrivals, Scenario
+from qmodel.solver import LIGHT_LOAD, Solver
+
+__all__ = ["ClosedSolution", "closed_arrivals", "mean_latency", "parse_concurrency", "solve_closed", "with_concurrency"]
+
+#: relative tolerance of the throughput root (far below any model error; a few open solves more)
+_XTOL = 1e-5
+
+
+@dataclass(frozen=True)
+class ClosedSolution:
+    """The closed loop's answer: ``loop`` (throughput and the rate its latencies are read at) and the
+    open solve at that rate (``result``: TTFT/TPOT summaries, attainment, stations)."""
+
+    loop: ClosedLoop
+    result: Result
+
+
+def closed_arrivals(scenario: Scenario) -> ClosedArrivals:
+    """The scenario's closed-loop arrivals; an InputError for an open arrival kind."""
+    a = scenario.workload.arrivals
+    if not isinstance(a, ClosedArrivals):
+        raise InputError("workload.arrivals.kind", a.kind, "closed (a concurrency) for a closed-loop solve")
+    return a
+
+
+def parse_concurrency(value: object, field: str = "concurrency") -> int:
+    """A number of clients: a whole number from 1 to 1,000,000 ('64', or an int); else one InputError."""
+    text = str(value).strip().replace("_", "")
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 1_000_000:
+        raise InputError(field, value, "a whole number of clients from 1 to 1000000")
+    return int(text)
+
+
+def with_concurrency(scenario: Scenario, concurrency: int, think_time_s: float | None = None) -> Scenario:
+    """The scenario as a closed loop of ``concurrency`` clients (think time: ``think_time_s``, else the
+    scenario's own when it is closed already, else 0). Validated like a scenario file's field."""
+    from pydantic import ValidationError
+
+    a = scenario.workload.arrivals
+    old = a if isinstance(a, ClosedArrivals) else None
+    z = think_time_s if think_time_s is not None else (old.think_time_s if old else 0.0)
+    dist = old.think_time_dist if old else "exponential"
+    try:
+        arr = ClosedArrivals(concurrency=concurrency, think_time_s=z, think_time_dist=dist)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "concurrency"
+        value = concurrency if field == "concurrency" else z
+        raise InputError(f"workload.arrivals.{field}", value, err["msg"].lower()) from None
+    return scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"arrivals": arr})})
+
+
+def mean_latency(solver: Solver, rate: float) -> float:
+    """T(rate): the open solve's mean end-to-end latency, E[TTFT] + E[L - 1] E[TPOT] (seconds)."""
+    c = solver.compose(rate)
+    return c.ttft.mean_s + max(solver.resolved.mean_output_tokens - 1.0, 0.0) * c.tpot.mean_s
+
+
+def _latency_or_inf(solver: Solver, rate: float) -> float:
+    """:func:`mean_latency`, +inf where the open chain cannot be solved (at or near saturation)."""
+    try:
+        return mean_latency(solver, rate)
+    except (UnstableError, NumericalError):
+        return math.inf
+
+
+def _root(f, lo: float, hi: float) -> float:
+    """The crossing of an increasing ``f`` (f(lo) < 0 <= f(hi)) by bisection: ``f`` is a solver's
+    output on grids, monotone but not smooth, so plain halving (about 24 steps) is the robust choice."""
+    while hi - lo > _XTOL * hi:
+        mid = 0.5 * (lo + hi)
+        if f(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def solve_closed(scenario: Scenario, solver: Solver | None = None) -> ClosedSolution:
+    """Throughput X(N) and latencies of the scenario's closed loop (see the module doc)."""
+    arr = closed_arrivals(scenario)
+    solver = Solver(scenario) if solver is None else solver
+    n, z = arr.concurrency, arr.think_time_s
+    lam_max = solver.max_stable_rate()[0]
+    floor = LIGHT_LOAD * lam_max
+    share = (n - 1) / n
+
+    def seen(x: float) -> float:
+        return max(x * share, floor)
+
+    def excess(x: float) -> float:
+        return x * (_latency_or_inf(solver, seen(x)) + z) - n
+
+    saturated = excess(lam_max) < 0
+    if n == 1:
+        x = 1.0 / (mean_latency(solver, floor) + z)  # the empty deployment: exact, no search
+        saturated = False
+    elif saturated:
+        x = lam_max
+    else:
+        x = _root(excess, 0.0, lam_max)
+    target = n / x - z  # Little over the clients' cycle: the mean latency the loop must show
+    if saturated:
+        rate = _root(lambda lam: _latency_or_inf(solver, lam) - target, floor, lam_max)
+    else:
+        rate = seen(x)
+    res = solver.solve(rate)
+    loop = ClosedLoop(concurrency=n, think_time_s=z, think_time_dist=arr.think_time_dist, throughput_per_s=x,
+                      seen_rate_per_s=rate, mean_latency_s=mean_latency(solver, rate), saturated=saturated,
+                      max_stable_rate_per_s=lam_max)
+    return ClosedSolution(loop, res)
