@@ -24,6 +24,17 @@ solver's stations through a mean-value fixed point (docs/methods.md, "Closed-loo
   and at saturation the rate found by bisection for it. The arrivals' SCV there is Poisson's
   (:func:`qmodel.workload.arrival_stats`): a closed loop's arrivals are smoother than Poisson,
   and docs/validation.md ("Closed-loop workloads") gives the measured effect against the replay.
+* **Goodput.** The SLO attainment of N clients is the open attainment A at their seen rate
+  lambda_N, and lambda_N rises with N, so the largest concurrency meeting the goal is the largest
+  N with lambda_N <= lambda*, the open goodput (A(lambda*) >= goal, A(lambda) < goal just above
+  it). Below saturation lambda_N is the root of lambda (T(lambda) + Z) = N - 1 (the fixed point
+  above with x (N - 1)/N = lambda), an increasing function, so
+
+      N* = floor(lambda* (T(lambda*) + Z)) + 1,
+
+  one mean-latency evaluation, no search over N; the closed goodput is X(N*), the throughput
+  of N* clients (:func:`closed_goodput`). X(N*) > lambda*: a closed loop's own request is never
+  queued behind itself, so N* clients complete more than the open goodput's rate.
 """
 
 from __future__ import annotations
@@ -36,7 +47,8 @@ from qmodel.result import ClosedLoop, Result
 from qmodel.scenario import ClosedArrivals, Scenario
 from qmodel.solver import LIGHT_LOAD, Solver
 
-__all__ = ["ClosedSolution", "closed_arrivals", "mean_latency", "parse_concurrency", "solve_closed", "with_concurrency"]
+__all__ = ["ClosedSolution", "closed_arrivals", "closed_goodput", "max_concurrency", "mean_latency", "parse_concurrency",
+           "solve_closed", "with_concurrency"]
 
 #: relative tolerance of the throughput root (far below any model error; a few open solves more)
 _XTOL = 1e-5
@@ -145,3 +157,49 @@ def solve_closed(scenario: Scenario, solver: Solver | None = None) -> ClosedSolu
                       seen_rate_per_s=rate, mean_latency_s=mean_latency(solver, rate), saturated=saturated,
                       max_stable_rate_per_s=lam_max)
     return ClosedSolution(loop, res)
+
+
+def max_concurrency(solver: Solver, open_goodput_rps: float, think_time_s: float) -> int:
+    """N*: the most clients whose seen rate stays at or below the open goodput (module doc); 0 when
+    even one client, which sees the empty deployment, misses the goal (``open_goodput_rps`` is 0)."""
+    if not open_goodput_rps > 0:
+        return 0
+    lam = max(open_goodput_rps, LIGHT_LOAD * solver.max_stable_rate()[0])
+    return int(math.floor(lam * (mean_latency(solver, lam) + think_time_s) + 1e-9)) + 1
+
+
+def closed_goodput(scenario: Scenario, solver: Solver, open_goodput_rps: float) -> ClosedSolution | None:
+    """The scenario's closed loop at the most clients (its think time kept) whose attainment meets
+    the goal; its ``loop.throughput_per_s`` is the closed goodput. None when one client misses.
+
+    :func:`max_concurrency` places N* from the open goodput, which the open search knows only to
+    its rate tolerance; with hundreds of clients a step of one client moves the seen rate by less,
+    so N* is then settled on the loops themselves: up by doubling steps while N* + step still
+    meets the goal, then by bisection (attainment falls as N grows), or down while N* misses."""
+    arr = closed_arrivals(scenario)
+    goal = scenario.slo.attainment_goal
+    cache: dict[int, ClosedSolution] = {}
+
+    def at(n: int) -> ClosedSolution:
+        if n not in cache:
+            cache[n] = solve_closed(with_concurrency(scenario, n), solver)
+        return cache[n]
+
+    def meets(n: int) -> bool:
+        return at(n).result.attainment >= goal
+
+    n = max_concurrency(solver, open_goodput_rps, arr.think_time_s)
+    if n < 1:
+        return None
+    while not meets(n):
+        if n == 1:
+            return None
+        n -= 1
+    step, lo, hi = 1, n, n + 1
+    while meets(hi) and not at(hi).loop.saturated:
+        lo, step = hi, 2 * step
+        hi = n + step
+    while hi - lo > 1:  # meets(lo), not meets(hi) (or hi saturated)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if meets(mid) and not at(mid).loop.saturated else (lo, mid)
+    return at(lo)

@@ -6,6 +6,9 @@ with P, D >= 1 over the scenario's link as stated, keeping the best split by goo
 disaggregated scenario of one GPU type and shape is one of the splits compared, evaluated as
 ``qmodel goodput`` evaluates it), qmodel and reports goodput, goodput per GPU, the knee and the largest stable rate of each.
 
+A closed-loop scenario's goodput is read as ``qmodel goodput`` reads it: the throughput of the most
+clients meeting the goal (:func:`qmodel.closed.closed_goodput`), their number in the layout.
+
 The knee is the rate at which the binding percentile (TTFT or TPOT at the SLO percentile) reaches
 twice its near-idle value: past it, queueing dominates service and latency climbs steeply.
 
@@ -97,6 +100,13 @@ def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     solver = Solver(sc)
     lam_max, station = solver.max_stable_rate()
     g, _ = goodput_search(solver.attainment, lam_max, sc.slo.attainment_goal)
+    seen = g
+    if sc.workload.arrivals.kind == "closed":  # goodput as qmodel goodput reads a closed loop
+        from qmodel.closed import closed_goodput
+
+        sol = closed_goodput(sc, solver, g)
+        g, seen = (0.0, g) if sol is None else (sol.loop.throughput_per_s, sol.loop.seen_rate_per_s)
+        layout += "" if sol is None else f", {sol.loop.concurrency} clients"
     from qmodel.cost import token_prices
 
     r = solver.resolved
@@ -104,7 +114,7 @@ def _evaluate(sc: Scenario, topology: str, layout: str) -> Candidate:
     tok = token_prices(cost, g, r.mean_prompt_tokens, r.mean_output_tokens)
     return Candidate(topology=topology, layout=layout, goodput_rps=g, goodput_per_gpu=g / gpus,
                      knee_rps=knee_rate(solver, lam_max), max_stable_rate_per_s=lam_max,
-                     binding=binding_at(solver, g, station), gpus=gpus, cost_per_hour_usd=cost,
+                     binding=binding_at(solver, seen, station), gpus=gpus, cost_per_hour_usd=cost,
                      **(tok.model_dump() if tok else {}))
 
 

@@ -185,6 +185,10 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     """Goodput of a scenario, or of the scenario file at a path (its own arrival rate is ignored;
     the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity.
 
+    A closed-loop scenario's goodput is the throughput of the most clients (its think time kept)
+    whose SLO attainment meets the goal, that loop in ``closed_loop``
+    (:func:`qmodel.closed.closed_goodput`, from the one open goodput search).
+
     With sensitivities, the base and the perturbed scenarios are solved by solvers that share the
     stations a perturbation leaves alone, and their solutions at rates already solved
     (:class:`qmodel.station_cache.StationCache`; the same numbers as fresh solvers)."""
@@ -192,6 +196,11 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     from qmodel.source import as_scenario
 
     scenario = as_scenario(scenario)
+    closed = scenario.workload.arrivals.kind == "closed"
+    if closed and with_sensitivities:
+        from qmodel.errors import InputError
+
+        raise InputError("--sensitivities", "closed-loop arrivals", "open arrivals (sensitivities are of the open goodput)")
     cache = None
     if with_sensitivities:
         from qmodel.station_cache import StationCache
@@ -202,7 +211,18 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
     from qmodel.binding import binding_at
 
-    binding = binding_at(solver, g, station)
+    loop = None
+    seen = g  # the rate the latencies, binding and validity are read at
+    if closed:  # the closed question: the most clients meeting the goal, and their throughput
+        from qmodel.closed import closed_goodput
+
+        sol = closed_goodput(scenario, solver, g)
+        if sol is None:
+            g, a = 0.0, a
+        else:
+            loop, seen = sol.loop, sol.loop.seen_rate_per_s
+            g, a = loop.throughput_per_s, sol.result.attainment
+    binding = binding_at(solver, seen, station)
     gpus = solver.resolved.gpus
     cost = solver.resolved.cost_per_hour_usd
     from qmodel.cost import token_prices
@@ -222,7 +242,8 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
         cost_per_hour_usd=cost,
         **(tok.model_dump() if tok else {}),
         sensitivities=sens,
-        validity=solver.validity(g),
+        validity=solver.validity(seen),
+        closed_loop=loop,
         inputs_sha256=scenario_sha256(scenario),
     )
 

@@ -170,6 +170,8 @@ class Goodput(_Out):
     usd_per_million_tokens: float | None = Field(default=None, description="cost per hour / (prompt + output) tokens per hour at goodput, x 1e6")
     sensitivities: list[Sensitivity] = Field(default_factory=list)
     validity: Validity | None = Field(default=None, description="the validity band at the goodput rate (as in solve)")
+    closed_loop: ClosedLoop | None = Field(default=None, description="closed-loop arrivals: the most clients meeting the "
+                                           "goal (goodput_rps is their throughput); null for open arrivals")
     inputs_sha256: str
 
 

@@ -171,3 +171,80 @@ def test_cli_solve_and_sweep_print_the_throughput(capsys):
     assert main(["sweep", str(COLOCATED), "--concurrency", "1,16", "--csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].endswith("concurrency,think_time_s,throughput_per_s,saturated") and len(rows) == 3
+
+
+# ---- goodput of a closed loop ------------------------------------------------------------------
+
+def _closed_example(think_time_s: float):
+    return with_concurrency(as_scenario(COLOCATED), 8, think_time_s)
+
+
+@pytest.mark.parametrize("think", [0.0, 2.0])
+def test_closed_goodput_is_the_most_clients_meeting_the_goal(think):
+    # N* from one mean-latency evaluation (docs/methods.md) must be the largest concurrency whose
+    # attainment meets the goal: checked by solving the loops at N* and N* + 1 (a solve_closed each).
+    from qmodel.goodput import goodput
+
+    sc = _closed_example(think)
+    g = goodput(sc)
+    loop = g.closed_loop
+    assert loop is not None and loop.concurrency >= 1 and loop.think_time_s == think
+    goal = sc.slo.attainment_goal
+    solver = Solver(sc)
+    at_n = solve_closed(with_concurrency(sc, loop.concurrency), solver)
+    above = solve_closed(with_concurrency(sc, loop.concurrency + 1), solver)
+    assert at_n.result.attainment >= goal
+    assert above.result.attainment < goal
+    assert g.goodput_rps == at_n.loop.throughput_per_s
+    assert g.attainment_at_goodput == at_n.result.attainment
+    # a loop's own request never waits behind itself: N* clients complete more than the open goodput
+    from qmodel.goodput import goodput_search
+
+    open_g, _ = goodput_search(solver.attainment, solver.max_stable_rate()[0], goal)
+    assert g.goodput_rps > loop.seen_rate_per_s
+    # ~250 clients: one client moves the seen rate by ~0.4%/N, so N* sits at the open goodput to
+    # the open search's tolerance (1e-3) plus one client's step
+    assert loop.seen_rate_per_s == pytest.approx(open_g, rel=2e-3)
+
+
+def test_open_goodput_has_no_closed_loop_and_closed_refuses_sensitivities():
+    from qmodel.goodput import goodput
+
+    assert goodput(as_scenario(COLOCATED)).closed_loop is None
+    with pytest.raises(InputError, match="sensitivities"):
+        goodput(_closed_example(0.0), with_sensitivities=True)
+
+
+def test_closed_goodput_is_zero_when_one_client_misses():
+    from qmodel.goodput import goodput
+
+    sc = _closed_example(0.0)
+    sc = sc.model_copy(update={"slo": sc.slo.model_copy(update={"ttft_s": 1e-6})})
+    g = goodput(sc)
+    assert g.goodput_rps == 0.0 and g.closed_loop is None
+
+
+def test_compare_reads_a_closed_loop_as_goodput_does_and_plan_says_what_it_ranks(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from qmodel.compare import compare_topologies
+    from qmodel.goodput import goodput
+    from qmodel.layouts import iso_gpu_layouts
+
+    sc = _closed_example(2.0)
+    cmp = compare_topologies(sc)
+    colocated = next(c for c in cmp.candidates if c.topology == "colocated")
+    ref = goodput(iso_gpu_layouts(sc).colocated())
+    assert colocated.goodput_rps == ref.goodput_rps and ref.closed_loop is not None
+    assert colocated.layout.endswith(f", {ref.closed_loop.concurrency} clients")
+    # the planner ranks open-loop goodputs: the answer says so (one note), not silently
+    text = COLOCATED.read_text(encoding="utf-8").replace("../catalog", str(ROOT / "catalog"))
+    data = yaml.safe_load(text)
+    data["workload"]["arrivals"] = {"kind": "closed", "concurrency": 8, "think_time_s": 2}
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["plan", str(path), "--objective", "max-goodput", "--budget", "1 gpus", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("closed-loop arrivals: plans are ranked by open-loop (Poisson) goodput") for n in notes)

@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     say(f"{g.scenario}: {g.topology} on {g.gpus} GPUs")
     say(f"goodput {g.goodput_rps:.4g} req/s ({g.goodput_per_gpu:.4g} req/s per GPU"
         + (f", {g.goodput_per_usd_hour:.4g} req/s per $/h" if g.goodput_per_usd_hour else "") + ")")
+    if g.closed_loop is not None:
+        c = g.closed_loop
+        say(f"closed loop: at most {c.concurrency} clients (think time {c.think_time_s:.4g} s) meet the goal; "
+            f"their throughput is the goodput; latencies read at {c.seen_rate_per_s:.4g} req/s")
     say(f"attainment at goodput {g.attainment_at_goodput * 100:.2f}%; largest stable rate {g.max_stable_rate_per_s:.4g} req/s")
     if g.cost_per_hour_usd is not None and g.usd_per_million_tokens is not None:
         say(f"cost ${g.cost_per_hour_usd:.4g}/h: ${g.usd_per_million_input_tokens:.3g}/M input, "

@@ -294,6 +294,10 @@ def plan(scenario: Scenario | str | Path, objective: Objective = "min-gpus", *, 
     for ln in sp.links or (default_link,):
         load_catalog().link(ln)
     notes: list[str] = []
+    if scenario.workload.arrivals.kind == "closed":
+        # the planner ranks open-loop goodputs; say so rather than answer another question silently
+        notes.append("closed-loop arrivals: plans are ranked by open-loop (Poisson) goodput in req/s; "
+                     "qmodel goodput and qmodel compare give a closed loop's goodput (most clients meeting the goal)")
     unpriced = sorted(g for g, p in price.items() if p is None)
     if unpriced and (objective == "min-cost" or budget.cost_per_hour is not None):
         # Leaving them out would answer another question than the one asked; say which GPUs need a price.
