@@ -141,7 +141,8 @@ def test_solver_reads_jsq_as_least_loaded(name, fields):
 def test_jsq_disaggregated_agrees_with_replay(u):
     """llama3-70b-disagg-h100, both pools jsq, 2 seeds x 20k requests (benchmarks/jsq_dispatch.py rows):
     measured TTFT p50/p90/p99 +1.0/+4.2/-9.4% at 0.5 and +4.2/+4.6/+3.6% at 0.8, TPOT within 1%.
-    Bands: TTFT p50/p90 8%, p99 15% (the p99 of 2 x 20k moves by a few % with the seed), TPOT 3%.
+    Bands: TTFT 15% (measured <= 9.4%; the two seeds' TTFT differ by up to 18% at 0.8, so the mean
+    of two carries ~9%), TPOT 3% (seeds within 1%).
     ~1.2 s each (not slow)."""
     fields = ("deployment.prefill.dispatch", "deployment.decode.dispatch")
     sc = load_scenario(EXAMPLES / "llama3-70b-disagg-h100.yaml", [f"{f}=jsq" for f in fields])
@@ -150,6 +151,6 @@ def test_jsq_disaggregated_agrees_with_replay(u):
     an = latency_metrics(solver.solve(rate))
     reps = [latency_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=s)) for s in (1, 2)]
     err = {k: an[k] / float(np.mean([m[k] for m in reps])) - 1.0 for k in an if k.endswith(("p50", "p90", "p99"))}
-    bands = {"ttft_p50": 0.08, "ttft_p90": 0.08, "ttft_p99": 0.15, "tpot_p50": 0.03, "tpot_p90": 0.03, "tpot_p99": 0.03}
+    bands = {"ttft_p50": 0.15, "ttft_p90": 0.15, "ttft_p99": 0.15, "tpot_p50": 0.03, "tpot_p90": 0.03, "tpot_p99": 0.03}
     for k, band in bands.items():
         assert abs(err[k]) <= band, (k, err[k])
