@@ -17,7 +17,13 @@ from qmodel.scenario_base import MAX_TOKENS, Strict
 from qmodel.units import BytesPerSecond, Count, Real
 
 __all__ = ["ChunkedDeployment", "ColocatedDeployment", "DecodePool", "Deployment", "DisaggregatedDeployment",
-           "PoolConfig", "PrefillPool"]
+           "Dispatch", "DISPATCH_HELP", "PoolConfig", "PrefillPool"]
+
+#: how a pool hands each arrival to one of its instances
+Dispatch = Literal["random", "round_robin", "least_loaded", "jsq"]
+DISPATCH_HELP = ("random: a seeded uniform draw; round_robin: in rotation; least_loaded: the instance with the "
+                 "fewest outstanding tokens (waiting prompts plus reserved KV); jsq: join the shortest queue, the "
+                 "instance with the fewest requests queued or in service (ties to the lowest index)")
 
 
 class PoolConfig(Strict):
@@ -59,13 +65,13 @@ class PoolConfig(Strict):
 
 class PrefillPool(PoolConfig):
     max_batch_tokens: Count = Field(default=8192, ge=1, le=MAX_TOKENS, description="token budget of one prefill batch")
-    dispatch: Literal["random", "round_robin", "least_loaded"] = "round_robin"
+    dispatch: Dispatch = Field(default="round_robin", description=DISPATCH_HELP)
 
 
 class DecodePool(PoolConfig):
     kv_memory_fraction: Real = Field(default=0.9, ge=0.01, le=1, description="fraction of memory left after weights given to KV")
     max_batch: Count = Field(default=256, ge=1, le=1_000_000, description="max concurrent sequences per instance")
-    dispatch: Literal["random", "round_robin", "least_loaded"] = "least_loaded"
+    dispatch: Dispatch = Field(default="least_loaded", description=DISPATCH_HELP)
 
 
 class ColocatedDeployment(Strict):

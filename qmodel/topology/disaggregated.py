@@ -27,7 +27,7 @@ import numpy as np
 from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
-from qmodel.topology.base import Composition, Topology, user_dtypes
+from qmodel.topology.base import Composition, Topology, station_dispatch, user_dtypes
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -93,7 +93,7 @@ class DisaggregatedTopology(Topology):
             service=r.pools["prefill"].service,
             prompt_tokens=r.uncached_prompt,
             max_batch_tokens=dep.prefill.max_batch_tokens,
-            dispatch=dep.prefill.dispatch,
+            dispatch=station_dispatch(dep.prefill.dispatch),
             ca2=r.ca2,
             cached_tokens=cached if np.any(cached > 0) else None,
             own_batch_times=dep.transfer_mode == "layerwise",
@@ -132,7 +132,7 @@ class DisaggregatedTopology(Topology):
             instances=dep.decode.instances,
             kv_capacity_tokens=pool.kv_capacity_tokens,
             max_batch=dep.decode.max_batch,
-            dispatch=dep.decode.dispatch,
+            dispatch=station_dispatch(dep.decode.dispatch),
             first_step_in_ttft=dep.first_token_from == "decode",
         )
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.topology.base import Composition, Topology, user_dtypes
+from qmodel.topology.base import Composition, Topology, station_dispatch, user_dtypes
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -43,7 +43,7 @@ class SinglePoolTopology(Topology):
         return dict(service=pool.service, prompt_tokens=resolved.uncached_prompt,
                     output_tokens=resolved.lengths.output, instances=dep.pool.instances,
                     kv_capacity_tokens=pool.kv_capacity_tokens, max_batch=dep.pool.max_batch,
-                    ca2=resolved.ca2, dispatch=dep.pool.dispatch, cached_tokens=cached_tokens(resolved))
+                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch), cached_tokens=cached_tokens(resolved))
 
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         slo = solver.scenario.slo

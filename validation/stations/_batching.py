@@ -13,7 +13,8 @@ prompt + output exceeds the instance's KV capacity is reported as dropped by the
 Waiting requests are admitted strictly FCFS per instance (no skipping a head that does not fit).
 
 Dispatch of arrivals to instances: ``least_loaded`` (fewest outstanding tokens: waiting prompts plus
-reserved KV, lowest index on ties), ``round_robin``, ``random`` (seeded).
+reserved KV, lowest index on ties), ``jsq`` (fewest requests: waiting plus holding a slot, lowest
+index on ties), ``round_robin``, ``random`` (seeded).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class SinglePoolStation(ABC):
         return p - c, c
 
     def _choose(self, r: int) -> int:
-        i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: [d.load for d in self.inst])
+        i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: [d.load for d in self.inst],
+                                   lambda: [len(d.waiting) + d.slots for d in self.inst])
         return i
 
     def _admissible(self, d: SingleInstance, r: int) -> bool:

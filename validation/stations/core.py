@@ -272,16 +272,18 @@ class StepCache:
 
 
 def pick_instance(dispatch: str, c: int, rr: int, rng: np.random.Generator,
-                  loads: Callable[[], list[float]]) -> tuple[int, int]:
-    """(instance, next round-robin counter) for one arrival: round_robin, random (seeded) or the
-    least-loaded instance by ``loads()`` (first of equals). ``loads`` is called only when needed."""
+                  loads: Callable[[], list[float]], counts: Callable[[], list[int]]) -> tuple[int, int]:
+    """(instance, next round-robin counter) for one arrival: round_robin, random (seeded), the
+    least-loaded instance by ``loads()`` (outstanding tokens) or, for ``jsq``, the shortest queue by
+    ``counts()`` (requests queued or in service); first of equals (lowest index) in both.
+    ``loads``/``counts`` are called only when needed."""
     if c == 1:
         return 0, rr
     if dispatch == "round_robin":
         return rr % c, rr + 1
     if dispatch == "random":
         return int(rng.integers(c)), rr
-    cur = loads()
+    cur = counts() if dispatch == "jsq" else loads()
     return cur.index(min(cur)), rr
 
 

@@ -13,7 +13,8 @@ reserve). A request whose prompt + output exceeds one instance's whole KV capaci
 served and is reported as dropped by the engine.
 
 Reservation dispatch over instances that can fit the request: ``least_loaded`` (fewest reserved
-KV tokens, lowest index on ties), ``round_robin`` (the next instance in rotation that fits) or
+KV tokens, lowest index on ties), ``jsq`` (fewest requests holding a reservation, lowest index on
+ties), ``round_robin`` (the next instance in rotation that fits) or
 ``random`` (seeded draw among those that fit). Waiting reservations are served FCFS by the
 caller (strict head-of-line order).
 
@@ -89,11 +90,13 @@ class DecodeStation:
         need = self.need(r)
         cap, mb = self.cap, self.max_batch
         inst = self.inst
-        if self.dispatch == "least_loaded" or self.c == 1:
+        if self.dispatch in ("least_loaded", "jsq") or self.c == 1:
+            by_count = self.dispatch == "jsq"  # fewest requests holding a reservation, else fewest KV tokens
             best, best_used = -1, None
             for i, d in enumerate(inst):
-                if d.slots < mb and d.kv_used + need <= cap and (best_used is None or d.kv_used < best_used):
-                    best, best_used = i, d.kv_used
+                used = d.slots if by_count else d.kv_used
+                if d.slots < mb and d.kv_used + need <= cap and (best_used is None or used < best_used):
+                    best, best_used = i, used
             i = best
         else:
             fit = [i for i, d in enumerate(inst) if d.slots < mb and d.kv_used + need <= cap]

@@ -5,6 +5,8 @@ Each prefill instance has its own waiting queue (as production routers do). Disp
 * ``round_robin``: instance ``k mod c`` for the k-th request;
 * ``least_loaded``: the instance with the fewest outstanding prompt tokens (queued plus in the
   running batch), lowest index on ties;
+* ``jsq``: the instance with the fewest requests (queued plus in the running batch), lowest index
+  on ties;
 * ``random``: a seeded uniform draw per request.
 
 When an instance is idle and its queue non-empty it starts a batch: requests are taken FCFS while
@@ -101,6 +103,7 @@ class PrefillStation:
         self.on_batch_done = on_batch_done
         self.queues: list[deque[int]] = [deque() for _ in range(n_instances)]
         self.outstanding = [0] * n_instances
+        self.requests = [0] * n_instances  # queued plus in the running batch (jsq)
         self.busy = [False] * n_instances
         self.rr = 0
         self.in_sys = Meter(*window)
@@ -110,7 +113,8 @@ class PrefillStation:
         self.entry, self.start_t, self.exit = req.station(self.name)
 
     def _choose(self) -> int:
-        i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: self.outstanding)
+        i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: self.outstanding,
+                                   lambda: self.requests)
         return i
 
     def arrive(self, r: int) -> None:
@@ -120,6 +124,7 @@ class PrefillStation:
         self.in_sys.add(t, 1)
         self.queues[i].append(r)
         self.outstanding[i] += self.req.prompt[r]
+        self.requests[i] += 1
         if not self.busy[i]:
             self._start(i)
 
@@ -179,6 +184,7 @@ class PrefillStation:
         for r in batch:
             self.exit[r] = t
             self.outstanding[i] -= prompt[r]
+        self.requests[i] -= len(batch)
         self.in_sys.add(t, -len(batch))
         self.on_batch_done(i, batch)
 
