@@ -105,7 +105,7 @@ def test_replay_single_pool_jsq_counts_waiting_and_held(monkeypatch, topology):
 
     got = {}
     for dispatch in ("jsq", "least_loaded"):
-        seen = spy(monkeypatch, SinglePoolStation, "_choose")
+        seen = spy(monkeypatch, SinglePoolStation, "choose_instance")
         plan = ReplayPlan(topology=topology, decode_model=LinearModel(alpha=0.05, gamma=1e-4, a=0.01),
                           decode_instances=2, decode_kv_capacity_tokens=10**7, decode_max_batch=100,
                           decode_dispatch=dispatch, max_batch_tokens=8192, chunk_tokens=256)

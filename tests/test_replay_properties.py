@@ -89,7 +89,7 @@ def test_least_loaded_counts_waiting_prompts_plus_reserved_kv(topology, seed, n)
                       link_latency_s=1e-4, topology=topology, decode_instances=3, decode_dispatch="least_loaded",
                       decode_kv_capacity_tokens=10**6, decode_max_batch=64, chunk_tokens=256)
     seen: list[object] = []
-    orig = batching.SinglePoolStation._choose
+    orig = batching.SinglePoolStation.choose_instance
 
     def check(self, r):
         seen.append(self)
@@ -97,9 +97,9 @@ def test_least_loaded_counts_waiting_prompts_plus_reserved_kv(topology, seed, n)
             assert d.load == sum(int(self.req.prompt[w]) for w in d.waiting) + d.kv_used
         return orig(self, r)
 
-    batching.SinglePoolStation._choose = check
+    batching.SinglePoolStation.choose_instance = check
     try:
         simulate(plan, tr, seed=seed, warmup_fraction=0.0)
     finally:
-        batching.SinglePoolStation._choose = orig
+        batching.SinglePoolStation.choose_instance = orig
     assert seen and all(d.load == 0 and d.kv_used == 0 for d in seen[-1].inst)

@@ -89,7 +89,8 @@ class SinglePoolStation(ABC):
         c = self.cache.lookup(i, r, p)
         return p - c, c
 
-    def _choose(self, r: int) -> int:
+    def choose_instance(self, r: int) -> int:
+        """The instance request ``r`` is dispatched to (the pool's dispatch rule, :func:`pick_instance`)."""
         i, self.rr = pick_instance(self.dispatch, self.c, self.rr, self.rng, lambda: [d.load for d in self.inst],
                                    lambda: [len(d.waiting) + d.slots for d in self.inst])
         return i
@@ -106,7 +107,7 @@ class SinglePoolStation(ABC):
 
     def arrive(self, r: int) -> None:
         t = self.sim.now
-        i = self._choose(r)
+        i = self.choose_instance(r)
         d = self.inst[i]
         self.entry[r] = t
         self.in_sys.add(t, 1)
