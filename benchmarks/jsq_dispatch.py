@@ -1,6 +1,6 @@
 """JSQ-by-count vs least_loaded dispatch: analytic TTFT/TPOT p50/p90/p99 vs the replay (issue 18 §1).
 
-    QMODEL_DATA_DIR=/work/shared/data OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/jsq_dispatch.py [N_REQUESTS]
+    QMODEL_DATA_DIR=../shared/data OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/jsq_dispatch.py [N_REQUESTS]
 
 One bundled example per topology (colocated llama3-8b-colocated-h100, chunked llama3-8b-chunked-h100,
 disaggregated llama3-70b-disagg-h100: 2 instances per pool), every pool's dispatch overridden to

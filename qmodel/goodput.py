@@ -218,7 +218,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
 
         sol = closed_goodput(scenario, solver, g)
         if sol is None:
-            g, a = 0.0, a
+            g = 0.0
         else:
             loop, seen = sol.loop, sol.loop.seen_rate_per_s
             g, a = loop.throughput_per_s, sol.result.attainment

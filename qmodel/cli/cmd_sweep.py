@@ -121,6 +121,18 @@ def _unsolved_row(r: float, err) -> SweepRow:
                     note=f"near the limit, not solved: {err}")
 
 
+def _write_csv(fields: list[str], rows: list) -> None:
+    """The rows as CSV on stdout, one column per model field."""
+    w = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: _csv_value(v) for k, v in r.model_dump().items()} for r in rows)
+
+
+def _latency_cells(row) -> list[str]:
+    """TTFT and TPOT p50/p90/p99 of a sweep row as table cells ('-' where the row has none)."""
+    return [("-" if getattr(row, k) is None else format_duration(getattr(row, k))) for k in FIELDS[4:10]]
+
+
 def _csv_value(v: object) -> object:
     """Six significant digits: the solver's percentiles sit on a grid and are good to ~4."""
     return f"{v:.6g}" if isinstance(v, float) else v
@@ -151,13 +163,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(Sweep(scenario=sc.name, mode=args.mode, rows=rows))
     elif args.csv:
-        w = csv.DictWriter(sys.stdout, fieldnames=FIELDS, lineterminator="\n")
-        w.writeheader()
-        w.writerows({k: _csv_value(v) for k, v in r.model_dump().items()} for r in rows)
+        _write_csv(FIELDS, rows)
     else:
         print_table(["req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
                     [[r.rate_per_s, f"{r.attainment * 100:.1f}%"] +
-                     [("-" if getattr(r, k) is None else format_duration(getattr(r, k))) for k in FIELDS[4:10]]
+                     _latency_cells(r)
                      + [r.note] for r in rows])
     return 0
 
@@ -179,12 +189,10 @@ def _run_closed(sc, args: argparse.Namespace) -> int:
     if args.json:
         print_json(ConcurrencySweep(scenario=sc.name, mode=args.mode, rows=rows))
     elif args.csv:
-        w = csv.DictWriter(sys.stdout, fieldnames=CLOSED_FIELDS, lineterminator="\n")
-        w.writeheader()
-        w.writerows({k: _csv_value(v) for k, v in r.model_dump().items()} for r in rows)
+        _write_csv(CLOSED_FIELDS, rows)
     else:
         print_table(["clients", "X req/s", "attain.", "TTFT p50", "p90", "p99", "TPOT p50", "p90", "p99", "note"],
                     [[r.concurrency, f"{r.throughput_per_s:.4g}", f"{r.attainment * 100:.1f}%"] +
-                     [("-" if getattr(r, k) is None else format_duration(getattr(r, k))) for k in FIELDS[4:10]]
+                     _latency_cells(r)
                      + ["saturated" if r.saturated else ""] for r in rows])
     return 0
