@@ -14,8 +14,14 @@ floor(k/K) or ceil(k/K) times (k applicable draws, K values), independently of t
 that apply to every draw (topology, perf, arrivals, lengths, budget, max batch, KV, load band,
 dispatch, instances) have at most 6 values, so in 300 draws each appears >= 50 times; the
 disaggregated-only axes (link class, sharing, transfer mode, first token) and the roofline-only
-model family get >= 25 (tested in ``tests/test_corpus.py``). A table step-time model fixes its
-model and GPU, so its draws take the model family of the table's model.
+model family get >= 25; the closed-loop-only think time (75 closed draws in 300 without the data
+folder, 60 with it) gets >= 20, its ``0`` card falling back to ``exp`` where no Z = 0 loop reaches
+the band (tested in ``tests/test_corpus.py``). A table step-time model fixes its model and GPU, so
+its draws take the model family of the table's model.
+
+**Closed loops.** An ``arrivals: closed`` draw is built as a Poisson scenario and then placed as a
+loop of N clients on its load band by :func:`qmodel.validation.corpus_closed.place_loop`; its
+``utilization`` is the loop's analytic throughput over the analytic limit, X(N) / lambda_max.
 
 **Data.** Strata that read the public data folder (trace arrivals, empirical lengths,
 splitwise-sim tables) are used only when it is present (``data=None``: detect); otherwise they are
