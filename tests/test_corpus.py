@@ -206,6 +206,10 @@ def test_closed_case_runs_against_the_replays_loop():
     x = solve_closed(case.scenario).loop.throughput_per_s
     assert row["analytic"]["throughput"] == pytest.approx(x, rel=1e-12) and row["rate_per_s"] == row["analytic"]["throughput"]
     assert row["error_rel"]["throughput"] == pytest.approx(x / row["replay"]["throughput"] - 1.0, rel=1e-12)
+    # a closed row's replay is reused only for the same scenario (its hash), whatever its rate
+    again = run_corpus_case(case, lengths, reuse=row)
+    assert again.get("replay_reused") and again["error_rel"] == row["error_rel"]
+    assert not run_corpus_case(case, lengths, reuse=dict(row, scenario_sha256="0" * 64)).get("replay_reused")
     open_rows = [_row("o1", "chunked", "0.2-0.5", 0.1), _row("o2", "colocated", "0.5-0.8", 0.1)]
     open_rows[0]["features"]["dispatch"] = "jsq"
     rows = open_rows + [row]
@@ -216,3 +220,20 @@ def test_closed_case_runs_against_the_replays_loop():
     assert s["by_stratum"]["dispatch=jsq"]["topology chunked"]["n"] == 1
     md = markdown_tables({"summary": s})
     assert "**arrivals=closed by topology and load band**" in md and "| X |" in md
+
+
+def test_band_fit_refuses_rows_of_other_draws(tmp_path, capsys):
+    """A corpus JSON is matched to the regenerated cases by id: a row whose features differ (a JSON
+    written before the decks changed) is refused with one line, never paired with another scenario."""
+    from qmodel.validation.band_fit import band_rows, main as band_fit_main
+
+    corpus = generate(2, 5, data=False)
+    rows = [{"id": c.id, "features": dict(c.features), "error_rel": None} for c in corpus.cases]
+    out = {"n": 2, "seed": 5, "data": False, "scenarios": rows}
+    assert [r["id"] for r in band_rows(out)] == ["c0000", "c0001"]
+    rows[1]["features"] = dict(rows[1]["features"], dispatch="other")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(out))
+    assert band_fit_main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "c0001" in err and "re-run the corpus" in err and err.count("\n") == 1

@@ -108,10 +108,11 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
     A closed loop (arrivals ``closed``) has no rate to set: ``utilization`` is ignored, the analytic
     side is :func:`qmodel.closed.solve_closed` (latencies at its seen rate, plus ``throughput``, the
     loop's X(N)), the replay runs the loop itself and ``error_rel["throughput"]`` compares X(N) with
-    the replay's completions per second; ``rate_per_s`` is the analytic X(N). Its replay is reused
-    whenever requests and seeds match (the scenario fixes the loop)."""
+    the replay's completions per second; ``rate_per_s`` is the analytic X(N). The record keeps the
+    scenario's ``scenario_sha256``; its replay is reused when that hash, the requests and the seeds
+    match (the scenario fixes the loop; its rate is an analytic output)."""
     from qmodel.closed import solve_closed
-    from qmodel.scenario import ClosedArrivals
+    from qmodel.scenario import ClosedArrivals, scenario_sha256
     from qmodel.solver import Solver
 
     rec: dict[str, Any] = {}
@@ -120,6 +121,8 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
     closed = isinstance(sc0.workload.arrivals, ClosedArrivals)
     rate = utilization * lam
     rec.update(rate_per_s=rate, max_stable_rate_per_s=lam, limiting_station=station)
+    if closed:
+        rec["scenario_sha256"] = scenario_sha256(sc0)
     try:
         if closed:
             sol = solve_closed(sc0, solver)
@@ -132,7 +135,9 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
         # says why, summary["failures"] lists it (and the CI test fails on it)
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
-    if (reuse is not None and reuse.get("replay") and (closed or abs(reuse.get("rate_per_s", -1.0) / rate - 1.0) <= 1e-9)
+    same = (reuse.get("scenario_sha256") == rec["scenario_sha256"] if closed
+            else abs(reuse.get("rate_per_s", -1.0) / rate - 1.0) <= 1e-9) if reuse is not None else False
+    if (reuse is not None and reuse.get("replay") and same
             and reuse.get("replay_requests") == n_requests and list(reuse.get("replay_seeds", ())) == list(seeds)):
         rec.update({k: reuse[k] for k in REPLAY_FIELDS})
         rec["replay_reused"] = True
