@@ -22,12 +22,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
 from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
 from qmodel.scenario_base import (MAX_OVERHEAD_S, MAX_PRICE_USD_PER_GPU_HOUR, MAX_RATE_PER_S, MAX_TOKENS,
                                    MIN_EFFICIENCY, Strict)
+from qmodel.scenario_prefix import PrefixCache, PrefixMixture, PrefixTraceHashes
 from qmodel.scenario_deployment import (ChunkedDeployment, ColocatedDeployment, DecodePool, Deployment,
                                          DisaggregatedDeployment, PoolConfig, PrefillPool)
 from qmodel.units import Count, RatePerSecond, Real, Seconds
@@ -47,6 +48,9 @@ __all__ = [
     "EmpiricalLengths",
     "PresetLengths",
     "Lengths",
+    "PrefixCache",
+    "PrefixMixture",
+    "PrefixTraceHashes",
     "Workload",
     "SLO",
     "PoolConfig",
@@ -153,6 +157,20 @@ class Workload(Strict):
     arrivals: Arrivals
     lengths: Lengths
     prefix_hit_ratio: Real = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
+    prefix_cache: PrefixCache | None = Field(default=None, description="a hit/miss mixture or the trace's block hashes")
+
+    @model_validator(mode="after")
+    def _one_prefix_law(self) -> "Workload":
+        if self.prefix_cache is not None and self.prefix_hit_ratio > 0:
+            raise ValueError("give either workload.prefix_hit_ratio or workload.prefix_cache, not both")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        out = handler(self)
+        if self.prefix_cache is None:  # absent stays absent: unchanged scenarios keep their sha256
+            out.pop("prefix_cache", None)
+        return out
 
 
 class SLO(Strict):
