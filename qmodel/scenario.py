@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationError, field_validator, model_serializer
 
 from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
@@ -157,11 +157,12 @@ class Workload(Strict):
     prefix_hit_ratio: Real = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
     prefix_cache: PrefixCache | None = Field(default=None, description="a hit/miss mixture or the trace's block hashes")
 
-    @model_validator(mode="after")
-    def _one_prefix_law(self) -> "Workload":
-        if self.prefix_cache is not None and self.prefix_hit_ratio > 0:
-            raise ValueError("give either workload.prefix_hit_ratio or workload.prefix_cache, not both")
-        return self
+    @field_validator("prefix_cache")
+    @classmethod
+    def _one_prefix_law(cls, v: Any, info: Any) -> Any:
+        if v is not None and info.data.get("prefix_hit_ratio", 0) > 0:
+            raise ValueError("either workload.prefix_hit_ratio or workload.prefix_cache, not both")
+        return v
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
