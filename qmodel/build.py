@@ -12,21 +12,26 @@ a :class:`Resolved`. The pieces are public so a caller can cache them, never re-
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import Deployment, DisaggregatedDeployment, PerfModel, PoolConfig, RooflinePerf, Scenario, TraceArrivals
+from qmodel.scenario import (Deployment, DisaggregatedDeployment, EmpiricalLengths, PerfModel, PoolConfig, PrefixTraceHashes,
+                             RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
+if TYPE_CHECKING:  # the replay's trace type; build imports the validation package only when a trace is read
+    from qmodel.validation.trace_types import Trace
+
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "resolve", "resolve_link",
-           "resolve_pool", "resolve_workload"]
+           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "prefix_law", "resolve", "resolve_link",
+           "resolve_pool", "resolve_workload", "trace_hash_uncached", "trace_with_hashes"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
 #: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
@@ -209,7 +214,10 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     # KV moves as the sender stores it: the prefill pool's KV dtype (the blocks are copied by RDMA
     # as they are; a decode pool with another dtype converts on arrival, outside the link).
     sender = pools[topo.pool_roles[0]]
-    return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
+    uncached = w.uncached_prompt
+    if isinstance(scenario.workload.prefix_cache, PrefixTraceHashes):
+        uncached = trace_hash_uncached(scenario, w.lengths, sender)
+    return Resolved(scenario, model, w.lengths, uncached, w.base_rate_per_s, w.ca2, pools, link, link_bw,
                     sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools))
 
 
@@ -246,8 +254,7 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
         warnings.append(f"warning: {cut} of {len(mix)} requests exceed {model.name}'s "
                         f"{model.max_context_tokens}-token context and are truncated to it")
         mix = LengthMix(p, o, mix.sha256)
-    h = scenario.workload.prefix_hit_ratio
-    uncached = np.maximum(1, np.rint(mix.prompt * (1.0 - h))).astype(np.int64)
+    mix, uncached = prefix_law(scenario, mix)
     rate, ca2 = arrival_stats(scenario.workload)
     if rate is not None and not np.isfinite(rate):
         raise InputError("workload.arrivals", getattr(scenario.workload.arrivals, "path", "trace"),
@@ -255,3 +262,55 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
     if isinstance(scenario.workload.arrivals, TraceArrivals) and ca2 > 400:
         ca2 = 400.0  # beyond this a renewal SCV no longer describes the trace; the replay is the referee
     return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings))
+
+
+def prefix_law(scenario: Scenario, mix: LengthMix) -> tuple[LengthMix, np.ndarray]:
+    """(the length mix, its uncached prompt tokens) under the scenario's prefix-cache law
+    (:mod:`qmodel.prefix_cache`): the uniform ratio; a stated mixture on the nodes (a mix of fewer
+    than 4096 nodes is repeated to at least 4096 so the hit fraction is resolved to 1/4096); for
+    ``trace_hashes`` the whole prompt, which :func:`resolve` replaces by the LRU's once the cache
+    instances and their capacity are known."""
+    from qmodel.prefix_cache import mixture_nodes, uncached_tokens
+    from qmodel.scenario import PrefixMixture
+
+    law = scenario.workload.prefix_cache
+    if law is None:
+        return mix, uncached_tokens(mix.prompt, float(scenario.workload.prefix_hit_ratio))
+    if isinstance(law, PrefixMixture):
+        k = -(-4096 // len(mix))
+        if k > 1:
+            mix = LengthMix(np.tile(mix.prompt, k), np.tile(mix.output, k),
+                            hashlib.sha256(f"{mix.sha256}x{k}".encode()).hexdigest())
+        return mix, uncached_tokens(mix.prompt, float(law.hit_ratio), mixture_nodes(mix.prompt, float(law.hit_fraction)))
+    trace_with_hashes(scenario)
+    return mix, mix.prompt.astype(np.int64)
+
+
+def trace_with_hashes(scenario: Scenario) -> Trace:
+    """The trace whose block hashes ``prefix_cache = trace_hashes`` reads: the workload's lengths
+    file, which must also be its arrivals (the replay then carries the hashes in the file's order)
+    and must have hash_ids; otherwise one InputError."""
+    from qmodel.validation.synth import same_trace_file
+    from qmodel.validation.traces import load_trace
+
+    w = scenario.workload
+    lg, arr = w.lengths, w.arrivals
+    if not (isinstance(lg, EmpiricalLengths) and isinstance(arr, TraceArrivals) and same_trace_file(arr, lg)):
+        raise InputError("workload.prefix_cache", "trace_hashes", "trace arrivals and empirical lengths from the same "
+                         "trace file (the request order its cache sees)")
+    tr = load_trace(lg.path, lg.format)
+    if tr.hash_ids is None:
+        raise InputError("workload.prefix_cache", "trace_hashes", f"a trace with block hashes (hash_ids); {lg.path} has none")
+    return tr
+
+
+def trace_hash_uncached(scenario: Scenario, lengths: LengthMix, pool: PoolRuntime) -> np.ndarray:
+    """Uncached prompt tokens per trace request: the block LRU of :mod:`qmodel.prefix_cache` over
+    ``pool``'s instances (the prefill pool, or the single pool), each holding
+    :func:`~qmodel.prefix_cache.cache_blocks` of its KV capacity, run once per scenario."""
+    from qmodel.prefix_cache import cache_blocks, lru_cached_tokens_once
+
+    tr = trace_with_hashes(scenario)
+    cached = lru_cached_tokens_once(tr.sha256, tr.hash_ids, lengths.prompt, pool.config.instances,
+                                    cache_blocks(pool.kv_capacity_tokens), tr.block_tokens)
+    return (lengths.prompt - cached).astype(np.int64)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from qmodel.build import PoolRuntime, Resolved
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.scenario import ClosedArrivals, DecodePool, Scenario, scenario_sha256
+from qmodel.prefix_cache import cache_blocks
+from qmodel.scenario import ClosedArrivals, DecodePool, PrefixMixture, Scenario, scenario_sha256
 from qmodel.topology import topology_named
 
 __all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
@@ -44,6 +45,11 @@ class ReplayPlan:
     transfer_mode: str = "serialized"
     first_token_from: str = "prefill"
     prefix_hit_ratio: float = 0.0
+    #: the prefix-cache law (:mod:`qmodel.prefix_cache`): "ratio" (uniform, or the trace's hash LRU when the
+    #: trace has hash_ids, as always), "mixture" (a fraction ``prefix_hit_fraction`` hits ``prefix_hit_ratio``)
+    #: or "trace_hashes" (the hash LRU, required)
+    prefix_law: str = "ratio"
+    prefix_hit_fraction: float = 1.0
     prefix_cache_blocks: int = 0
     slo_ttft_s: float = 1.0
     slo_tpot_s: float = 1.0
@@ -71,10 +77,19 @@ def _decode_part(pool: DecodePool, rt: PoolRuntime, model: ServiceTimeModel | No
 
 
 def _cache_blocks(kv_capacity_tokens: float, override: int | None) -> int:
-    """Mooncake prefix-block LRU of an instance: its KV capacity in 512-token blocks (for a
-    colocated/chunked instance an upper bound: in vLLM cached blocks are the evictable part of the
-    same memory; a prefill instance's is an HBM-only cache of its KV memory)."""
-    return override if override is not None else int(kv_capacity_tokens) // 512
+    """Mooncake prefix-block LRU of an instance: :func:`qmodel.prefix_cache.cache_blocks` (the
+    solver's rule for ``prefix_cache = trace_hashes``), unless overridden."""
+    return override if override is not None else cache_blocks(kv_capacity_tokens)
+
+
+def _prefix_part(scn: Scenario) -> dict:
+    law = scn.workload.prefix_cache
+    if isinstance(law, PrefixMixture):
+        return {"prefix_law": "mixture", "prefix_hit_ratio": float(law.hit_ratio),
+                "prefix_hit_fraction": float(law.hit_fraction)}
+    if law is not None:
+        return {"prefix_law": "trace_hashes"}
+    return {"prefix_hit_ratio": float(scn.workload.prefix_hit_ratio)}
 
 
 def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None = None,
@@ -100,7 +115,7 @@ def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] 
     dep = scn.deployment
     base = _slo(scn)
     base["gpus"] = dep.gpus
-    base["prefix_hit_ratio"] = float(scn.workload.prefix_hit_ratio)
+    base.update(_prefix_part(scn))
     topo = topology_named(dep.topology)
     if topo.has_link:
         pre, dec = r.pools["prefill"], r.pools["decode"]
