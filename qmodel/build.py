@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # the replay's trace type; build imports the validation packa
     from qmodel.validation.trace_types import Trace
 
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "prefix_law", "resolve", "resolve_link",
-           "resolve_pool", "resolve_workload", "trace_hash_uncached", "trace_with_hashes"]
+           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "pool_reserve_bytes", "prefix_law",
+           "resolve", "resolve_link", "resolve_pool", "resolve_workload", "trace_hash_uncached", "trace_with_hashes"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
 #: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
@@ -129,6 +129,14 @@ def pool_memory_fraction(role: str, cfg: PoolConfig) -> float:
     return PREFILL_MEMORY_FRACTION if role == "prefill" else float(getattr(cfg, "kv_memory_fraction"))
 
 
+def pool_reserve_bytes(cfg: PoolConfig) -> float:
+    """Memory per GPU of a pool that holds neither weights nor KV: the pool's ``memory_reserve_bytes``,
+    else :data:`qmodel.perf.memory.DEFAULT_RESERVE_BYTES` (6 GiB, fitted on DistServe's capacities)."""
+    from qmodel.perf.memory import DEFAULT_RESERVE_BYTES
+
+    return DEFAULT_RESERVE_BYTES if cfg.memory_reserve_bytes is None else float(cfg.memory_reserve_bytes)
+
+
 def pool_model(model: ModelSpec, cfg: PoolConfig) -> ModelSpec:
     """The model as a pool runs it: the catalog entry with the pool's ``kv_dtype`` (if set) in place
     of the catalog's, so every consumer of the ModelSpec (KV capacity, roofline KV reads, link
@@ -155,8 +163,8 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
                  mem_fraction: float) -> PoolRuntime:
     """One pool: its GPU, its model (:func:`pool_model`), its service-time model (:func:`pool_perf`
     on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
-    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision
-    and KV dtype)."""
+    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision,
+    KV dtype and memory reserve, :func:`pool_reserve_bytes`)."""
     from qmodel.perf.service_time import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
     from qmodel.perf.pipeline import pipeline_instance
@@ -167,7 +175,7 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
     # the one definition of what pp does; the stage model itself at pp = 1)
     service = pipeline_instance(service_model(pool_perf(scenario.perf, cfg), m, gpu, cfg.tp, cfg.pp,
                                               field_prefix=field), cfg.pp)
-    cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
+    cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, pool_reserve_bytes(cfg), field_prefix=field,
                              dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)))
     return PoolRuntime(role, field, cfg, gpu, service, float(cap), m)
 

@@ -13,7 +13,7 @@ replicated beyond that) and 1 for MLA (the latent is replicated on every TP rank
 ``memory_fraction`` is the scenario's ``kv_memory_fraction``: the share of what is left after
 weights and the reserve that the engine gives to KV blocks.
 
-``reserve`` (default :data:`DEFAULT_RESERVE_BYTES` = 6 GiB per GPU) holds everything that is
+``reserve`` (a pool's ``memory_reserve_bytes``; default :data:`DEFAULT_RESERVE_BYTES` = 6 GiB per GPU) holds everything that is
 neither weights nor KV: CUDA context and cuBLAS/NCCL workspaces (about 1 GiB), the activation peak
 of the largest batch, allocator fragmentation and the engine's safety margin. The value is chosen
 from DistServe's own capacity table (``distserve/max_num_tokens.csv``, OPT-13B/66B on A100-80GB):
@@ -94,8 +94,9 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, memory_f
     """The memory budget of one instance; raises InputError naming ``<field_prefix>.tp`` if the model does not fit."""
     if not (0.0 < memory_fraction <= 1.0):
         raise InputError(f"{field_prefix}.kv_memory_fraction", memory_fraction, "a fraction in (0, 1]")
-    if reserve_bytes < 0:
-        raise InputError(f"{field_prefix}.reserve_bytes", reserve_bytes, "a non-negative size")
+    if not (0.0 <= reserve_bytes < gpu.memory_bytes):
+        raise InputError(f"{field_prefix}.memory_reserve_bytes", reserve_bytes,
+                         f"a size from 0 up to {gpu.name}'s {gpu.memory_bytes / 2**30:.1f} GiB of memory")
     layout = check_parallelism(model, tp, pp, field_prefix)
     w = weight_bytes_per_gpu(model, layout, dtype)
     kv_tok = kv_bytes_per_token_per_gpu(model, layout, kv_dtype)

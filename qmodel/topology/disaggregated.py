@@ -27,7 +27,7 @@ import numpy as np
 from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
-from qmodel.topology.base import Composition, Topology, station_dispatch, user_dtypes
+from qmodel.topology.base import Composition, Topology, station_dispatch, user_pool_settings
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -327,9 +327,9 @@ class DisaggregatedTopology(Topology):
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         dep = deployment
         pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
-               **user_dtypes(dep.prefill)}
+               **user_pool_settings(dep.prefill)}
         dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
-               "dispatch": dep.decode.dispatch, **user_dtypes(dep.decode)}
+               "dispatch": dep.decode.dispatch, **user_pool_settings(dep.decode)}
         top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
                "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
                "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
