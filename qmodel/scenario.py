@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, field_validator, model_serializer
+from pydantic import Field, ValidationError, field_validator
 
 from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
@@ -152,6 +152,8 @@ Lengths = Annotated[Union[FixedLengths, LognormalLengths, EmpiricalLengths, Pres
 
 
 class Workload(Strict):
+    OMIT_WHEN_NONE = ("prefix_cache",)  # absent stays absent: unchanged scenarios keep their sha256
+
     arrivals: Arrivals
     lengths: Lengths
     prefix_hit_ratio: Real = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
@@ -164,12 +166,6 @@ class Workload(Strict):
             raise ValueError("either workload.prefix_hit_ratio or workload.prefix_cache, not both")
         return v
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        out = handler(self)
-        if self.prefix_cache is None:  # absent stays absent: unchanged scenarios keep their sha256
-            out.pop("prefix_cache", None)
-        return out
 
 
 class SLO(Strict):

@@ -38,6 +38,8 @@ class PoolConfig(Strict):
     its roofline runs at ``compute_dtype`` (GEMM rate, weight bytes streamed and held).
     """
 
+    OMIT_WHEN_NONE = ("memory_reserve_bytes",)  # unset: the dump (and sha256) of scenarios before it
+
     gpu: str
     tp: Count = Field(default=1, ge=1, le=64)
     pp: Count = Field(default=1, ge=1, le=64)
