@@ -92,6 +92,13 @@ class Resolved:
         return sum(p.gpus for p in self.pools.values())
 
     @property
+    def prefix_hit_fraction(self) -> float:
+        """The share of prompt tokens served from the prefix cache, whatever law states it (a uniform
+        ratio, a hit/miss mixture or the trace's block hashes): 1 - sum(uncached) / sum(prompt)."""
+        total = float(np.sum(self.lengths.prompt))
+        return 1.0 - float(np.sum(self.uncached_prompt)) / total if total > 0 else 0.0
+
+    @property
     def cost_per_hour_usd(self) -> float | None:
         """:func:`qmodel.cost.cost_per_hour_usd` of the pools at the scenario's prices (None if a GPU has none)."""
         from qmodel.cost import cost_per_hour_usd, price_table

@@ -230,3 +230,20 @@ def test_mixture_agrees_with_the_replay(u):
     for k in ("ttft_p50", "ttft_p90", "ttft_p99"):
         assert an[k] == pytest.approx(rep[k], rel=0.20), k
     assert abs(uni["ttft_p50"] / rep["ttft_p50"] - 1) > 0.5 and abs(uni["ttft_p90"] / rep["ttft_p90"] - 1) > 0.5
+
+
+def test_validity_envelope_sees_a_mixture_hit():
+    """A stated hit/miss mixture is a prefix cache for the validity band too: the envelope's
+    "prefix hit ratio" is the law's mean cached share (f x h here), not the unset uniform ratio, so a
+    scenario the corpus never drew (it draws no cache) is flagged outside the envelope."""
+    from qmodel.build import resolve
+    from qmodel.scenario import load_scenario
+    from qmodel.validity import envelope_values
+    from tests.data_needs import EXAMPLES
+
+    path = EXAMPLES / "llama3-70b-disagg-h100.yaml"
+    plain = resolve(load_scenario(path))
+    mixed = resolve(load_scenario(path, ["workload.prefix_cache.kind=mixture", "workload.prefix_cache.hit_fraction=0.8",
+                                         "workload.prefix_cache.hit_ratio=0.9"]))
+    assert envelope_values(plain)[1]["prefix hit ratio"] == 0.0
+    assert envelope_values(mixed)[1]["prefix hit ratio"] == pytest.approx(0.72, abs=0.01)
