@@ -247,3 +247,28 @@ def test_validity_envelope_sees_a_mixture_hit():
                                          "workload.prefix_cache.hit_ratio=0.9"]))
     assert envelope_values(plain)[1]["prefix hit ratio"] == 0.0
     assert envelope_values(mixed)[1]["prefix hit ratio"] == pytest.approx(0.72, abs=0.01)
+
+
+@pytest.mark.needs_data("mooncake/conversation_trace.jsonl")
+def test_planner_feasibility_filter_reads_the_trace_hits():
+    """The planner's "TTFT infeasible at any rate" filter prefills what an idle instance computes: with
+    trace_hashes, the uncached prompts of the block LRU (one instance, whole stream), not whole prompts.
+    The SLO sits between the two readings' shares of prompts prefilled in time, so whole prompts (the
+    code before) refuse a GPU the cache makes feasible."""
+    from qmodel.build import trace_hash_uncached
+    from qmodel.planner.evaluate import EngineEvaluator
+
+    raw = _mooncake(DISAGG, {"prefix_cache": {"kind": "trace_hashes"}})
+    sc = parse_scenario(raw)
+    r = resolve(sc)
+    pre = r.pools["prefill"]
+    t_whole = np.sort(np.asarray(pre.service.prefill_exit_s(pre.service.prefill_one_s(r.lengths.prompt)), dtype=float))
+    hits = trace_hash_uncached(sc, r.lengths, pre)
+    t_hit = np.sort(np.asarray(pre.service.prefill_exit_s(pre.service.prefill_one_s(hits)), dtype=float))
+    goal = sc.slo.attainment_goal
+    k = int(np.ceil(goal * len(t_hit))) - 1
+    ttft = float(t_hit[k]) * 1.0001  # goal met with the cache's hits, by construction
+    assert np.mean(t_whole <= ttft) < goal  # ... and missed with whole prompts
+    raw["slo"] = {**raw["slo"], "ttft_s": ttft}
+    ev = EngineEvaluator(parse_scenario(raw))
+    assert ev.pool_issue("prefill", "h200-sxm", 8) is None

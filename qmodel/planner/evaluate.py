@@ -34,7 +34,7 @@ import numpy as np
 
 from qmodel.errors import NumericalError, QmodelError
 from qmodel.planner.space import PlanSpec
-from qmodel.scenario import PoolConfig, Scenario, scenario_sha256
+from qmodel.scenario import PoolConfig, PrefixTraceHashes, Scenario, scenario_sha256
 from qmodel.stations.base import MemoizedStation
 from qmodel.topology import topology_named
 
@@ -273,7 +273,14 @@ class EngineEvaluator(Evaluator):
             return self._issues[k]
         slo = self.scenario.slo
         issue = None
-        uncached = self._workload_parts()[1].uncached_prompt
+        lengths, uncached = self._workload_parts()[1].lengths, self._workload_parts()[1].uncached_prompt
+        if role in ("prefill", "pool") and isinstance(self.scenario.workload.prefix_cache, PrefixTraceHashes):
+            # the trace's hits on one instance's cache (the pool here has one): it sees the whole
+            # stream, so this filter takes the cache at its most useful and refuses no plan a
+            # larger pool could serve (a multi-turn conversation's turns spread over c instances)
+            from qmodel.build import trace_hash_uncached
+
+            uncached = trace_hash_uncached(self.scenario, lengths, pool)
         if role in ("prefill", "pool"):
             own = np.asarray(pool.service.prefill_exit_s(pool.service.prefill_one_s(uncached)), dtype=float)
             ok = float(np.mean(own <= slo.ttft_s))
