@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
-_CODE = "import sys; from qmodel.cli.main import main; sys.exit(main())"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tree_run import CLI_CODE as _CODE  # noqa: E402 - the tree on PYTHONPATH, its top-level packages too
 
 
 def _run(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[bytes, bytes, int]:
