@@ -147,6 +147,48 @@ def test_an_unwritable_cache_is_skipped(tmp_path, monkeypatch):
     _same(a, load_trace(p, on_error="skip"))
 
 
+def test_a_changed_loader_is_not_served_the_old_loaders_result(tmp_path, monkeypatch, own_cache):
+    p = write_trace(tmp_path, "m.jsonl", MOON)
+    good = load_trace(p)
+    clear_cache()
+    monkeypatch.setattr(trace_cache, "code_digest", lambda: "another parser")
+    calls = []
+    parse = traces._parse
+    monkeypatch.setattr(traces, "_parse", lambda *a: calls.append(1) or parse(*a))
+    _same(good, load_trace(p))
+    assert calls == [1]
+    assert len(_entries(own_cache)) == 1  # the entry was replaced, not added to
+    clear_cache()
+    load_trace(p)
+    assert calls == [1]
+
+
+def test_the_code_digest_covers_every_module_the_loader_imports():
+    """The qmodel modules reachable from traces.py's imports, less the error classes and the data
+    folder lookup, are all in the digest: a fix to any of them is a cache miss."""
+    import ast
+    import importlib.util
+
+    assert trace_cache.code_digest() is not None
+    outside = {"qmodel.errors", "qmodel.settings"}
+    seen, todo = set(), ["qmodel.validation.traces"]
+    while todo:
+        name = todo.pop()
+        if name in seen or name in outside or importlib.util.find_spec(name).submodule_search_locations:
+            continue  # a package's __init__ is reached through its modules
+        seen.add(name)
+        tree = ast.parse(Path(importlib.util.find_spec(name).origin).read_text())
+        for node in ast.walk(tree):
+            mods = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            todo += [m for m in mods if m.startswith("qmodel.")]
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("qmodel"):
+                todo += [f"{node.module}.{a.name}" for a in node.names
+                         if importlib.util.find_spec(node.module).submodule_search_locations
+                         and importlib.util.find_spec(f"{node.module}.{a.name}") is not None]
+    assert seen == set(trace_cache.LOADER_MODULES)
+
+
 def test_malformed_rows_are_reported_every_time(tmp_path, own_cache):
     from qmodel.errors import TraceRowError
 

@@ -12,7 +12,10 @@ edited trace overwrites its entry instead of adding one.
 
 **What is trusted.** Nothing that is not checked. The entry's header repeats the file's size, mtime
 (ns) and the SHA-256 of its bytes, which the caller has just read: any difference is a miss (the
-bytes are hashed on every load, so an edit that keeps size and mtime is still seen). The payload
+bytes are hashed on every load, so an edit that keeps size and mtime is still seen). It also holds
+the SHA-256 of the loader's own source (:data:`LOADER_MODULES`) and numpy's
+version (the jitter's random stream): a parser fix or a numpy upgrade is a miss, so a fixed parser
+is never served the old parser's result. The payload
 (the arrays) carries its own SHA-256, checked before use, so a truncated or corrupt entry is a
 miss, never a wrong trace. Any failure to read (missing, short, bad magic, bad JSON, wrong layout)
 is a miss; the caller parses the file and the entry is rewritten.
@@ -33,6 +36,7 @@ number of ids per request (int64) and all ids in order (int64).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -45,7 +49,7 @@ import numpy as np
 from qmodel.settings import cache_dir
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["MAGIC", "entry_path", "read", "write"]
+__all__ = ["MAGIC", "LOADER_MODULES", "code_digest", "entry_path", "read", "write"]
 
 MAGIC = b"QMODEL-TRACE-CACHE 1\n"
 _INT64_MAX = 2**63 - 1
@@ -57,12 +61,39 @@ def entry_path(path: Path, options: tuple[Any, ...]) -> Path:
     return cache_dir() / "traces" / f"{hashlib.sha256(ident.encode()).hexdigest()}.qtr"
 
 
+#: the modules whose code decides what a trace file loads as (their source is part of every stamp;
+#: tests/test_trace_cache.py checks this covers every qmodel module the loader imports, less the
+#: error classes and the data-folder lookup, which decide no loaded value)
+LOADER_MODULES = ("qmodel.validation.traces", "qmodel.validation.trace_assemble", "qmodel.validation.trace_cache",
+                  "qmodel.validation.trace_detect", "qmodel.validation.trace_fields",
+                  "qmodel.validation.trace_readers", "qmodel.validation.trace_types", "qmodel.arrays")
+
+
+@functools.cache
+def code_digest() -> str | None:
+    """SHA-256 of the loader's source files and numpy's version; None (no caching) if a source
+    file cannot be found or read."""
+    import importlib.util
+
+    h = hashlib.sha256(np.__version__.encode())
+    try:
+        for name in LOADER_MODULES:
+            mod = sys.modules.get(name)
+            origin = getattr(mod, "__file__", None) or getattr(importlib.util.find_spec(name), "origin", None)
+            h.update(name.encode() + b"\0" + Path(origin).read_bytes())  # type: ignore[arg-type]
+    except (OSError, TypeError, ImportError, ValueError):
+        return None
+    return h.hexdigest()
+
+
 def _stamp(st: os.stat_result, digest: str) -> dict[str, Any]:
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest, "code": code_digest()}
 
 
 def read(entry: Path, source: str, st: os.stat_result, digest: str) -> Trace | None:
     """The trace stored in ``entry`` if it was made from exactly these bytes, else None."""
+    if code_digest() is None:
+        return None
     try:
         blob = entry.read_bytes()
     except (OSError, ValueError):
@@ -109,6 +140,8 @@ def _decode(blob: bytes, source: str, stamp: dict[str, Any]) -> Trace | None:
 def write(entry: Path, trace: Trace, st: os.stat_result) -> None:
     """Store ``trace`` (parsed from a file with stat ``st``) in ``entry``; silently skipped when the
     trace cannot be stored exactly or the folder cannot be written."""
+    if code_digest() is None:
+        return
     try:
         meta_json = json.dumps(trace.meta)
         if json.loads(meta_json) != trace.meta:
