@@ -108,7 +108,9 @@ class DisaggregatedTopology(Topology):
         # what a layer-wise transfer hides behind: the batch's time until it leaves the instance
         own_prefill_s = np.asarray(svc.prefill_exit_s(svc.prefill_one_s(r.uncached_prompt)), dtype=float)
         return KVTransferStation(
-            bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
+            # the whole prompt's KV, and a hybrid model's recurrent state once per request
+            bytes_per_request=(r.kv_bytes_per_token * r.lengths.prompt.astype(float)
+                               + r.pools["prefill"].model.state_bytes_per_sequence()),
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
             paths=r.link_paths,
@@ -410,7 +412,8 @@ class DisaggregatedTopology(Topology):
                         f"{dep.prefill.instances} path(s) of {r.link.name} x {r.link_bandwidth_bytes_per_s:.6g} B/s "
                         f"effective ({r.link.bandwidth_bytes_per_s:.6g} nominal x {r.link.efficiency:g})")
         if dep.transfer_mode == "layerwise":
-            x = r.kv_bytes_per_token * float(r.lengths.prompt.mean())  # the whole prompt's KV moves
+            # the whole prompt's KV moves, with a hybrid model's recurrent state
+            x = r.kv_bytes_per_token * float(r.lengths.prompt.mean()) + r.pools["prefill"].model.state_bytes_per_sequence()
             # the transfer hides behind the prefill until the batch leaves the instance (pp stages)
             blocks.append(explain("layerwise_exposed", x=x, c=r.link_bandwidth_bytes_per_s, layers=m.layers,
                                   tp=float(pre.prefill_exit_s(d))))
