@@ -235,3 +235,11 @@ def test_every_hybrid_model_solves(name, gpu, tp):
 
 def test_the_list_covers_every_catalog_hybrid():
     assert sorted(n for n, m in load_catalog().models.items() if m.recurrent is not None) == sorted(HYBRID)
+
+
+def test_replay_moves_the_same_bytes_as_the_link_station():
+    from qmodel.validation.replay import build_plan
+    sc = parse_scenario(_scenario("qwen3.5-35b-a3b", "h200-sxm", 1, "disaggregated"))
+    plan = build_plan(sc)
+    st = Solver(sc).station("kv_transfer")
+    assert plan.kv_bytes_per_token * 2000 + plan.state_bytes_per_request == st.x[0] == 20480 * 2000 + 64_389_120
