@@ -21,8 +21,8 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import (Deployment, DisaggregatedDeployment, EmpiricalLengths, PerfModel, PoolConfig, PrefixTraceHashes,
-                             RooflinePerf, Scenario, TraceArrivals)
+from qmodel.scenario import (DecodePool, Deployment, DisaggregatedDeployment, EmpiricalLengths, PerfModel, PoolConfig,
+                             PrefixTraceHashes, RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
@@ -171,7 +171,8 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
     """One pool: its GPU, its model (:func:`pool_model`), its service-time model (:func:`pool_perf`
     on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
     one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision,
-    KV dtype and memory reserve, :func:`pool_reserve_bytes`)."""
+    KV dtype and memory reserve, :func:`pool_reserve_bytes`; a decoding pool sets aside the recurrent
+    state of ``max_batch`` sequences)."""
     from qmodel.perf.service_time import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
     from qmodel.perf.pipeline import pipeline_instance
@@ -183,7 +184,8 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
     service = pipeline_instance(service_model(pool_perf(scenario.perf, cfg), m, gpu, cfg.tp, cfg.pp,
                                               field_prefix=field), cfg.pp)
     cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, pool_reserve_bytes(cfg), field_prefix=field,
-                             dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)))
+                             dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)),
+                             state_sequences=cfg.max_batch if isinstance(cfg, DecodePool) else 0)
     return PoolRuntime(role, field, cfg, gpu, service, float(cap), m)
 
 

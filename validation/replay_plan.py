@@ -22,7 +22,8 @@ __all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
 class ReplayPlan:
     """Everything the simulation needs, resolved from a scenario (catalog, perf models, memory).
 
-    ``kv_bytes_per_token`` converts prompt tokens to transfer bytes; ``decode_kv_capacity_tokens``
+    ``kv_bytes_per_token`` converts prompt tokens to transfer bytes, ``state_bytes_per_request`` adds a
+    hybrid model's constant recurrent state to every transfer (0 otherwise); ``decode_kv_capacity_tokens``
     is one decode (or colocated/chunked) instance's KV memory in tokens.
     """
 
@@ -38,6 +39,7 @@ class ReplayPlan:
     prefill_dispatch: str = "round_robin"
     chunk_tokens: int = 512
     kv_bytes_per_token: float = 0.0
+    state_bytes_per_request: float = 0.0
     layers: int = 1
     path_bandwidth_bytes_per_s: float = 1.0
     link_latency_s: float = 0.0
@@ -124,6 +126,7 @@ def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] 
             topology=topo.name, prefill_model=sm.get("prefill") or pre.service,
             prefill_instances=dep.prefill.instances, max_batch_tokens=dep.prefill.max_batch_tokens,
             prefill_dispatch=dep.prefill.dispatch, kv_bytes_per_token=r.kv_bytes_per_token, layers=r.model.layers,
+            state_bytes_per_request=pre.model.state_bytes_per_sequence(),
             path_bandwidth_bytes_per_s=float(r.link_bandwidth_bytes_per_s), link_latency_s=float(r.link.latency_s),
             link_sharing=dep.link_sharing, transfer_mode=dep.transfer_mode, first_token_from=dep.first_token_from,
             prefix_cache_blocks=_cache_blocks(pre.kv_capacity_tokens, prefix_cache_blocks),

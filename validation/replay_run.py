@@ -95,7 +95,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
     kv = KVTransferStation(sim, req, plan.prefill_instances, plan.path_bandwidth_bytes_per_s, plan.link_latency_s,
                            plan.link_sharing, layers, decode, decode.ready, window)
     decode.on_release = kv.retry
-    bpt = plan.kv_bytes_per_token
+    bpt, state = plan.kv_bytes_per_token, plan.state_bytes_per_request
     output = req.output
     prompt = req.prompt
 
@@ -103,7 +103,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
         return not (from_prefill and output[r] == 1)
 
     def batch_start(i: int, batch: list[int], t_s: float, dur: float) -> None:
-        items = [(r, bpt * prompt[r]) for r in batch if needs_decode(r)]
+        items = [(r, bpt * prompt[r] + state) for r in batch if needs_decode(r)]
         if items:
             sim.at(t_s + dur / layers, kv.enter_batch, (i, t_s + dur, items))
 
@@ -116,7 +116,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
                 if output[r] == 1:
                     req.finish(r, t)
                     continue
-            items.append((r, bpt * prompt[r]))
+            items.append((r, bpt * prompt[r] + state))
         if items and not layerwise:
             kv.enter_batch((i, t, items))
 
