@@ -1,0 +1,228 @@
+"""Trace arrivals as a nonstationary process: pointwise-stationary windows with a fluid backlog.
+
+A recorded arrival stream is not a renewal process: the Azure code trace comes in bursts, the
+conversation trace drifts within the hour (191-507 arrivals a minute), and for minutes at a time
+the deployment is overloaded although the mean rate is below its limit. Read as one renewal
+process with the whole trace's gap SCV, the solver missed the replay's TTFT by 69-78% (median,
+docs/validation.md "Trace arrivals as a nonstationary process"). The standard model instead
+(pointwise-stationary approximation, Green & Kolesar 1991, with the fluid carry-over of
+overloaded periods, the PSFFA of Massey & Whitt; docs/methods.md "Trace arrivals"):
+
+* **Windows** (:func:`trace_law`, rate-independent, once per trace). Time is measured in mean
+  inter-arrival times of the trace (s = (t - t_0)·ν, ν = (m - 1)/span, so a rescaling to any
+  mean rate λ, which the replay does, leaves it unchanged); one period of the trace is
+  m mean gaps long (the replay repeats the trace with one mean gap between copies). It is cut
+  into windows of ``A`` = :data:`WINDOW_GAPS` mean gaps: window w holds n_w arrivals over L_w
+  gaps, its relative rate r_w = n_w/L_w, its arrival weight π_w = n_w/m, and the gaps inside it
+  give its SCV, pooled over windows (each gap divided by its window's mean gap) into the one
+  SCV c_a² the stations read. ``A`` is set against the stations' relaxation time, which in mean
+  gaps is about ρ/(1 - √ρ)² whatever the server count (M/M/c, Whitt): 342 at ρ = 0.9, 72 at
+  0.8, so windows of 300 gaps let the stations relax within a window up to the load cap,
+  while the conversation trace's drift (minutes, ~300 arrivals a minute) is still resolved.
+* **Rate classes**: the windows' rates are binned into at most :data:`RATE_CLASSES` classes of
+  equal width in r; a class's rate is its windows' arrival-weighted mean r. At mean rate λ
+  the stations are solved once per class, at min(λ r_k, :data:`LOAD_CAP`·λ*) (λ* the
+  stability limit): above the cap a window's stationary answer would not be reached in it.
+* **Fluid backlog** (:func:`fluid_backlog`): where λ r_w exceeds λ* the excess queues,
+  Q grows at (λ r_w - λ*) and drains at (λ* - λ r_w) afterwards (reflected at 0). In mean gaps
+  and requests, with u = λ/λ*: dQ/ds = r_w - 1/u while Q > 0. The trace repeats, so Q is taken
+  periodic-stationary: a first pass from Q = 0 ends at the sup of the net input over the period
+  (the negative drift of a whole period makes that the stationary start, u < 1), a second pass
+  from there gives each window's Q at its start and end. An arrival at fluid backlog Q waits
+  Q/λ* more: within a window the backlog is linear in time and arrivals are uniform in time, so
+  its extra wait is uniform on [Q_start, Q_end]/λ*, with an atom at 0 for the share of the
+  window after Q drains (:func:`backlog_delay`).
+* **Mixture**: class k's TTFT is the stations' TTFT at its rate ⊕ the backlog delay of its
+  windows (independent), its TPOT the stations' TPOT (when the decode pool is the bottleneck of
+  a disaggregated deployment with the first token from prefill, the backlog waits in the decode
+  admission and is spread over the L - 1 later tokens: the delay times E[1/(L - 1)] goes to
+  TPOT instead). TTFT and TPOT laws are the arrival-weighted mixtures over classes; attainment,
+  its bracket and the per-metric attainments are the arrival-weighted means of the classes'.
+
+The long-run stability limit is the mean rate's (``Solver.max_stable_rate``): below it the backlog
+of every overloaded window drains within the period; for a finite run of the trace the answer is
+that of its periodic repetition, the replay's reading (validation/synth.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, mixture, pow2_grid
+
+__all__ = ["LOAD_CAP", "RATE_CLASSES", "WINDOW_GAPS", "TraceLaw", "backlog_delay", "compose_windows", "fluid_backlog",
+           "trace_law", "trace_law_of"]
+
+#: window length in mean inter-arrival times (see the module doc)
+WINDOW_GAPS = 300
+#: most rate classes the stations are solved at per rate
+RATE_CLASSES = 8
+#: a class's stations are solved at no more than this fraction of the stability limit
+LOAD_CAP = 0.9
+#: grid points of a backlog-delay law (its step from pow2_grid on the TTFT's)
+_DELAY_POINTS = 1 << 15
+
+
+@dataclass(frozen=True)
+class TraceLaw:
+    """A trace's windows (in trace order) and rate classes, independent of the mean rate."""
+
+    rel_rate: np.ndarray  # r_w: the window's rate over the trace's mean rate
+    length: np.ndarray  # L_w: the window's length in mean inter-arrival times
+    weight: np.ndarray  # π_w: share of the trace's arrivals in the window
+    ca2: float  # pooled within-window gap SCV
+    cls: np.ndarray  # class index of each window
+    levels: np.ndarray  # class rate over the mean rate (arrival-weighted mean r_w of its windows)
+    class_weight: np.ndarray  # share of arrivals per class
+
+
+def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: int = RATE_CLASSES,
+              ca2_cap: float = 400.0) -> TraceLaw:
+    """The windows and rate classes of a trace's arrival times (see the module doc). A window
+    shorter than half of ``window_gaps`` at the period's end joins the one before it."""
+    t = np.sort(np.asarray(arrival_s, dtype=float))
+    m = len(t)
+    span = float(t[-1] - t[0]) if m > 1 else 0.0
+    if span <= 0:
+        raise ValueError("the trace needs at least two arrivals at distinct times")
+    s = (t - t[0]) * ((m - 1) / span)  # mean gaps; the period is m of them
+    edges = np.arange(0.0, m, float(window_gaps))
+    if len(edges) > 1 and m - edges[-1] < 0.5 * window_gaps:
+        edges = edges[:-1]
+    edges = np.append(edges, float(m))
+    w = np.clip(np.searchsorted(edges, s, side="right") - 1, 0, len(edges) - 2)
+    n = np.bincount(w, minlength=len(edges) - 1).astype(float)
+    length = np.diff(edges)
+    r = n / length
+    # within-window SCV: each gap over its window's mean gap, pooled
+    g = np.diff(s)
+    same = w[1:] == w[:-1]
+    gw, ww = g[same], w[1:][same]
+    cnt = np.bincount(ww, minlength=len(n))
+    ok = cnt[ww] >= 2
+    mean_g = np.bincount(ww, weights=gw, minlength=len(n)) / np.maximum(cnt, 1)
+    ca2 = 1.0
+    if np.any(ok) and np.all(mean_g[ww[ok]] > 0):
+        ca2 = float(np.mean((gw[ok] / mean_g[ww[ok]] - 1.0) ** 2))
+    ca2 = min(max(ca2, 0.0), ca2_cap)
+    # rate classes: equal-width bins of r, empty ones dropped
+    lo, hi = float(r.min()), float(r.max())
+    k = len(r) if len(r) <= classes else classes
+    raw = np.zeros(len(r), dtype=np.int64) if hi <= lo else np.minimum(((r - lo) / (hi - lo) * k).astype(np.int64), k - 1)
+    used, cls = np.unique(raw, return_inverse=True)
+    weight = n / m
+    cw = np.bincount(cls, weights=weight, minlength=len(used))
+    levels = np.bincount(cls, weights=weight * r, minlength=len(used)) / np.where(cw > 0, cw, 1.0)
+    return TraceLaw(r, length, weight, ca2, cls, levels, cw)
+
+
+@functools.lru_cache(maxsize=16)
+def trace_law_of(path: str, format: str, jitter_seed: int | None) -> TraceLaw:
+    """:func:`trace_law` of a trace file's arrivals (cached: the planner and goodput resolve the
+    same trace many times)."""
+    from qmodel.validation.traces import load_trace, require_arrivals
+
+    tr = require_arrivals(load_trace(path, format, jitter_seed=jitter_seed))
+    return trace_law(np.asarray(tr.arrival_s, dtype=float))
+
+
+def fluid_backlog(law: TraceLaw, u: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Q at each window's start, Q at its end, share of the window with Q > 0), in requests, at
+    load u = λ/λ* < 1 of the mean rate: the periodic-stationary reflected fluid (module doc)."""
+    drift = law.rel_rate - 1.0 / u  # dQ/ds in requests per mean gap
+    n = len(drift)
+    q0, q1, busy = np.zeros(n), np.zeros(n), np.zeros(n)
+    q = 0.0
+    for sweep in range(2):
+        for i in range(n):
+            d, L = float(drift[i]), float(law.length[i])
+            end = q + d * L
+            if sweep:
+                q0[i] = q
+                busy[i] = 1.0 if end >= 0 else (q / (-d * L) if q > 0 else 0.0)
+                q1[i] = max(end, 0.0)
+            q = max(end, 0.0)
+    return q0, q1, busy
+
+
+def backlog_delay(law: TraceLaw, u: float, limit_per_s: float, scale: float = 1.0,
+                  dx: float = 1e-3) -> list[GridDist | None]:
+    """Per rate class, the law of the fluid backlog's extra wait (× ``scale``) of its arrivals, None
+    where no window of the class has a backlog. Within window w, a share ``busy`` of the arrivals
+    wait uniformly between Q_start/λ* and max(Q_end, 0)/λ*, the rest none; the class's law mixes
+    its windows by arrivals. The step is :func:`pow2_grid` of ``dx`` covering the longest wait in
+    :data:`_DELAY_POINTS` points; the CDF is exact at the grid points."""
+    q0, q1, busy = fluid_backlog(law, u)
+    c = scale / limit_per_s
+    out: list[GridDist | None] = []
+    for k in range(len(law.levels)):
+        sel = (law.cls == k) & (busy > 0) & (np.maximum(q0, q1) > 0)
+        if not np.any(sel):
+            out.append(None)
+            continue
+        wk = law.weight[law.cls == k].sum()
+        om = law.weight[sel] / wk * busy[sel]  # share of the class's arrivals in each backlogged stretch
+        a = np.where(q1[sel] > 0, np.minimum(q0[sel], q1[sel]), 0.0) * c
+        b = np.maximum(q0[sel], q1[sel]) * c
+        step = pow2_grid(dx, float(b.max()), _DELAY_POINTS)
+        x = np.arange(int(math.ceil(float(b.max()) / step)) + 2) * step
+        F = np.full(x.size, 1.0 - om.sum())
+        for wi, ai, bi in zip(om, a, b):
+            F += wi * (np.clip((x - ai) / (bi - ai), 0.0, 1.0) if bi > ai else (x >= ai).astype(float))
+        mean = float(np.sum(om * 0.5 * (a + b)))
+        out.append(GridDist.from_cdf_values(F, step, mean, continuous=True))
+    return out
+
+
+def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
+    """The :class:`~qmodel.topology.Composition` of a trace-driven scenario at mean rate ``rate``
+    (below the limit, checked by the solver): the stations solved per rate class, the backlog
+    delay added, and the classes mixed by arrivals (module doc). Its ``stations`` are those at the
+    mean rate (what the reports and the binding explanation describe)."""
+    from qmodel.topology.base import Composition
+
+    law: TraceLaw = solver.resolved.arrival_law
+    topo = solver.topology
+    slo = solver.scenario.slo
+    lim, bottleneck = solver.max_stable_rate()
+    u = rate / lim
+    in_tpot = (topo.separate_prefill and bottleneck == "decode"
+               and solver.scenario.deployment.first_token_from == "prefill")
+    scale = 1.0
+    if in_tpot:
+        out = solver.resolved.lengths.output
+        scale = float(np.mean(1.0 / (out[out >= 2] - 1.0))) if np.any(out >= 2) else 0.0
+    base = topo.compose(solver, min(rate, LOAD_CAP * lim), False)
+    # the delay's finest step: the step of the law it is added to (read off the solutions, not the
+    # lazily composed laws)
+    dx = base.stations[-1].tpot.dx if in_tpot else base.stations[0].delay.dx
+    delays = backlog_delay(law, u, lim, scale, dx=dx)
+    ttfts, tpots, rows = [], [], []
+    for k, level in enumerate(law.levels):
+        rk = min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
+        c = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
+        ttft, tpot, a, b = c.ttft, c.tpot, c.ttft_attainment, c.tpot_attainment
+        d = delays[k]
+        if d is not None and not in_tpot:
+            ttft = convolve(c.ttft, d)
+            a = float(ttft.cdf(slo.ttft_s))
+        elif d is not None:
+            tpot = convolve(c.tpot, d)
+            b = float(tpot.cdf(slo.tpot_s))
+        lo, hi = topo.attainment_bounds(a, b)
+        ttfts.append(ttft)
+        tpots.append(tpot)
+        rows.append((a, b, a * b, lo, hi))
+    w = law.class_weight / law.class_weight.sum()
+    a, b, att, lo, hi = (float(np.dot(w, col)) for col in zip(*rows))
+    if laws:
+        ttft_mix, tpot_mix = mixture(ttfts, w), mixture(tpots, w)
+    else:
+        ttft_mix = LazyGridDist(lambda: mixture(ttfts, w))
+        tpot_mix = LazyGridDist(lambda: mixture(tpots, w))
+    return Composition(rate, base.stations, ttft_mix, tpot_mix, a, b, att, (lo, hi))
