@@ -99,6 +99,10 @@ class Solver:
         so computed once."""
         return self.topology.limits(self)
 
+    def station_limits(self) -> list[tuple[float, str]]:
+        """(largest stable total rate, station name) per station (computed once)."""
+        return list(self._limits)
+
     def max_stable_rate(self) -> tuple[float, str]:
         """(largest stable total rate, the station that sets it)."""
         return min(self._limits)

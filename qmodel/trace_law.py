@@ -59,7 +59,7 @@ __all__ = ["LOAD_CAP", "RATE_CLASSES", "WINDOW_GAPS", "TraceLaw", "backlog_delay
            "trace_law", "trace_law_of"]
 
 #: window length in mean inter-arrival times (see the module doc)
-WINDOW_GAPS = 300
+WINDOW_GAPS = 100
 #: most rate classes the stations are solved at per rate
 RATE_CLASSES = 8
 #: a class's stations are solved at no more than this fraction of the stability limit
@@ -131,10 +131,14 @@ def trace_law_of(path: str, format: str, jitter_seed: int | None) -> TraceLaw:
     return trace_law(np.asarray(tr.arrival_s, dtype=float))
 
 
-def fluid_backlog(law: TraceLaw, u: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(Q at each window's start, Q at its end, share of the window with Q > 0), in requests, at
-    load u = λ/λ* < 1 of the mean rate: the periodic-stationary reflected fluid (module doc)."""
-    drift = law.rel_rate - 1.0 / u  # dQ/ds in requests per mean gap
+def fluid_backlog(law: TraceLaw, u: float, rel_rate: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(Q at each window's start, Q at its end, share of the window with Q > 0, the window's mean
+    output rate over the mean rate), Q in requests, of a fluid station at load u = λ/μ < 1 of the
+    mean rate fed at ``rel_rate`` (default: the trace's windows): the periodic-stationary reflected
+    fluid (module doc). The output rate, (Q_start + r L - Q_end)/L, is what a station after it is fed."""
+    r = law.rel_rate if rel_rate is None else rel_rate
+    drift = r - 1.0 / u  # dQ/ds in requests per mean gap
     n = len(drift)
     q0, q1, busy = np.zeros(n), np.zeros(n), np.zeros(n)
     q = 0.0
@@ -147,22 +151,24 @@ def fluid_backlog(law: TraceLaw, u: float) -> tuple[np.ndarray, np.ndarray, np.n
                 busy[i] = 1.0 if end >= 0 else (q / (-d * L) if q > 0 else 0.0)
                 q1[i] = max(end, 0.0)
             q = max(end, 0.0)
-    return q0, q1, busy
+    return q0, q1, busy, (q0 + r * law.length - q1) / law.length
 
 
-def backlog_delay(law: TraceLaw, u: float, limit_per_s: float, scale: float = 1.0,
-                  dx: float = 1e-3) -> list[GridDist | None]:
-    """Per rate class, the law of the fluid backlog's extra wait (× ``scale``) of its arrivals, None
-    where no window of the class has a backlog. Within window w, a share ``busy`` of the arrivals
-    wait uniformly between Q_start/λ* and max(Q_end, 0)/λ*, the rest none; the class's law mixes
-    its windows by arrivals. The step is :func:`pow2_grid` of ``dx`` covering the longest wait in
-    :data:`_DELAY_POINTS` points; the CDF is exact at the grid points."""
-    q0, q1, busy = fluid_backlog(law, u)
+def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarray], limit_per_s: float,
+                  scale: float = 1.0, dx: float = 1e-3) -> list[GridDist | None]:
+    """Per rate class, the law of the extra wait (× ``scale``) of its arrivals behind a fluid
+    ``backlog`` (:func:`fluid_backlog`'s first three) drained at ``limit_per_s``, None where no
+    window of the class has a backlog. Within window w, a share ``busy`` of the arrivals wait
+    uniformly between min(Q_start, Q_end)/μ and max(Q_start, Q_end)/μ (from 0 when Q drains within
+    the window), the rest none; the class's law mixes its windows by arrivals. The step is
+    :func:`pow2_grid` of ``dx`` covering the longest wait in :data:`_DELAY_POINTS` points; the CDF
+    is exact at the grid points."""
+    q0, q1, busy = backlog
     c = scale / limit_per_s
     out: list[GridDist | None] = []
     for k in range(len(law.levels)):
         sel = (law.cls == k) & (busy > 0) & (np.maximum(q0, q1) > 0)
-        if not np.any(sel):
+        if not np.any(sel) or c <= 0:
             out.append(None)
             continue
         wk = law.weight[law.cls == k].sum()
@@ -179,40 +185,59 @@ def backlog_delay(law: TraceLaw, u: float, limit_per_s: float, scale: float = 1.
     return out
 
 
+def _stages(solver: Any, rate: float) -> list[tuple[float, str]]:
+    """(stage limit, metric its backlog delays: "ttft" or "tpot") in the order a request passes
+    the stages: one pool's station (TTFT); or a disaggregated deployment's prefill pool (TTFT),
+    then its link and decode pool, together, at the lower of their limits (TTFT with the first
+    token from decode, else TPOT: the backlog then waits in the handoff after token 1)."""
+    limits = solver.station_limits()
+    if not solver.topology.separate_prefill:
+        return [(min(lim for lim, _ in limits), "ttft")]
+    first = min(lim for lim, name in limits if name == "prefill")
+    rest = min((lim for lim, name in limits if name != "prefill"), default=math.inf)
+    after = "ttft" if solver.scenario.deployment.first_token_from == "decode" else "tpot"
+    return [(first, "ttft"), (rest, after)]
+
+
 def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     """The :class:`~qmodel.topology.Composition` of a trace-driven scenario at mean rate ``rate``
     (below the limit, checked by the solver): the stations solved per rate class, the backlog
-    delay added, and the classes mixed by arrivals (module doc). Its ``stations`` are those at the
-    mean rate (what the reports and the binding explanation describe)."""
+    delays of the fluid stages added (:func:`_stages`: each stage fed by the one before it), and
+    the classes mixed by arrivals (module doc). Its ``stations`` are those at the mean rate (what
+    the reports and the binding explanation describe)."""
     from qmodel.topology.base import Composition
 
     law: TraceLaw = solver.resolved.arrival_law
     topo = solver.topology
     slo = solver.scenario.slo
-    lim, bottleneck = solver.max_stable_rate()
-    u = rate / lim
-    in_tpot = (topo.separate_prefill and bottleneck == "decode"
-               and solver.scenario.deployment.first_token_from == "prefill")
-    scale = 1.0
-    if in_tpot:
-        out = solver.resolved.lengths.output
-        scale = float(np.mean(1.0 / (out[out >= 2] - 1.0))) if np.any(out >= 2) else 0.0
+    lim = solver.max_stable_rate()[0]
     base = topo.compose(solver, min(rate, LOAD_CAP * lim), False)
-    # the delay's finest step: the step of the law it is added to (read off the solutions, not the
+    out = solver.resolved.lengths.output
+    # the backlog after token 1 is spread over the L - 1 later tokens: E[1/(L - 1)] of its wait
+    per_token = float(np.mean(1.0 / (out[out >= 2] - 1.0))) if np.any(out >= 2) else 0.0
+    # each delay's finest step: that of the law it is added to (read off the solutions, not the
     # lazily composed laws)
-    dx = base.stations[-1].tpot.dx if in_tpot else base.stations[0].delay.dx
-    delays = backlog_delay(law, u, lim, scale, dx=dx)
+    step = {"ttft": base.stations[0].delay.dx, "tpot": base.stations[-1].tpot.dx}
+    delays: dict[str, list[list[GridDist]]] = {"ttft": [[] for _ in law.levels], "tpot": [[] for _ in law.levels]}
+    fed = law.rel_rate
+    for stage_lim, metric in _stages(solver, rate):
+        if not math.isfinite(stage_lim) or stage_lim <= rate:
+            continue
+        q0, q1, busy, fed = fluid_backlog(law, rate / stage_lim, fed)
+        scale = 1.0 if metric == "ttft" else per_token
+        for k, d in enumerate(backlog_delay(law, (q0, q1, busy), stage_lim, scale, dx=step[metric])):
+            if d is not None:
+                delays[metric][k].append(d)
     ttfts, tpots, rows = [], [], []
     for k, level in enumerate(law.levels):
         rk = min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
         c = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
         ttft, tpot, a, b = c.ttft, c.tpot, c.ttft_attainment, c.tpot_attainment
-        d = delays[k]
-        if d is not None and not in_tpot:
-            ttft = convolve(c.ttft, d)
+        if delays["ttft"][k]:
+            ttft = convolve(c.ttft, *delays["ttft"][k])
             a = float(ttft.cdf(slo.ttft_s))
-        elif d is not None:
-            tpot = convolve(c.tpot, d)
+        if delays["tpot"][k]:
+            tpot = convolve(c.tpot, *delays["tpot"][k])
             b = float(tpot.cdf(slo.tpot_s))
         lo, hi = topo.attainment_bounds(a, b)
         ttfts.append(ttft)
