@@ -32,12 +32,16 @@ overloaded periods, the PSFFA of Massey & Whitt; docs/methods.md "Trace arrivals
   Q/λ* more: within a window the backlog is linear in time and arrivals are uniform in time, so
   its extra wait is uniform on [Q_start, Q_end]/λ*, with an atom at 0 for the share of the
   window after Q drains (:func:`backlog_delay`).
-* **Mixture**: class k's TTFT is the stations' TTFT at its rate ⊕ the backlog delay of its
-  windows (independent), its TPOT the stations' TPOT (when the decode pool is the bottleneck of
-  a disaggregated deployment with the first token from prefill, the backlog waits in the decode
-  admission and is spread over the L - 1 later tokens: the delay times E[1/(L - 1)] goes to
-  TPOT instead). TTFT and TPOT laws are the arrival-weighted mixtures over classes; attainment,
-  its bracket and the per-metric attainments are the arrival-weighted means of the classes'.
+* **Stages** (:func:`_stages`): the backlog sits at the station that cannot keep up. One pool is
+  one stage; a disaggregated deployment has two, its prefill pool, then its link and decode pool
+  at the lower of their limits, fed what the prefill stage passes on (window by window). The
+  first stage's wait adds to TTFT; the second's too with the first token from decode, else it
+  waits in the decode admission after token 1 and enters TPOT through the handoff, spread over
+  each request's L - 1 later tokens as the topology spreads the handoff.
+* **Mixture**: class k's TTFT (TPOT) is the stations' at its rate with its windows' backlog waits
+  added (independent; FFT). TTFT and TPOT laws are the arrival-weighted mixtures over classes;
+  attainment, its bracket and the per-metric attainments are the arrival-weighted means of the
+  classes'.
 
 The long-run stability limit is the mean rate's (``Solver.max_stable_rate``): below it the backlog
 of every overloaded window drains within the period; for a finite run of the trace the answer is
@@ -46,6 +50,7 @@ that of its periodic repetition, the replay's reading (validation/synth.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -155,8 +160,8 @@ def fluid_backlog(law: TraceLaw, u: float, rel_rate: np.ndarray | None = None,
 
 
 def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarray], limit_per_s: float,
-                  scale: float = 1.0, dx: float = 1e-3) -> list[GridDist | None]:
-    """Per rate class, the law of the extra wait (× ``scale``) of its arrivals behind a fluid
+                  dx: float = 1e-3) -> list[GridDist | None]:
+    """Per rate class, the law of the extra wait of its arrivals behind a fluid
     ``backlog`` (:func:`fluid_backlog`'s first three) drained at ``limit_per_s``, None where no
     window of the class has a backlog. Within window w, a share ``busy`` of the arrivals wait
     uniformly between min(Q_start, Q_end)/μ and max(Q_start, Q_end)/μ (from 0 when Q drains within
@@ -164,7 +169,7 @@ def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarr
     :func:`pow2_grid` of ``dx`` covering the longest wait in :data:`_DELAY_POINTS` points; the CDF
     is exact at the grid points."""
     q0, q1, busy = backlog
-    c = scale / limit_per_s
+    c = 1.0 / limit_per_s
     out: list[GridDist | None] = []
     for k in range(len(law.levels)):
         sel = (law.cls == k) & (busy > 0) & (np.maximum(q0, q1) > 0)
@@ -186,16 +191,16 @@ def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def _stages(solver: Any, rate: float) -> list[tuple[float, str]]:
-    """(stage limit, metric its backlog delays: "ttft" or "tpot") in the order a request passes
+    """(stage limit, where its backlog waits: "ttft" or "handoff") in the order a request passes
     the stages: one pool's station (TTFT); or a disaggregated deployment's prefill pool (TTFT),
     then its link and decode pool, together, at the lower of their limits (TTFT with the first
-    token from decode, else TPOT: the backlog then waits in the handoff after token 1)."""
+    token from decode; else the handoff after token 1, which TPOT spreads over L - 1 tokens)."""
     limits = solver.station_limits()
     if not solver.topology.separate_prefill:
         return [(min(lim for lim, _ in limits), "ttft")]
     first = min(lim for lim, name in limits if name == "prefill")
     rest = min((lim for lim, name in limits if name != "prefill"), default=math.inf)
-    after = "ttft" if solver.scenario.deployment.first_token_from == "decode" else "tpot"
+    after = "ttft" if solver.scenario.deployment.first_token_from == "decode" else "handoff"
     return [(first, "ttft"), (rest, after)]
 
 
@@ -212,20 +217,16 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     slo = solver.scenario.slo
     lim = solver.max_stable_rate()[0]
     base = topo.compose(solver, min(rate, LOAD_CAP * lim), False)
-    out = solver.resolved.lengths.output
-    # the backlog after token 1 is spread over the L - 1 later tokens: E[1/(L - 1)] of its wait
-    per_token = float(np.mean(1.0 / (out[out >= 2] - 1.0))) if np.any(out >= 2) else 0.0
-    # each delay's finest step: that of the law it is added to (read off the solutions, not the
+    # each delay's finest step: that of the wait it is added to (read off the solutions, not the
     # lazily composed laws)
-    step = {"ttft": base.stations[0].delay.dx, "tpot": base.stations[-1].tpot.dx}
-    delays: dict[str, list[list[GridDist]]] = {"ttft": [[] for _ in law.levels], "tpot": [[] for _ in law.levels]}
+    step = {"ttft": base.stations[0].delay.dx, "handoff": (base.stations[-1].wait or base.stations[-1].delay).dx}
+    delays: dict[str, list[list[GridDist]]] = {"ttft": [[] for _ in law.levels], "handoff": [[] for _ in law.levels]}
     fed = law.rel_rate
     for stage_lim, metric in _stages(solver, rate):
         if not math.isfinite(stage_lim) or stage_lim <= rate:
             continue
         q0, q1, busy, fed = fluid_backlog(law, rate / stage_lim, fed)
-        scale = 1.0 if metric == "ttft" else per_token
-        for k, d in enumerate(backlog_delay(law, (q0, q1, busy), stage_lim, scale, dx=step[metric])):
+        for k, d in enumerate(backlog_delay(law, (q0, q1, busy), stage_lim, dx=step[metric])):
             if d is not None:
                 delays[metric][k].append(d)
     ttfts, tpots, rows = [], [], []
@@ -236,8 +237,13 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
         if delays["ttft"][k]:
             ttft = convolve(c.ttft, *delays["ttft"][k])
             a = float(ttft.cdf(slo.ttft_s))
-        if delays["tpot"][k]:
-            tpot = convolve(c.tpot, *delays["tpot"][k])
+        if delays["handoff"][k]:
+            # the backlog waits in the decode admission, after token 1: the handoff's wait, spread
+            # over each request's L - 1 later tokens as the topology spreads it
+            sp, st, sd = c.stations
+            sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *delays["handoff"][k]))
+            terms = solver.latency_terms(sp, st, sd)[1]
+            tpot = convolve(*terms) if len(terms) > 1 else terms[0]
             b = float(tpot.cdf(slo.tpot_s))
         lo, hi = topo.attainment_bounds(a, b)
         ttfts.append(ttft)

@@ -115,7 +115,7 @@ class _MM1Topology:
         F = 1.0 - np.exp(-a * self.dx * np.arange(n))
         ttft = GridDist.from_cdf_values(F, self.dx, 1.0 / a, tail_rate=a, continuous=True)
         tpot = GridDist.point(0.01, self.dx)
-        st = SimpleNamespace(delay=ttft, tpot=tpot, name="mm1")
+        st = SimpleNamespace(delay=ttft, wait=None, tpot=tpot, name="mm1")
         x = solver.scenario.slo.ttft_s
         at = float(ttft.cdf(x))
         return Composition(rate, [st], ttft, tpot, at, 1.0, at, (at, at))
