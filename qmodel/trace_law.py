@@ -51,7 +51,6 @@ that of its periodic repetition, the replay's reading (validation/synth.py).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -126,14 +125,22 @@ def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: 
     return TraceLaw(r, length, weight, ca2, cls, levels, cw)
 
 
-@functools.lru_cache(maxsize=16)
 def trace_law_of(path: str, format: str, jitter_seed: int | None) -> TraceLaw:
-    """:func:`trace_law` of a trace file's arrivals (cached: the planner and goodput resolve the
-    same trace many times)."""
+    """:func:`trace_law` of a trace file's arrivals, cached by the trace's content (the loader
+    caches the file by name, time and size; the planner and goodput resolve one trace many times)."""
     from qmodel.validation.traces import load_trace, require_arrivals
 
     tr = require_arrivals(load_trace(path, format, jitter_seed=jitter_seed))
-    return trace_law(np.asarray(tr.arrival_s, dtype=float))
+    law = _LAWS.get(tr.sha256)
+    if law is None:
+        law = _LAWS[tr.sha256] = trace_law(np.asarray(tr.arrival_s, dtype=float))
+        while len(_LAWS) > 16:
+            _LAWS.pop(next(iter(_LAWS)))
+    return law
+
+
+#: trace laws by the trace's sha256 (oldest dropped first)
+_LAWS: dict[str, TraceLaw] = {}
 
 
 def fluid_backlog(law: TraceLaw, u: float, rel_rate: np.ndarray | None = None,

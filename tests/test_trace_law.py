@@ -195,3 +195,44 @@ def test_azure_conversation_example_against_the_replay():
 
 
 BAND = {"ttft_p90": 0.30, "ttft_p99": 0.30, "tpot_p90": 0.05}
+
+
+def _trace_scenario(tmp_path, kind: str = "trace"):
+    """llama3-8b-colocated-h100 fed a hand-built trace: 1,000 arrivals at 3 req/s, then 1,000 at
+    1 req/s, evenly spaced (or, with ``kind="poisson"``, Poisson arrivals at the trace's mean rate)."""
+    from qmodel.source import as_scenario
+
+    t = np.concatenate([np.arange(1000) / 3.0, 1000 / 3.0 + np.arange(1000) / 1.0])
+    p = tmp_path / "two_rate.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{x:.6f},512,128\n" for x in t))
+    sc = as_scenario("examples/llama3-8b-colocated-h100.yaml")
+    rate = 1999 / t[-1]
+    arrivals = {"kind": "trace", "path": str(p), "format": "qmodel"} if kind == "trace" else {"kind": "poisson", "rate_per_s": rate}
+    return sc.model_copy(update={"workload": sc.workload.model_validate(
+        {"arrivals": arrivals, "lengths": {"kind": "fixed", "prompt_tokens": 512, "output_tokens": 128}})})
+
+
+def test_trace_scenario_end_to_end(tmp_path):
+    """Through the solver: the limit is the mean rate's (the renewal scenario's), every rate below
+    it answers (no NumericalError near the limit; the backlog is a closed form), the answer grows
+    with the load, and the one goodput search runs on it."""
+    from qmodel.goodput import goodput
+    from qmodel.solver import Solver
+
+    s = Solver(_trace_scenario(tmp_path))
+    law = s.resolved.arrival_law
+    # evenly spaced in each window (times written to 1 us)
+    assert law is not None and s.resolved.ca2 == pytest.approx(0.0, abs=1e-9)
+    assert s.max_stable_rate() == Solver(_trace_scenario(tmp_path, "poisson")).max_stable_rate()
+    lim = s.max_stable_rate()[0]
+    p99 = []
+    for u in (0.3, 0.6, 0.9, 0.999):
+        r = s.solve(u * lim)
+        assert all(math.isfinite(v) for v in (r.ttft.mean, r.ttft.p99, r.tpot.p99, r.attainment))
+        assert 0.0 <= r.attainment_bounds[0] <= r.attainment <= r.attainment_bounds[1] + 1e-12 <= 1.0 + 1e-12
+        p99.append(r.ttft.p99)
+    assert p99 == sorted(p99)
+    # above 2/3 of the limit the 3 req/s half (1.5x the mean) overloads: a backlog of minutes
+    assert p99[-1] > 10 * p99[0]
+    g = goodput(_trace_scenario(tmp_path))
+    assert 0.0 < g.goodput_rps < lim
