@@ -19,8 +19,8 @@ overloaded periods, the PSFFA of Massey & Whitt; docs/methods.md "Trace arrivals
   gaps is about ρ/(1 - √ρ)² whatever the server count (M/M/c, Whitt): 342 at ρ = 0.9, 72 at
   0.8, so windows of 300 gaps let the stations relax within a window up to the load cap,
   while the conversation trace's drift (minutes, ~300 arrivals a minute) is still resolved.
-* **Rate classes**: the windows' rates are binned into at most :data:`RATE_CLASSES` classes of
-  equal width in r; a class's rate is its windows' arrival-weighted mean r. At mean rate λ
+* **Rate classes**: one per distinct window rate if there are at most :data:`RATE_CLASSES`, else
+  the windows' rates are binned into that many classes of equal width in r; a class's rate is its windows' arrival-weighted mean r. At mean rate λ
   the stations are solved once per class, at min(λ r_k, :data:`LOAD_CAP`·λ*) (λ* the
   stability limit): above the cap a window's stationary answer would not be reached in it.
 * **Fluid backlog** (:func:`fluid_backlog`): where λ r_w exceeds λ* the excess queues,
@@ -114,10 +114,13 @@ def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: 
     if np.any(ok) and np.all(mean_g[ww[ok]] > 0):
         ca2 = float(np.mean((gw[ok] / mean_g[ww[ok]] - 1.0) ** 2))
     ca2 = min(max(ca2, 0.0), ca2_cap)
-    # rate classes: equal-width bins of r, empty ones dropped
+    # rate classes: one per distinct rate if there are at most `classes`, else equal-width bins of r
+    # (empty ones dropped)
     lo, hi = float(r.min()), float(r.max())
-    k = len(r) if len(r) <= classes else classes
-    raw = np.zeros(len(r), dtype=np.int64) if hi <= lo else np.minimum(((r - lo) / (hi - lo) * k).astype(np.int64), k - 1)
+    if len(np.unique(r)) <= classes:
+        raw = r  # one class per distinct window rate
+    else:
+        raw = np.minimum(((r - lo) / (hi - lo) * classes).astype(np.int64), classes - 1)
     used, cls = np.unique(raw, return_inverse=True)
     weight = n / m
     cw = np.bincount(cls, weights=weight, minlength=len(used))
