@@ -24,6 +24,7 @@ from qmodel.registry import load_catalog
 from qmodel.scenario import (DecodePool, Deployment, DisaggregatedDeployment, EmpiricalLengths, PerfModel, PoolConfig,
                              PrefixTraceHashes, RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
+from qmodel.trace_law import TraceLaw, trace_law_of
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
 if TYPE_CHECKING:  # the replay's trace type; build imports the validation package only when a trace is read
@@ -65,6 +66,8 @@ class WorkloadParts:
     base_rate_per_s: float | None
     ca2: float
     warnings: tuple[str, ...]
+    #: a trace's windows and rate classes (:mod:`qmodel.trace_law`); None for other arrivals
+    arrival_law: TraceLaw | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class Resolved:
     link_bandwidth_bytes_per_s: float | None  # effective (after efficiency) per path
     kv_bytes_per_token: float  # on the link: the prefill pool's KV dtype (colocated/chunked: the pool's)
     warnings: tuple[str, ...] = ()
+    #: trace arrivals' windows and rate classes (:mod:`qmodel.trace_law`): the solver mixes its
+    #: answer over them; None for renewal arrivals
+    arrival_law: TraceLaw | None = None
 
     @property
     def gpus(self) -> int:
@@ -235,7 +241,7 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     if isinstance(scenario.workload.prefix_cache, PrefixTraceHashes):
         uncached = trace_hash_uncached(scenario, w.lengths, sender)
     return Resolved(scenario, model, w.lengths, uncached, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools))
+                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools), w.arrival_law)
 
 
 def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
@@ -257,7 +263,8 @@ def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[s
 
 
 def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
-    """The length mix fitted to the context, uncached prompt tokens, rate, arrival SCV and warnings."""
+    """The length mix fitted to the context, uncached prompt tokens, rate, arrival SCV, warnings and,
+    for trace arrivals, the trace's windows (:func:`qmodel.trace_law.trace_law_of`)."""
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
     p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
@@ -276,9 +283,14 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
     if rate is not None and not np.isfinite(rate):
         raise InputError("workload.arrivals", getattr(scenario.workload.arrivals, "path", "trace"),
                          "the trace needs at least two arrivals at distinct times")
-    if isinstance(scenario.workload.arrivals, TraceArrivals) and ca2 > 400:
-        ca2 = 400.0  # beyond this a renewal SCV no longer describes the trace; the replay is the referee
-    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings))
+    law = None
+    a = scenario.workload.arrivals
+    if isinstance(a, TraceArrivals):
+        # a trace is read as windows of its own rate (qmodel.trace_law); the stations take the
+        # gap SCV within a window, not the whole trace's (whose drift and bursts the windows hold)
+        law = trace_law_of(a.path, a.format, a.jitter_seed)
+        ca2 = law.ca2
+    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings), law)
 
 
 def prefix_law(scenario: Scenario, mix: LengthMix) -> tuple[LengthMix, np.ndarray]:

@@ -172,6 +172,11 @@ class Topology(ABC):
         """The stations solved at ``rate`` (already checked stable) and composed (see
         :meth:`qmodel.solver.Solver.compose` for ``laws``)."""
 
+    def attainment_bounds(self, a: float, b: float) -> tuple[float, float]:
+        """The bracket of A = P(TTFT <= x, TPOT <= y) from its margins a and b whatever their
+        dependence (Fréchet): max(0, a + b - 1) <= A <= min(a, b)."""
+        return max(0.0, a + b - 1.0), min(a, b)
+
     def binding_part(self, solver: Any, c: Composition, metric: str) -> str | None:
         """The largest part of ``metric`` ("TTFT" or "TPOT") at ``c`` in words, where this shape
         can split the metric into parts (None: the station's own account stands)."""

@@ -208,7 +208,7 @@ class DisaggregatedTopology(Topology):
             b = sum_cdf(tpot_terms, slo.tpot_s)
             ttft = LazyGridDist(lambda: convolve(*ttft_terms))
             tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
-        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, (max(0.0, a + b - 1.0), min(a, b)))
+        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))
 
     def latency_terms(self, solver: Any, sp: StationSolution, st: StationSolution,
                       sd: StationSolution) -> tuple[list[GridDist], list[GridDist]]:

@@ -50,7 +50,11 @@ class SinglePoolTopology(Topology):
         s = solver.station(self.name).solve(rate)
         a = float(s.delay.cdf(slo.ttft_s))
         b = float(s.tpot.cdf(slo.tpot_s))
-        return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, (a * b, min(a, b)))
+        return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, self.attainment_bounds(a, b))
+
+    def attainment_bounds(self, a: float, b: float) -> tuple[float, float]:
+        """TTFT and TPOT on the same GPUs are positively associated: a·b <= A <= min(a, b)."""
+        return a * b, min(a, b)
 
     def station_keys(self, plan: Any) -> dict[str, tuple]:
         f, d = plan.family, plan.decode
