@@ -29,8 +29,9 @@ the formulas they plug into):
   without one, A100's, has power-law rows: the uniform-routing count), not the served-traffic count.
 
 The per-step framework overhead (``--points``: AIC static step estimates from
-``benchmarks/_aic_points.py``) is the median of measured minus modelled-without-overhead step time
-per phase and architecture, floored at 0.
+``benchmarks/_aic_points.py``) is fitted per phase and architecture by non-negative least squares
+on the relative error of the composed steps of every model (:func:`fit_overheads`), so a kernel
+curve's refit moves them too.
 """
 
 from __future__ import annotations
