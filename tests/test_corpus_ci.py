@@ -62,11 +62,21 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99
 #: -> +0.168/+0.282/+0.459): all TTFT p90 median 0.3113 -> 0.2915, all attainment median 0.0715 ->
 #: 0.0707, disaggregated TTFT p50 p90 0.5153 -> 0.1665, TTFT p99 median/p90 0.3337/1.0769 ->
 #: 0.3288/1.0286, attainment median 0.1133 -> 0.0952. No cell rose.
+#: Re-measured when the MoE curve was refitted with its kernel table's own routing count and every
+#: architecture's overhead terms with it (issue 17; stations unchanged; 20 of the 36 scenarios move),
+#: by the L40S rule above: 20 cells that fell are lowered (e.g. all TPOT p90 p90 0.5900 -> 0.5786,
+#: TTFT p50 p90 2.1225 -> 2.0983; chunked TPOT p90 median 0.0431 -> 0.0400; disaggregated TPOT p99
+#: p90 6.1509 -> 6.1155), cells that rose within their allowance keep their value, and the two past
+#: it take the new value. Both are one scenario, c0033 (gpt-oss-20b, chunked, 4 x H200, 0.82 of the
+#: limit): all TPOT p50 p90 0.2362 -> 0.2448, its TPOT p50 error -26.2% -> -27.9% (solver -0.2%,
+#: replay +2.2%: the chunked station's existing TPOT under-read on this MoE scenario), and chunked
+#: TPOT p99 median 0.1197 -> 0.1495, a median of 12 across a gap moved by c0033's TPOT p99 error
+#: +14.7% -> +26.7% (solver +0.7%, replay p99 -8.8% against its own two-seed noise of 8.2%).
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.1436, 2.1225), "ttft_p90": (0.2915, 1.0919), "ttft_p99": (0.3497, 1.1372), "tpot_p50": (0.0152, 0.2362), "tpot_p90": (0.0475, 0.5900), "tpot_p99": (0.1185, 0.9424), "attainment": (0.0707, 0.2671)},
-    "chunked": {"ttft_p50": (0.1641, 2.6574), "ttft_p90": (0.3709, 1.0836), "ttft_p99": (0.3520, 1.0973), "tpot_p50": (0.0160, 0.0932), "tpot_p90": (0.0431, 0.5636), "tpot_p99": (0.1197, 0.2821), "attainment": (0.0715, 0.1931)},
-    "colocated": {"ttft_p50": (0.3655, 1.4338), "ttft_p90": (0.3264, 1.0043), "ttft_p99": (0.3497, 1.0739), "tpot_p50": (0.0212, 0.0763), "tpot_p90": (0.0415, 0.3492), "tpot_p99": (0.1310, 0.7920), "attainment": (0.0438, 0.2704)},
-    "disaggregated": {"ttft_p50": (0.0782, 0.1665), "ttft_p90": (0.0980, 0.9511), "ttft_p99": (0.3288, 1.0286), "tpot_p50": (0.0097, 0.5227), "tpot_p90": (0.0660, 2.1794), "tpot_p99": (0.0983, 6.1509), "attainment": (0.0952, 0.2761)},
+    "all": {"ttft_p50": (0.1436, 2.0983), "ttft_p90": (0.2915, 1.0889), "ttft_p99": (0.3497, 1.1370), "tpot_p50": (0.0140, 0.2448), "tpot_p90": (0.0475, 0.5786), "tpot_p99": (0.1185, 0.9424), "attainment": (0.0707, 0.2671)},
+    "chunked": {"ttft_p50": (0.1641, 2.6574), "ttft_p90": (0.3709, 1.0836), "ttft_p99": (0.3494, 1.0973), "tpot_p50": (0.0146, 0.0931), "tpot_p90": (0.0400, 0.5526), "tpot_p99": (0.1495, 0.2814), "attainment": (0.0715, 0.1910)},
+    "colocated": {"ttft_p50": (0.3655, 1.3903), "ttft_p90": (0.3264, 0.9989), "ttft_p99": (0.3497, 1.0735), "tpot_p50": (0.0212, 0.0763), "tpot_p90": (0.0415, 0.3492), "tpot_p99": (0.1310, 0.7920), "attainment": (0.0438, 0.2704)},
+    "disaggregated": {"ttft_p50": (0.0763, 0.1651), "ttft_p90": (0.0980, 0.9511), "ttft_p99": (0.3246, 1.0286), "tpot_p50": (0.0083, 0.5227), "tpot_p90": (0.0660, 2.1794), "tpot_p99": (0.0983, 6.1155), "attainment": (0.0952, 0.2761)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit
 #: that raises: docs/validation.md, "Generated corpus")
