@@ -129,7 +129,8 @@ from qmodel.stations.colocated_ttft import ColocatedTTFT
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_period_stalls, compound_poisson_pmf,
                                               decode_residual, n_nodes, stall_tpot)
-from qmodel.stations.iteration_waits import add_arrivals_during, batch_wait, burst_batch_mean, burst_increment
+from qmodel.stations.iteration_waits import (add_arrivals_during, batch_wait, burst_batch_mean, burst_increment,
+                                             burst_members)
 from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
@@ -296,8 +297,14 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
             dec = decode_residual(gd, wd, 1.0 - rho_p, busy_frac, dxs)
 
+            # least_loaded pools: the burst-mates are not dealt out one per instance in turn (the dispatch
+            # weighs outstanding tokens, decode residents' included); they share the request's iteration
+            # as a random split does, added below as independent of the wait (burst_members)
+            pooled = ll and self.instances > 1
+
             def burst(mb: float) -> tuple[GridDist, GridDist]:
-                w_b = convolve(batch_wait(grid.own, dxs, rho_p, mb, c_ll, member=marginal, sides=1), dec)
+                w_b = convolve(batch_wait(grid.own, dxs, rho_p, mb, c_ll, member=marginal,
+                                          sides=0 if pooled else 1), dec)
                 # Prompts arriving while the request waits join its batch (FCFS order puts the earlier
                 # ones in W already): given W = w, K ~ Poisson(lam w), each adding its marginal cost.
                 return w_b, convolve(add_arrivals_during(w_b, lam, marginal, grid.mean_marginal_s, dxs), grid.own_law)
@@ -311,6 +318,9 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             wm, tm = burst(m_burst)
             ttft = burst_increment(ttft, tm, t1)
             wait = burst_increment(wait, wm, w1)
+            if pooled:
+                ttft = convolve(ttft, burst_members(marginal, dxs, m_burst, 1.0 / self.instances,
+                                                    join_prob=1.0 - float(wait.pmf[0])))
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
         # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent
         if kbar > k_fp:

@@ -17,7 +17,8 @@ import numpy as np
 from qmodel.dist import GridDist, convolve, fast_len as _fast_len
 from qmodel.stations.iteration_stalls import split_pmf
 
-__all__ = ["burst_increment", "pk_wait", "equilibrium_residual", "win_against", "poisson_sf", "add_arrivals_during", "jsq_wait", "renewal_excess", "burst_batch_mean", "batch_wait"]
+__all__ = ["burst_increment", "pk_wait", "equilibrium_residual", "win_against", "poisson_sf", "add_arrivals_during", "jsq_wait", "renewal_excess", "burst_batch_mean", "batch_wait",
+           "burst_members"]
 
 _INCREMENT_POINTS = 8192
 
@@ -385,3 +386,30 @@ def batch_wait(service: np.ndarray, dx: float, rho: float, m: float, c: int,
     ahead = np.clip(np.fft.irfft(((1.0 - qc) / (1.0 - qc * phi_m)) ** sides, size), 0.0, None)
     mean_a = sides * qc / (1.0 - qc) * em
     return convolve(wb, GridDist(dx, ahead / ahead.sum(), mean_a, exact=False))
+
+
+def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_prob: float = 1.0) -> GridDist:
+    """Cost the tagged request's burst-mates add to its prefill iteration (geometric bursts of mean m).
+
+    The burst has J_a members ahead of the tagged one and J_b behind, each Geometric_0(q), q = 1 - 1/m
+    (a geometric batch seen from a random member), independent. Each member goes to the tagged one's
+    instance with probability ``share``, independently: the count there on each side is the thinned
+    geometric, Geometric_0(q_s) with q_s = q s / (1 - q + q s) (mean s (m - 1)). With probability
+    ``join_prob`` (the instance is busy when the burst comes, so no member starts alone) both sides
+    share the iteration, each adding the marginal cost ``member`` (pmf on dx):
+    pgf of the added cost 1 - p + p ((1 - q_s) / (1 - q_s phi_M))^2.
+    """
+    q = 1.0 - 1.0 / max(m, 1.0)
+    qs = q * share / (1.0 - q + q * share)
+    k = np.arange(len(member))
+    em = float(np.dot(k, member)) * dx
+    sd_m = math.sqrt(max(float(np.dot(k * k, member)) * dx * dx - em * em, 0.0))
+    mean_n = 2.0 * qs / (1.0 - qs)
+    # room for the count's mean + 14 sd (negative binomial: variance mean (1 + mean / 2)) at the largest member
+    n_hi = mean_n + 14.0 * math.sqrt(mean_n * (1.0 + mean_n / 2.0)) + 2.0
+    size = _fast_len(int(n_hi * (em + 4.0 * sd_m) / dx) + 2 * len(member) + 2)
+    phi = np.fft.rfft(member, size)
+    pmf = np.clip(np.fft.irfft(((1.0 - qs) / (1.0 - qs * phi)) ** 2, size), 0.0, None)
+    pmf *= join_prob / pmf.sum()
+    pmf[0] += 1.0 - join_prob
+    return GridDist(dx, pmf, join_prob * mean_n * em, exact=False)
