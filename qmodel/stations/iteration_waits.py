@@ -405,8 +405,8 @@ def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_pr
     em = float(np.dot(k, member)) * dx
     sd_m = math.sqrt(max(float(np.dot(k * k, member)) * dx * dx - em * em, 0.0))
     mean_n = 2.0 * qs / (1.0 - qs)
-    # room for the count's mean + 14 sd (negative binomial: variance mean (1 + mean / 2)) at the largest member
-    n_hi = mean_n + 14.0 * math.sqrt(mean_n * (1.0 + mean_n / 2.0)) + 2.0
+    # room for counts up to n_hi, past which the negative binomial's tail (n + 1) q_s^n is below 1e-15
+    n_hi = 4.0 + (math.log(1e-15) / math.log(qs) * 1.2 if qs > 0 else 0.0)
     size = _fast_len(int(n_hi * (em + 4.0 * sd_m) / dx) + 2 * len(member) + 2)
     phi = np.fft.rfft(member, size)
     pmf = np.clip(np.fft.irfft(((1.0 - qs) / (1.0 - qs * phi)) ** 2, size), 0.0, None)

@@ -1,0 +1,78 @@
+"""Bursty arrivals at least_loaded / jsq colocated pools: the burst-mates that share the request's
+prefill iteration (qmodel.stations.iteration_waits.burst_members) and the pool's TTFT against the
+replay at Gamma cv 2 (docs/validation.md, "Bursty arrivals at least_loaded / jsq pools")."""
+
+import numpy as np
+import pytest
+
+from qmodel.stations.iteration_waits import burst_members
+
+
+def test_burst_members_unthinned_is_two_geometric_counts():
+    # share 1, join 1: the count is J_a + J_b, two independent Geometric_0(q), q = 1 - 1/m, i.e.
+    # NegBin(2, 1 - q): P(K = k) = (k + 1) (1 - q)^2 q^k; each member costs exactly 3 grid steps.
+    from scipy.stats import nbinom
+
+    m = 2.5
+    q = 1.0 - 1.0 / m
+    member = np.zeros(4)
+    member[3] = 1.0
+    out = burst_members(member, 0.5, m, 1.0)
+    for k, pk in enumerate(nbinom.pmf(np.arange(20), 2, 1.0 - q)):
+        assert out.pmf[3 * k] == pytest.approx(pk, abs=1e-12)
+    assert out.mean_s == pytest.approx(2.0 * (m - 1.0) * 1.5, rel=1e-12)  # E[K] = 2 (m - 1), 1.5 s each
+
+
+def test_burst_members_thinned_and_joined():
+    # share s: each side Geometric_0(q_s), q_s = q s / (1 - q + q s), mean s (m - 1) (a thinned geometric);
+    # join_prob p: the law is (1 - p) delta_0 + p (the joined law)
+    from scipy.stats import nbinom
+
+    m, s, p = 3.0, 0.5, 0.6
+    q = 1.0 - 1.0 / m
+    qs = q * s / (1.0 - q + q * s)
+    member = np.zeros(3)
+    member[2] = 1.0
+    out = burst_members(member, 1.0, m, s, join_prob=p)
+    probs = p * nbinom.pmf(np.arange(20), 2, 1.0 - qs)
+    probs[0] += 1.0 - p
+    for k, pk in enumerate(probs):
+        assert out.pmf[2 * k] == pytest.approx(pk, abs=1e-12)
+    assert out.mean_s == pytest.approx(p * 2.0 * s * (m - 1.0) * 2.0, rel=1e-12)
+    assert out.pmf.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("dispatch, u, bands", [
+    ("least_loaded", 0.5, {"ttft_p50": (-0.08, 0.08), "ttft_p90": (0.0, 0.16), "ttft_p99": (0.12, 0.28)}),
+    ("jsq", 0.7, {"ttft_p50": (-0.02, 0.14), "ttft_p90": (-0.06, 0.10), "ttft_p99": (-0.12, 0.04)}),
+])
+def test_bursty_pool_ttft_against_replay(dispatch, u, bands):
+    # The suite's colocated-llama8b-h100 (two llama-3.1-8b/H100 engines, the catalog's Azure conv preset),
+    # Gamma cv 2 arrivals at u of the limit, 2 seeds x 20000 requests of the bundled replay. Measured
+    # (benchmarks/burst_pools.py): least_loaded at 0.5 p50/p90/p99 +0.0/+8.0/+19.7%, jsq at 0.7
+    # +6.1/+1.9/-3.9%; before the burst-mates were counted (they were dealt one per instance, ahead
+    # only) -30.7/-12.3/+8.6% and -24.6/-12.0/-7.7%. Bands: the measured error +-8% (the two seeds'
+    # quantiles differ by 1-7% at these loads).
+    import copy
+
+    from qmodel.scenario import parse_scenario
+    from qmodel.solver import Solver
+    from qmodel.validation.harness import latency_metrics
+    from qmodel.validation.replay import replay
+    from qmodel.validation.suites import CONFIGS, length_source
+
+    cfg = CONFIGS["colocated-llama8b-h100"]
+    dep = copy.deepcopy(cfg.deployment)
+    dep["pool"]["dispatch"] = dispatch
+    sc = parse_scenario({"name": "bursty-pool", "model": cfg.model,
+                         "workload": {"arrivals": {"kind": "gamma", "cv": 2.0, "rate_per_s": 1.0},
+                                      "lengths": length_source(cfg.mix, False)},
+                         "slo": cfg.slo, "deployment": dep, "perf": cfg.perf}, source="test")
+    solver = Solver(sc)
+    rate = u * solver.max_stable_rate()[0]
+    r = solver.solve(rate)
+    rep = [latency_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=seed)) for seed in (1, 2)]
+    for key, model in (("ttft_p50", r.ttft.p50), ("ttft_p90", r.ttft.p90), ("ttft_p99", r.ttft.p99)):
+        err = model / float(np.mean([m[key] for m in rep])) - 1.0
+        lo, hi = bands[key]
+        assert lo <= err <= hi, (key, err)
