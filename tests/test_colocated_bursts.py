@@ -24,21 +24,28 @@ def test_burst_members_unthinned_is_two_geometric_counts():
 
 
 def test_burst_members_thinned_and_joined():
-    # share s: each side Geometric_0(q_s), q_s = q s / (1 - q + q s), mean s (m - 1) (a thinned geometric);
-    # join_prob p: the law is (1 - p) delta_0 + p (the joined law)
+    # share s: each side Geometric_0(q_s), q_s = q s / (1 - q + q s), mean s (m - 1) (a thinned geometric),
+    # N = J_a + J_b ~ NegBin(2, 1 - q_s). Busy instance (join_prob p): N marginal costs. Idle (1 - p):
+    # nothing with no member ahead (1 - q_s), else the first member's whole iteration F, then N' ~ N.
     from scipy.stats import nbinom
 
     m, s, p = 3.0, 0.5, 0.6
     q = 1.0 - 1.0 / m
     qs = q * s / (1.0 - q + q * s)
     member = np.zeros(3)
-    member[2] = 1.0
-    out = burst_members(member, 1.0, m, s, join_prob=p)
-    probs = p * nbinom.pmf(np.arange(20), 2, 1.0 - qs)
-    probs[0] += 1.0 - p
-    for k, pk in enumerate(probs):
-        assert out.pmf[2 * k] == pytest.approx(pk, abs=1e-12)
-    assert out.mean_s == pytest.approx(p * 2.0 * s * (m - 1.0) * 2.0, rel=1e-12)
+    member[2] = 1.0  # each co-batched member adds 2 s
+    first = np.zeros(6)
+    first[5] = 1.0  # the first member's lone iteration: 5 s
+    out = burst_members(member, 1.0, m, s, join_prob=p, first=first)
+    nb = nbinom.pmf(np.arange(60), 2, 1.0 - qs)
+    probs = np.zeros(125)
+    probs[0:120:2] += p * nb
+    probs[0] += (1.0 - p) * (1.0 - qs)
+    probs[5:125:2] += (1.0 - p) * qs * nb
+    assert np.allclose(out.pmf[:100], probs[:100], atol=1e-12, rtol=0)
+    mean_n = 2.0 * qs / (1.0 - qs)
+    assert out.mean_s == pytest.approx(p * mean_n * 2.0 + (1.0 - p) * qs * (5.0 + mean_n * 2.0), rel=1e-12)
+    assert float(np.dot(np.arange(out.n), out.pmf)) == pytest.approx(out.mean_s, rel=1e-9)
     assert out.pmf.sum() == pytest.approx(1.0, abs=1e-12)
 
 

@@ -388,28 +388,44 @@ def batch_wait(service: np.ndarray, dx: float, rho: float, m: float, c: int,
     return convolve(wb, GridDist(dx, ahead / ahead.sum(), mean_a, exact=False))
 
 
-def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_prob: float = 1.0) -> GridDist:
-    """Cost the tagged request's burst-mates add to its prefill iteration (geometric bursts of mean m).
+def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_prob: float = 1.0,
+                  first: np.ndarray | None = None) -> GridDist:
+    """Delay the tagged request's burst-mates add on its instance (geometric bursts of mean m).
 
     The burst has J_a members ahead of the tagged one and J_b behind, each Geometric_0(q), q = 1 - 1/m
     (a geometric batch seen from a random member), independent. Each member goes to the tagged one's
     instance with probability ``share``, independently: the count there on each side is the thinned
     geometric, Geometric_0(q_s) with q_s = q s / (1 - q + q s) (mean s (m - 1)). With probability
-    ``join_prob`` (the instance is busy when the burst comes, so no member starts alone) both sides
-    share the iteration, each adding the marginal cost ``member`` (pmf on dx):
-    pgf of the added cost 1 - p + p ((1 - q_s) / (1 - q_s phi_M))^2.
+    ``join_prob`` the instance is busy when the burst comes: every member there waits with the tagged
+    one and shares its iteration, each adding the marginal cost M (pmf ``member`` on dx). Otherwise it
+    is idle: with no member ahead (1 - q_s) the tagged one starts at once, alone; with one or more, the
+    first starts alone and the tagged one waits for that whole iteration (pmf ``first``, default M),
+    then shares the next with the other members ahead (again Geometric_0(q_s), memoryless) and those
+    behind. Probability generating function of the added delay, with N(z) = ((1 - q_s) / (1 - q_s
+    phi_M(z)))^2:
+
+        join_prob N(z) + (1 - join_prob) (1 - q_s + q_s phi_F(z) N(z)).
     """
+    first = member if first is None else first
     q = 1.0 - 1.0 / max(m, 1.0)
     qs = q * share / (1.0 - q + q * share)
-    k = np.arange(len(member))
-    em = float(np.dot(k, member)) * dx
-    sd_m = math.sqrt(max(float(np.dot(k * k, member)) * dx * dx - em * em, 0.0))
+
+    def moments(p: np.ndarray) -> tuple[float, float]:
+        k = np.arange(len(p))
+        e = float(np.dot(k, p)) * dx
+        return e, math.sqrt(max(float(np.dot(k * k, p)) * dx * dx - e * e, 0.0))
+
+    em, sd_m = moments(member)
+    ef, sd_f = moments(first)
     mean_n = 2.0 * qs / (1.0 - qs)
     # room for counts up to n_hi, past which the negative binomial's tail (n + 1) q_s^n is below 1e-15
     n_hi = 4.0 + (math.log(1e-15) / math.log(qs) * 1.2 if qs > 0 else 0.0)
-    size = _fast_len(int(n_hi * (em + 4.0 * sd_m) / dx) + 2 * len(member) + 2)
+    size = _fast_len(int((n_hi * (em + 4.0 * sd_m) + ef + 8.0 * sd_f) / dx) + 2 * len(member) + len(first) + 2)
     phi = np.fft.rfft(member, size)
-    pmf = np.clip(np.fft.irfft(((1.0 - qs) / (1.0 - qs * phi)) ** 2, size), 0.0, None)
-    pmf *= join_prob / pmf.sum()
-    pmf[0] += 1.0 - join_prob
-    return GridDist(dx, pmf, join_prob * mean_n * em, exact=False)
+    both = ((1.0 - qs) / (1.0 - qs * phi)) ** 2
+    idle = qs * np.fft.rfft(first, size) * both
+    idle[...] += 1.0 - qs  # the transform of a point mass at 0 is 1 at every frequency
+    pmf = np.clip(np.fft.irfft(join_prob * both + (1.0 - join_prob) * idle, size), 0.0, None)
+    pmf /= pmf.sum()
+    mean = join_prob * mean_n * em + (1.0 - join_prob) * qs * (ef + mean_n * em)
+    return GridDist(dx, pmf, mean, exact=False)
