@@ -62,10 +62,15 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99
 #: -> +0.168/+0.282/+0.459): all TTFT p90 median 0.3113 -> 0.2915, all attainment median 0.0715 ->
 #: 0.0707, disaggregated TTFT p50 p90 0.5153 -> 0.1665, TTFT p99 median/p90 0.3337/1.0769 ->
 #: 0.3288/1.0286, attainment median 0.1133 -> 0.0952. No cell rose.
+#: Tightened when bursty arrivals at colocated least_loaded/jsq pools counted the burst-mates sharing
+#: the request's iteration (issue 18; only c0006 moves, fixed lengths, Gamma, 2 engines: TTFT
+#: p50/p90/p99 +0.422/-0.322/-0.389 -> +0.563/-0.291/-0.373): all TTFT p90/p99 median 0.2915/0.3497
+#: -> 0.2864/0.3413, colocated TTFT p90/p99 median 0.3264/0.3497 -> 0.3161/0.3413. colocated TTFT p50
+#: median rose within its allowance (0.3655 -> 0.3734) and keeps its value.
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.1436, 2.1225), "ttft_p90": (0.2915, 1.0919), "ttft_p99": (0.3497, 1.1372), "tpot_p50": (0.0152, 0.2362), "tpot_p90": (0.0475, 0.5900), "tpot_p99": (0.1185, 0.9424), "attainment": (0.0707, 0.2671)},
+    "all": {"ttft_p50": (0.1436, 2.1225), "ttft_p90": (0.2864, 1.0919), "ttft_p99": (0.3413, 1.1372), "tpot_p50": (0.0152, 0.2362), "tpot_p90": (0.0475, 0.5900), "tpot_p99": (0.1185, 0.9424), "attainment": (0.0707, 0.2671)},
     "chunked": {"ttft_p50": (0.1641, 2.6574), "ttft_p90": (0.3709, 1.0836), "ttft_p99": (0.3520, 1.0973), "tpot_p50": (0.0160, 0.0932), "tpot_p90": (0.0431, 0.5636), "tpot_p99": (0.1197, 0.2821), "attainment": (0.0715, 0.1931)},
-    "colocated": {"ttft_p50": (0.3655, 1.4338), "ttft_p90": (0.3264, 1.0043), "ttft_p99": (0.3497, 1.0739), "tpot_p50": (0.0212, 0.0763), "tpot_p90": (0.0415, 0.3492), "tpot_p99": (0.1310, 0.7920), "attainment": (0.0438, 0.2704)},
+    "colocated": {"ttft_p50": (0.3655, 1.4338), "ttft_p90": (0.3161, 1.0043), "ttft_p99": (0.3413, 1.0739), "tpot_p50": (0.0212, 0.0763), "tpot_p90": (0.0415, 0.3492), "tpot_p99": (0.1310, 0.7920), "attainment": (0.0438, 0.2704)},
     "disaggregated": {"ttft_p50": (0.0782, 0.1665), "ttft_p90": (0.0980, 0.9511), "ttft_p99": (0.3288, 1.0286), "tpot_p50": (0.0097, 0.5227), "tpot_p90": (0.0660, 2.1794), "tpot_p99": (0.0983, 6.1509), "attainment": (0.0952, 0.2761)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit

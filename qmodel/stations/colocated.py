@@ -106,6 +106,9 @@ outstanding tokens, the residents' reserved KV included, so close arrivals are n
 instance in turn). On a busy instance (probability P(W > 0)) all of them wait with the request and
 share its iteration, each adding its marginal prefill cost; on an idle one the first member ahead
 starts alone and the request waits for that whole iteration, then shares the next with the others.
+Iterations hold at most the token budget's room beside the own prompt ((B - P) // E[P] per own-length
+quarter, as in the gated form): members ahead past it fill earlier full iterations the request waits
+for, members behind past it go later.
 Measured in the replay (llama-3.1-8b/H100 x2, Azure conv preset, Gamma cv 2 at 0.3 of the limit): a
 request's iteration holds 0.42 burst-mates ahead and 0.42 behind on average (Poisson: 0.05 each)
 and its wait is not longer than the model's: the TTFT p50 was low (−27..−33% at 0.3-0.9 of the
@@ -137,7 +140,7 @@ from typing import Literal
 
 import numpy as np
 
-from qmodel.dist import GridDist, convolve
+from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import Param, StationModel, StationSolution, integer
@@ -336,8 +339,12 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             ttft = burst_increment(ttft, tm, t1)
             wait = burst_increment(wait, wm, w1)
             if pooled:
-                ttft = convolve(ttft, burst_members(marginal, dxs, m_burst, 1.0 / self.instances,
-                                                    join_prob=1.0 - float(wait.pmf[0]), first=grid.own))
+                # per own-length quarter, the token budget's room beside the own prompt (as in the gated form)
+                busy = 1.0 - float(wait.pmf[0])
+                mem = mixture([burst_members(marginal, dxs, m_burst, 1.0 / self.instances, join_prob=busy,
+                                             first=grid.own, cap=cap) for _, cap, _ in grid.classes],
+                              [n for n, _, _ in grid.classes])
+                ttft = convolve(ttft, mem)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
         # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent
         if kbar > k_fp:
