@@ -1,11 +1,11 @@
 """Bursty arrivals at least_loaded / jsq colocated pools: the burst-mates that share the request's
-prefill iteration (qmodel.stations.iteration_waits.burst_members) and the pool's TTFT against the
+prefill iteration (qmodel.stations.burst_mates.burst_members) and the pool's TTFT against the
 replay at Gamma cv 2 (docs/validation.md, "Bursty arrivals at least_loaded / jsq pools")."""
 
 import numpy as np
 import pytest
 
-from qmodel.stations.iteration_waits import burst_members
+from qmodel.stations.burst_mates import burst_members
 
 
 def test_burst_members_unthinned_is_two_geometric_counts():

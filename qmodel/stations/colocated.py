@@ -100,7 +100,7 @@ continuous at ca2 = 1 and non-decreasing in ca2 (the burst form alone jumped the
 −10/−22/−9/−7% (the burst form alone: −15/−35/−9/+12% and −8/−21/−8/−2%).
 least_loaded / jsq pools of c > 1 engines: the burst form keeps only the Erlang-C wait of whole bursts,
 and the burst-mates that share the request's iteration are added to the TTFT as independent of the
-wait (:func:`qmodel.stations.iteration_waits.burst_members`): J_a ahead and J_b behind, each
+wait (:func:`qmodel.stations.burst_mates.burst_members`): J_a ahead and J_b behind, each
 Geometric_0(1 - 1/m), each on the request's instance with probability 1/c (the dispatch weighs
 outstanding tokens, the residents' reserved KV included, so close arrivals are not dealt one per
 instance in turn). On a busy instance (probability P(W > 0)) all of them wait with the request and
@@ -114,10 +114,9 @@ request's iteration holds 0.42 burst-mates ahead and 0.42 behind on average (Poi
 and its wait is not longer than the model's: the TTFT p50 was low (−27..−33% at 0.3-0.9 of the
 limit) because the dealing in turn (floor(J/c) ahead, none behind) left the iteration too short;
 qwen2.5-32b/H200 x2 (Azure code, Gamma cv 4 at 0.3): 88% of requests wait (the model's Erlang-C
-burst wait: 54%), most behind a burst-mate's lone iteration. Replay, 2 suite configs x least_loaded/jsq, Gamma cv 2 and 4 at 0.3-0.95:
-TTFT p50/p90/p99 median |error| cv 2 24.1/14.6/15.6 -> 10.6/9.9/18.7%, cv 4 34.2/12.2/14.6 ->
-12.0/10.9/13.2%, largest |p50 error| up to 0.9 of the limit 47 -> 22% (docs/validation.md, "Bursty
-arrivals at least_loaded / jsq pools").
+burst wait: 54%), most behind a burst-mate's lone iteration. Replay, the 2 colocated suite configs
+x least_loaded/jsq, Gamma cv 2 and 4 at 0.3-0.9 of the limit (20 cells each): TTFT p50/p90/p99 median |error| cv 2 24.1/12.2/15.6 -> 6.3/7.4/17.5%, cv 4
+34.0/11.4/12.1 -> 13.1/6.6/12.0% (docs/validation.md, "Bursty arrivals at least_loaded / jsq pools").
 
 Joint stability (work-conserving, Li–Dai–Peng form): lam E[L] beta_inf + rho_p(lam) < 1 with the
 batching above (between the unbatched lam (E[T_1] + E[L] beta) < 1 and full token-budget batches),
@@ -144,13 +143,13 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import Param, StationModel, StationSolution, integer
+from qmodel.stations.burst_mates import burst_members
 from qmodel.stations.colocated_limit import ColocatedLimits
 from qmodel.stations.colocated_ttft import ColocatedTTFT
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_period_stalls, compound_poisson_pmf,
                                               decode_residual, n_nodes, stall_tpot)
-from qmodel.stations.iteration_waits import (add_arrivals_during, batch_wait, burst_batch_mean, burst_increment,
-                                             burst_members)
+from qmodel.stations.iteration_waits import add_arrivals_during, batch_wait, burst_batch_mean, burst_increment
 from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
