@@ -5,9 +5,8 @@
 
 The suite's colocated (llama8b-h100, qwen32b-h200) and chunked (llama8b-h100, mistral7b-l40s) configs,
 2 engines, ``pool.dispatch`` set to least_loaded / jsq, Gamma arrivals at the given cvs (1 = Poisson),
-the catalog length presets (as
-benchmarks/least_loaded_pool.py), at fractions of the analytic limit; the replay is the mean of seeds 1 and 2 x N_REQUESTS (default
-20,000). Replays are cached in CACHE.json (keyed by config, dispatch, cv, rate, seed, n), so a model
+the catalog length presets (as benchmarks/least_loaded_pool.py), at fractions of the analytic limit;
+the replay is the mean of seeds 1 and 2 x N_REQUESTS (default 20,000). Replays are cached in CACHE.json (keyed by config, dispatch, cv, rate, seed, n), so a model
 change re-runs only the analytic side. Comma-separated lists; defaults: all four configs, both
 dispatches, cv 0.5,1,2,4, loads 0.3,0.5,0.7,0.8,0.9,0.95. Prints TTFT p50/p90/p99 relative error (%)
 per cell and the median |error| per (topology, cv). Figures: docs/validation.md, "Bursty arrivals at
@@ -38,7 +37,8 @@ def scenario(name: str, dispatch: str, cv: float):
     dep["pool"]["dispatch"] = dispatch
     arr = {"kind": "poisson"} if cv == 1.0 else {"kind": "gamma", "cv": cv}
     return parse_scenario({"name": f"{name}/{dispatch}/cv{cv:g}", "model": cfg.model,
-                           "workload": {"arrivals": dict(arr, rate_per_s=1.0), "lengths": length_source(cfg.mix, False)},
+                           "workload": {"arrivals": dict(arr, rate_per_s=1.0),
+                                        "lengths": length_source(cfg.mix, False)},
                            "slo": cfg.slo, "deployment": dep, "perf": cfg.perf}, source="benchmarks/burst_pools.py")
 
 

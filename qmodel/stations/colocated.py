@@ -115,8 +115,9 @@ and its wait is not longer than the model's: the TTFT p50 was low (−27..−33%
 limit) because the dealing in turn (floor(J/c) ahead, none behind) left the iteration too short;
 qwen2.5-32b/H200 x2 (Azure code, Gamma cv 4 at 0.3): 88% of requests wait (the model's Erlang-C
 burst wait: 54%), most behind a burst-mate's lone iteration. Replay, the 2 colocated suite configs
-x least_loaded/jsq, Gamma cv 2 and 4 at 0.3-0.9 of the limit (20 cells each): TTFT p50/p90/p99 median |error| cv 2 24.1/12.2/15.6 -> 6.3/7.4/17.5%, cv 4
-34.0/11.4/12.1 -> 13.1/6.6/12.0% (docs/validation.md, "Bursty arrivals at least_loaded / jsq pools").
+x least_loaded/jsq, Gamma cv 2 and 4 at 0.3-0.9 of the limit (20 cells each): TTFT p50/p90/p99
+median |error| cv 2 24.1/12.2/15.6 -> 6.3/7.4/17.5%, cv 4 34.0/11.4/12.1 -> 13.1/6.6/12.0%
+(docs/validation.md, "Bursty arrivals at least_loaded / jsq pools").
 
 Joint stability (work-conserving, Li–Dai–Peng form): lam E[L] beta_inf + rho_p(lam) < 1 with the
 batching above (between the unbatched lam (E[T_1] + E[L] beta) < 1 and full token-budget batches),
