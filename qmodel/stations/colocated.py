@@ -140,6 +140,7 @@ from typing import Literal
 
 import numpy as np
 
+from qmodel.arrays import distinct
 from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
@@ -239,10 +240,10 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if not np.any(multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
         lm1 = L[multi] - 1.0
-        edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
+        edges = distinct(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
         gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
         groups = []
-        for g in np.unique(gi):
+        for g in distinct(gi):
             sel = gi == g
             inv = float(np.mean(1.0 / lm1[sel]))
             groups.append((float(sel.mean()), 1.0 / inv, float(np.mean(self.t1[multi][sel]))))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.topology.base import Composition, Topology, station_dispatch, user_dtypes
+from qmodel.topology.base import Composition, Topology, station_dispatch, user_pool_settings
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -72,8 +72,8 @@ class SinglePoolTopology(Topology):
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         pool = deployment.pool
         dec = {"kv_memory_fraction": pool.kv_memory_fraction, "max_batch": pool.max_batch,
-               "dispatch": pool.dispatch, **user_dtypes(pool)}
-        pre = user_dtypes(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
+               "dispatch": pool.dispatch, **user_pool_settings(pool)}
+        pre = user_pool_settings(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
         return pre, dec, {}
 
     @staticmethod
