@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from qmodel.arrays import distinct
 from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, mixture, pow2_grid
 
 __all__ = ["LOAD_CAP", "RATE_CLASSES", "WINDOW_GAPS", "TraceLaw", "backlog_delay", "compose_windows", "fluid_backlog",
@@ -120,7 +121,7 @@ def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: 
     # rate classes: one per distinct rate if there are at most `classes`, else equal-width bins of r
     # (empty ones dropped)
     lo, hi = float(r.min()), float(r.max())
-    if len(np.unique(r)) <= classes:
+    if len(distinct(r)) <= classes:
         raw = r  # one class per distinct window rate
     else:
         raw = np.minimum(((r - lo) / (hi - lo) * classes).astype(np.int64), classes - 1)
