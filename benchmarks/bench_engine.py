@@ -29,6 +29,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tree_run import pin  # noqa: E402
+
+pin()  # a baseline tree on PYTHONPATH runs its own qmodel.validation/catalog (benchmarks/tree_run.py)
+
 EXAMPLES = ["llama3-70b-disagg-h100", "opt13b-disagg-a100", "llama3-8b-chunked-h100", "opt13b-colocated-a100"]
 _ROOT = Path(__file__).resolve().parent.parent
 

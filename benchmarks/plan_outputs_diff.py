@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
-_CODE = "import sys; from qmodel.cli.main import main; sys.exit(main())"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tree_run import CLI_CODE as _CODE  # noqa: E402 - the tree on PYTHONPATH, its top-level packages too
 _TIMING = ("seconds", "search_seconds", "rank_seconds")
 
 

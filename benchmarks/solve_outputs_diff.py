@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
-_CODE = "import sys; from qmodel.cli.main import main; sys.exit(main())"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tree_run import CLI_CODE as _CODE  # noqa: E402 - the tree on PYTHONPATH, its top-level packages too
 
 
 def _run(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[bytes, bytes, int]:
@@ -34,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-home", metavar="DIR", help="XDG_CACHE_HOME for this tree's runs")
     args = ap.parse_args(argv)
     env = dict(os.environ)
-    mine = {**env, "XDG_CACHE_HOME": args.cache_home} if args.cache_home else env
+    mine = env
+    if args.cache_home:
+        mine = {k: v for k, v in env.items() if k != "QMODEL_CACHE_DIR"} | {"XDG_CACHE_HOME": args.cache_home}
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baseline"

@@ -12,21 +12,27 @@ a :class:`Resolved`. The pieces are public so a caller can cache them, never re-
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.registry import load_catalog
-from qmodel.scenario import Deployment, DisaggregatedDeployment, PerfModel, PoolConfig, RooflinePerf, Scenario, TraceArrivals
+from qmodel.scenario import (DecodePool, Deployment, DisaggregatedDeployment, EmpiricalLengths, PerfModel, PoolConfig,
+                             PrefixTraceHashes, RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
+from qmodel.trace_law import TraceLaw, trace_law_of
 from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
 
+if TYPE_CHECKING:  # the replay's trace type; build imports the validation package only when a trace is read
+    from qmodel.validation.trace_types import Trace
+
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "resolve", "resolve_link",
-           "resolve_pool", "resolve_workload"]
+           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "pool_reserve_bytes", "prefix_law",
+           "resolve", "resolve_link", "resolve_pool", "resolve_workload", "trace_hash_uncached", "trace_with_hashes"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
 #: beyond the batch in flight, but the memory check and the replay's prefix cache read it)
@@ -60,6 +66,8 @@ class WorkloadParts:
     base_rate_per_s: float | None
     ca2: float
     warnings: tuple[str, ...]
+    #: a trace's windows and rate classes (:mod:`qmodel.trace_law`); None for other arrivals
+    arrival_law: TraceLaw | None = None
 
 
 @dataclass(frozen=True)
@@ -81,10 +89,20 @@ class Resolved:
     link_bandwidth_bytes_per_s: float | None  # effective (after efficiency) per path
     kv_bytes_per_token: float  # on the link: the prefill pool's KV dtype (colocated/chunked: the pool's)
     warnings: tuple[str, ...] = ()
+    #: trace arrivals' windows and rate classes (:mod:`qmodel.trace_law`): the solver mixes its
+    #: answer over them; None for renewal arrivals
+    arrival_law: TraceLaw | None = None
 
     @property
     def gpus(self) -> int:
         return sum(p.gpus for p in self.pools.values())
+
+    @property
+    def prefix_hit_fraction(self) -> float:
+        """The share of prompt tokens served from the prefix cache, whatever law states it (a uniform
+        ratio, a hit/miss mixture or the trace's block hashes): 1 - sum(uncached) / sum(prompt)."""
+        total = float(np.sum(self.lengths.prompt))
+        return 1.0 - float(np.sum(self.uncached_prompt)) / total if total > 0 else 0.0
 
     @property
     def cost_per_hour_usd(self) -> float | None:
@@ -124,6 +142,14 @@ def pool_memory_fraction(role: str, cfg: PoolConfig) -> float:
     return PREFILL_MEMORY_FRACTION if role == "prefill" else float(getattr(cfg, "kv_memory_fraction"))
 
 
+def pool_reserve_bytes(cfg: PoolConfig) -> float:
+    """Memory per GPU of a pool that holds neither weights nor KV: the pool's ``memory_reserve_bytes``,
+    else :data:`qmodel.perf.memory.DEFAULT_RESERVE_BYTES` (6 GiB, fitted on DistServe's capacities)."""
+    from qmodel.perf.memory import DEFAULT_RESERVE_BYTES
+
+    return DEFAULT_RESERVE_BYTES if cfg.memory_reserve_bytes is None else float(cfg.memory_reserve_bytes)
+
+
 def pool_model(model: ModelSpec, cfg: PoolConfig) -> ModelSpec:
     """The model as a pool runs it: the catalog entry with the pool's ``kv_dtype`` (if set) in place
     of the catalog's, so every consumer of the ModelSpec (KV capacity, roofline KV reads, link
@@ -150,8 +176,9 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
                  mem_fraction: float) -> PoolRuntime:
     """One pool: its GPU, its model (:func:`pool_model`), its service-time model (:func:`pool_perf`
     on gpu/tp/pp, as a pipeline instance when pp > 1: :mod:`qmodel.perf.pipeline`) and the KV tokens
-    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision
-    and KV dtype)."""
+    one instance holds (:func:`qmodel.perf.memory.kv_capacity_tokens` at the pool's weight precision,
+    KV dtype and memory reserve, :func:`pool_reserve_bytes`; a decoding pool sets aside the recurrent
+    state of ``max_batch`` sequences)."""
     from qmodel.perf.service_time import service_model
     from qmodel.perf.memory import kv_capacity_tokens, weight_dtype_for
     from qmodel.perf.pipeline import pipeline_instance
@@ -162,8 +189,9 @@ def resolve_pool(role: str, field: str, cfg: PoolConfig, scenario: Scenario, mod
     # the one definition of what pp does; the stage model itself at pp = 1)
     service = pipeline_instance(service_model(pool_perf(scenario.perf, cfg), m, gpu, cfg.tp, cfg.pp,
                                               field_prefix=field), cfg.pp)
-    cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, field_prefix=field,
-                             dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)))
+    cap = kv_capacity_tokens(m, gpu, cfg.tp, cfg.pp, mem_fraction, pool_reserve_bytes(cfg), field_prefix=field,
+                             dtype=weight_dtype_for(m, pool_compute_dtype(scenario.perf, cfg)),
+                             state_sequences=cfg.max_batch if isinstance(cfg, DecodePool) else 0)
     return PoolRuntime(role, field, cfg, gpu, service, float(cap), m)
 
 
@@ -209,8 +237,11 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     # KV moves as the sender stores it: the prefill pool's KV dtype (the blocks are copied by RDMA
     # as they are; a decode pool with another dtype converts on arrival, outside the link).
     sender = pools[topo.pool_roles[0]]
-    return Resolved(scenario, model, w.lengths, w.uncached_prompt, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools))
+    uncached = w.uncached_prompt
+    if isinstance(scenario.workload.prefix_cache, PrefixTraceHashes):
+        uncached = trace_hash_uncached(scenario, w.lengths, sender)
+    return Resolved(scenario, model, w.lengths, uncached, w.base_rate_per_s, w.ca2, pools, link, link_bw,
+                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools), w.arrival_law)
 
 
 def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
@@ -232,7 +263,8 @@ def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[s
 
 
 def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
-    """The length mix fitted to the context, uncached prompt tokens, rate, arrival SCV and warnings."""
+    """The length mix fitted to the context, uncached prompt tokens, rate, arrival SCV, warnings and,
+    for trace arrivals, the trace's windows (:func:`qmodel.trace_law.trace_law_of`)."""
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
     p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
@@ -246,12 +278,68 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
         warnings.append(f"warning: {cut} of {len(mix)} requests exceed {model.name}'s "
                         f"{model.max_context_tokens}-token context and are truncated to it")
         mix = LengthMix(p, o, mix.sha256)
-    h = scenario.workload.prefix_hit_ratio
-    uncached = np.maximum(1, np.rint(mix.prompt * (1.0 - h))).astype(np.int64)
+    mix, uncached = prefix_law(scenario, mix)
     rate, ca2 = arrival_stats(scenario.workload)
     if rate is not None and not np.isfinite(rate):
         raise InputError("workload.arrivals", getattr(scenario.workload.arrivals, "path", "trace"),
                          "the trace needs at least two arrivals at distinct times")
-    if isinstance(scenario.workload.arrivals, TraceArrivals) and ca2 > 400:
-        ca2 = 400.0  # beyond this a renewal SCV no longer describes the trace; the replay is the referee
-    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings))
+    law = None
+    a = scenario.workload.arrivals
+    if isinstance(a, TraceArrivals):
+        # a trace is read as windows of its own rate (qmodel.trace_law); the stations take the
+        # gap SCV within a window, not the whole trace's (whose drift and bursts the windows hold)
+        law = trace_law_of(a.path, a.format, a.jitter_seed)
+        ca2 = law.ca2
+    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings), law)
+
+
+def prefix_law(scenario: Scenario, mix: LengthMix) -> tuple[LengthMix, np.ndarray]:
+    """(the length mix, its uncached prompt tokens) under the scenario's prefix-cache law
+    (:mod:`qmodel.prefix_cache`): the uniform ratio; a stated mixture on the nodes (a mix of fewer
+    than 4096 nodes is repeated to at least 4096 so the hit fraction is resolved to 1/4096); for
+    ``trace_hashes`` the whole prompt, which :func:`resolve` replaces by the LRU's once the cache
+    instances and their capacity are known."""
+    from qmodel.prefix_cache import mixture_nodes, uncached_tokens
+    from qmodel.scenario import PrefixMixture
+
+    law = scenario.workload.prefix_cache
+    if law is None:
+        return mix, uncached_tokens(mix.prompt, float(scenario.workload.prefix_hit_ratio))
+    if isinstance(law, PrefixMixture):
+        k = -(-4096 // len(mix))
+        if k > 1:
+            mix = LengthMix(np.tile(mix.prompt, k), np.tile(mix.output, k),
+                            hashlib.sha256(f"{mix.sha256}x{k}".encode()).hexdigest())
+        return mix, uncached_tokens(mix.prompt, float(law.hit_ratio), mixture_nodes(mix.prompt, float(law.hit_fraction)))
+    trace_with_hashes(scenario)
+    return mix, mix.prompt.astype(np.int64)
+
+
+def trace_with_hashes(scenario: Scenario) -> Trace:
+    """The trace whose block hashes ``prefix_cache = trace_hashes`` reads: the workload's lengths
+    file, which must also be its arrivals (the replay then carries the hashes in the file's order)
+    and must have hash_ids; otherwise one InputError."""
+    from qmodel.validation.synth import same_trace_file
+    from qmodel.validation.traces import load_trace
+
+    w = scenario.workload
+    lg, arr = w.lengths, w.arrivals
+    if not (isinstance(lg, EmpiricalLengths) and isinstance(arr, TraceArrivals) and same_trace_file(arr, lg)):
+        raise InputError("workload.prefix_cache", "trace_hashes", "trace arrivals and empirical lengths from the same "
+                         "trace file (the request order its cache sees)")
+    tr = load_trace(lg.path, lg.format)
+    if tr.hash_ids is None:
+        raise InputError("workload.prefix_cache", "trace_hashes", f"a trace with block hashes (hash_ids); {lg.path} has none")
+    return tr
+
+
+def trace_hash_uncached(scenario: Scenario, lengths: LengthMix, pool: PoolRuntime) -> np.ndarray:
+    """Uncached prompt tokens per trace request: the block LRU of :mod:`qmodel.prefix_cache` over
+    ``pool``'s instances (the prefill pool, or the single pool), each holding
+    :func:`~qmodel.prefix_cache.cache_blocks` of its KV capacity, run once per scenario."""
+    from qmodel.prefix_cache import cache_blocks, lru_cached_tokens_once
+
+    tr = trace_with_hashes(scenario)
+    cached = lru_cached_tokens_once(tr.sha256, tr.hash_ids, lengths.prompt, pool.config.instances,
+                                    cache_blocks(pool.kv_capacity_tokens), tr.block_tokens)
+    return (lengths.prompt - cached).astype(np.int64)

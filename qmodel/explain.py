@@ -9,6 +9,7 @@ come from the full station solvers, which the text says beside each block.
 from __future__ import annotations
 
 from qmodel.solver import Solver
+from qmodel.units import dtype_bits
 
 __all__ = ["explain_scenario"]
 
@@ -21,14 +22,21 @@ def explain_scenario(solver: Solver, rate: float) -> list[str]:
     m = r.pools[solver.topology.pool_roles[0]].model  # the KV dtype of the pool whose KV is sized and sent
     blocks: list[str] = []
     c = solver.compose(rate)
-    bits = 8.0 * m.kv_bytes_per_token() / (m.layers * max(m.kv_elements_per_token_per_layer(), 1))
+    ell = m.attention_layers  # a hybrid model's recurrent layers hold a constant state, not per-token KV
+    bits = 8.0 * m.kv_bytes_per_token() / (ell * max(m.kv_elements_per_token_per_layer(), 1))
     if m.mla is None:
-        blocks.append(explain("kv_bytes_per_token", layers=m.layers, kv_heads=m.num_kv_heads, head_dim=m.head_dim, bits=bits))
+        blocks.append(explain("kv_bytes_per_token", layers=ell, kv_heads=m.num_kv_heads, head_dim=m.head_dim, bits=bits))
     else:
         blocks.append(f"KV-cache bytes per token (MLA: one latent of rank {m.mla.kv_lora_rank} plus a "
                       f"{m.mla.qk_rope_head_dim}-dim RoPE key per layer, no K/V factor 2)\n"
-                      f"  kv = ell (r + d_rope) bits/8 = {m.layers} x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) x "
+                      f"  kv = ell (r + d_rope) bits/8 = {ell} x ({m.mla.kv_lora_rank} + {m.mla.qk_rope_head_dim}) x "
                       f"{bits:g}/8 = {m.kv_bytes_per_token():.6g} B")
+    if m.recurrent is not None:
+        rc = m.recurrent
+        blocks.append(f"Recurrent state per sequence ({rc.layers} {rc.kind} layers, constant in the context)\n"
+                      f"  Z = L_rec (H p n b_state + (k-1)(H p + 2 G n) b) = {rc.layers} x ({rc.num_heads} x "
+                      f"{rc.head_dim} x {rc.state_dim} x {dtype_bits(rc.state_dtype):g}/8 + {rc.conv_kernel - 1} x "
+                      f"{rc.conv_dim} x {dtype_bits(m.dtype):g}/8) = {m.state_bytes_per_sequence():.6g} B")
     topo = solver.topology
     blocks += topo.explain_blocks(solver, rate, m)
     dec = c.stations[-1].extra  # the station that runs decode: the last role (decode, or the single pool)

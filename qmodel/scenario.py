@@ -28,6 +28,7 @@ from qmodel.errors import DataError, InputError
 from qmodel.inputfiles import MAX_SCENARIO_DEPTH, check_size, read_text, yaml_loader
 from qmodel.scenario_base import (MAX_OVERHEAD_S, MAX_PRICE_USD_PER_GPU_HOUR, MAX_RATE_PER_S, MAX_TOKENS,
                                    MIN_EFFICIENCY, Strict)
+from qmodel.scenario_prefix import PrefixCache, PrefixMixture, PrefixTraceHashes
 from qmodel.scenario_deployment import (ChunkedDeployment, ColocatedDeployment, DecodePool, Deployment,
                                          DisaggregatedDeployment, PoolConfig, PrefillPool)
 from qmodel.units import Count, RatePerSecond, Real, Seconds
@@ -47,6 +48,7 @@ __all__ = [
     "EmpiricalLengths",
     "PresetLengths",
     "Lengths",
+    "PrefixCache", "PrefixMixture", "PrefixTraceHashes",
     "Workload",
     "SLO",
     "PoolConfig",
@@ -150,9 +152,20 @@ Lengths = Annotated[Union[FixedLengths, LognormalLengths, EmpiricalLengths, Pres
 
 
 class Workload(Strict):
+    OMIT_WHEN_NONE = ("prefix_cache",)  # absent stays absent: unchanged scenarios keep their sha256
+
     arrivals: Arrivals
     lengths: Lengths
     prefix_hit_ratio: Real = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
+    prefix_cache: PrefixCache | None = Field(default=None, description="a hit/miss mixture or the trace's block hashes")
+
+    @field_validator("prefix_cache")
+    @classmethod
+    def _one_prefix_law(cls, v: Any, info: Any) -> Any:
+        if v is not None and info.data.get("prefix_hit_ratio", 0) > 0:
+            raise ValueError("either workload.prefix_hit_ratio or workload.prefix_cache, not both")
+        return v
+
 
 
 class SLO(Strict):

@@ -6,7 +6,9 @@ Split from :mod:`qmodel.scenario` (which re-exports everything) so that the depl
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 __all__ = ["MAX_OVERHEAD_S", "MAX_PRICE_USD_PER_GPU_HOUR", "MAX_RATE_PER_S", "MAX_TOKENS", "MIN_EFFICIENCY", "Strict"]
 
@@ -22,6 +24,18 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
                               defer_build=True)  # schema built on first use: a fresh process pays only for the models it validates
+
+    #: optional fields added after scenarios were first hashed: left out of the dump while unset, so an
+    #: unchanged scenario keeps its canonical JSON and its sha256 (:func:`qmodel.scenario.scenario_sha256`)
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_additions(self, handler: Any) -> Any:
+        out = handler(self)
+        for name in self.OMIT_WHEN_NONE:
+            if getattr(self, name) is None and isinstance(out, dict):
+                out.pop(name, None)
+        return out
 
 
 #: Domains shared by several fields (see :class:`Strict`): the largest prompt/output/budget in tokens

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, ValidationInfo, field_validator
 
 from qmodel.scenario_base import MAX_TOKENS, Strict
-from qmodel.units import BytesPerSecond, Count, Real
+from qmodel.units import Bytes, BytesPerSecond, Count, Real
 
 __all__ = ["ChunkedDeployment", "ColocatedDeployment", "DecodePool", "Deployment", "DisaggregatedDeployment",
            "Dispatch", "DISPATCH_HELP", "PoolConfig", "PrefillPool"]
@@ -38,6 +38,8 @@ class PoolConfig(Strict):
     its roofline runs at ``compute_dtype`` (GEMM rate, weight bytes streamed and held).
     """
 
+    OMIT_WHEN_NONE = ("memory_reserve_bytes",)  # unset: the dump (and sha256) of scenarios before it
+
     gpu: str
     tp: Count = Field(default=1, ge=1, le=64)
     pp: Count = Field(default=1, ge=1, le=64)
@@ -46,6 +48,10 @@ class PoolConfig(Strict):
                                  "--kv-cache-dtype); default: the model's catalog kv_dtype")
     compute_dtype: str | None = Field(default=None, description="weight/activation precision of this pool, e.g. "
                                       "'fp8' (W8A8); replaces perf.compute_dtype here; default: perf.compute_dtype")
+    memory_reserve_bytes: Bytes | None = Field(
+        default=None, ge=0, description="memory per GPU held for neither weights nor KV (CUDA context, workspaces, "
+        "activation peak, fragmentation), e.g. '8 GiB'; default 6 GiB (fitted on DistServe's capacity table, "
+        "docs/methods.md, \"Service times\")")
 
     @field_validator("kv_dtype", "compute_dtype")
     @classmethod

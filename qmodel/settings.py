@@ -5,6 +5,8 @@
   ``../shared/data`` from the working directory, then the download cache (``qmodel trace fetch``
   writes there). When it is set, it is the only place looked at: a missing or empty folder means
   "no data" (so a run with ``QMODEL_DATA_DIR`` pointing to an empty folder really has none).
+* ``QMODEL_CACHE_DIR``: qmodel's cache folder (default ``$XDG_CACHE_HOME/qmodel`` or
+  ``~/.cache/qmodel``): downloads, the compiled catalog and parsed traces; deleting it is always safe.
 * ``QMODEL_CATALOG_DIR``: extra catalog TOML files (``qmodel catalog import-hf`` writes there);
   default ``~/.config/qmodel/catalog``.
 
@@ -30,7 +32,12 @@ DATA_PREFIX = "data:"
 
 
 def cache_dir() -> Path:
-    """Download cache for public traces (``$XDG_CACHE_HOME/qmodel`` or ``~/.cache/qmodel``)."""
+    """qmodel's cache folder: downloaded public traces, the compiled catalog, parsed traces.
+
+    ``QMODEL_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/qmodel`` or ``~/.cache/qmodel``."""
+    env = os.environ.get("QMODEL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "qmodel"
 

@@ -99,6 +99,10 @@ class Solver:
         so computed once."""
         return self.topology.limits(self)
 
+    def station_limits(self) -> list[tuple[float, str]]:
+        """(largest stable total rate, station name) per station (computed once)."""
+        return list(self._limits)
+
     def max_stable_rate(self) -> tuple[float, str]:
         """(largest stable total rate, the station that sets it)."""
         return min(self._limits)
@@ -119,6 +123,10 @@ class Solver:
             raise InputError("rate", rate, "must be a positive finite number of requests per second")
         self._check_stable(rate)
         rate = max(rate, LIGHT_LOAD * self.max_stable_rate()[0])
+        if self.resolved.arrival_law is not None:
+            from qmodel.trace_law import compose_windows
+
+            return compose_windows(self, rate, laws)  # a trace: its windows' rates mixed
         return self.topology.compose(self, rate, laws)
 
     def latency_terms(self, sp: StationSolution, st: StationSolution,

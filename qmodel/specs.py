@@ -2,7 +2,9 @@
 
 Files in ``catalog/`` (installed as ``qmodel.catalog``) hold the data; this module holds the
 shapes and the derived quantities every other layer needs: weight bytes, KV bytes per token
-(GQA, MLA latent, sliding-window caps, any KV dtype including sub-byte), FLOPs per token.
+(GQA, MLA latent, sliding-window caps, any KV dtype including sub-byte), the constant per-sequence
+state of hybrid models' recurrent layers (:mod:`qmodel.recurrent`), FLOPs per token. Links live in
+:mod:`qmodel.link_spec` (re-exported here).
 
 Every entry carries ``source`` so each number can be traced to a config file or datasheet.
 """
@@ -11,17 +13,19 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-import re
-
-from qmodel.errors import InputError
-from qmodel.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts, dtype_bits, format_bandwidth, parse_bandwidth
+from qmodel.frozen import Frozen
+from qmodel.link_spec import (ANONYMOUS_LINK_EFFICIENCY, ANONYMOUS_LINK_LATENCY_S, LINK_BANDWIDTH_RANGE_BYTES_PER_S,
+                               LinkSpec, anonymous_link, is_bandwidth_text)
+from qmodel.recurrent import RecurrentConfig
+from qmodel.units import Bytes, BytesPerSecond, FlopsPerSecond, Watts, dtype_bits
 
 __all__ = [
     "Frozen",
     "MLAConfig",
     "MoEConfig",
+    "RecurrentConfig",
     "ModelSpec",
     "GPUSpec",
     "LinkSpec",
@@ -35,12 +39,6 @@ __all__ = [
     "ParamCounts",
     "count_params",
 ]
-
-
-class Frozen(BaseModel):
-    """Base for catalog values: immutable, unknown keys rejected."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class MLAConfig(Frozen):
@@ -81,7 +79,9 @@ class ParamCounts(NamedTuple):
 
 def count_params(*, layers: int, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  ffn_size: int, vocab_size: int, mla: MLAConfig | None = None, moe: MoEConfig | None = None,
-                 gated_ffn: bool = True, tie_word_embeddings: bool = False) -> ParamCounts:
+                 gated_ffn: bool = True, tie_word_embeddings: bool = False,
+                 recurrent: RecurrentConfig | None = None, ffn_layers: int | None = None,
+                 attn_output_gate: bool = False) -> ParamCounts:
     """Total and per-token active parameters of a decoder-only transformer from its architecture.
 
     With h = hidden, H = query heads, K = KV heads, d = head dim, F = FFN size, V = vocab, L = layers,
@@ -92,8 +92,15 @@ def count_params(*, layers: int, hidden_size: int, num_heads: int, num_kv_heads:
                                    + h*(r_kv + d_rope) + r_kv + r_kv*H*(d_nope + d_v) + H*d_v*h
         dense FFN                = m*h*F
         MoE FFN                  = (E + S)*m*h*F_e + h*E          (E routed, S shared experts, router)
-        total = V*h*(1 if tied else 2) + h + L*(attention + 2h) + L_dense*dense + L_moe*MoE
+        total = V*h*(1 if tied else 2) + h + L_att*attention + L_rec*recurrent + 2h*L
+                + L_dense*dense + L_moe*MoE
         active = total - L_moe*(E - k)*m*h*F_e                    (k routed experts per token)
+
+    Hybrid models: ``L_rec`` = ``recurrent.layers`` of the L layers hold a Gated DeltaNet or Mamba-2
+    mixer (:meth:`RecurrentConfig.params_per_layer`), the other ``L_att`` attention; an output gate
+    on attention (Qwen3-Next's ``attn_output_gate``) adds h*H*d to it. FFNs sit in ``ffn_layers``
+    of the layers (default all; Nemotron-H has mixer blocks without one), of which the first
+    ``dense_layers`` are dense and the rest MoE (``L_moe``).
 
     Norm weights (2h per layer plus the final h) are counted; bias vectors, learned position
     embeddings (OPT) and multi-token-prediction heads (DeepSeek-V3's extra layer) are not: each is
@@ -112,15 +119,19 @@ def count_params(*, layers: int, hidden_size: int, num_heads: int, num_kv_heads:
         attn = q + kv + num_heads * mla.v_head_dim * hidden_size
     else:
         attn = 2 * hidden_size * num_heads * head_dim + 2 * hidden_size * num_kv_heads * head_dim
-    per_layer = attn + 2 * hidden_size
+    if attn_output_gate:
+        attn += hidden_size * num_heads * head_dim
+    rec_layers = recurrent.layers if recurrent is not None else 0
+    mixers = (layers - rec_layers) * attn + (rec_layers * recurrent.params_per_layer(hidden_size) if recurrent else 0)
     embedding = float(vocab_size * hidden_size)
-    total = embedding * (1 if tie_word_embeddings else 2) + hidden_size + layers * per_layer
+    total = embedding * (1 if tie_word_embeddings else 2) + hidden_size + layers * 2 * hidden_size + mixers
+    ffns = layers if ffn_layers is None else ffn_layers
     routed = active_routed = 0.0
     if moe is None:
-        total += layers * m * hidden_size * ffn_size
+        total += ffns * m * hidden_size * ffn_size
     else:
         expert = m * hidden_size * moe.expert_ffn_size
-        moe_layers = layers - moe.dense_layers
+        moe_layers = ffns - moe.dense_layers
         total += moe.dense_layers * m * hidden_size * ffn_size
         total += moe_layers * ((moe.num_experts + moe.shared_experts) * expert + hidden_size * moe.num_experts)
         routed = float(moe_layers * moe.num_experts * expert)
@@ -129,6 +140,7 @@ def count_params(*, layers: int, hidden_size: int, num_heads: int, num_kv_heads:
     return ParamCounts(float(total), float(active), embedding, routed, active_routed)
 
 
+_HYBRID_KEYS = ("recurrent", "ffn_layers", "attn_output_gate")
 _ARCH_KEYS = ("layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size")
 
 
@@ -164,6 +176,10 @@ class ModelSpec(Frozen):
     tie_word_embeddings: bool = Field(default=False, description="LM head shares the input embedding table")
     expert_dtype: str | None = Field(default=None, description="routed-expert weight dtype when it differs from dtype "
                                      "(gpt-oss ships experts in mxfp4, the rest in bf16)")
+    recurrent: RecurrentConfig | None = Field(default=None, description="hybrid models: the layers with a constant "
+                                              "per-sequence state (Gated DeltaNet, Mamba-2) instead of attention")
+    ffn_layers: int | None = Field(default=None, gt=0, description="layers with an FFN (default all)")
+    attn_output_gate: bool = Field(default=False, description="attention output gate (Qwen3-Next): q_proj doubled")
 
     @model_validator(mode="before")
     @classmethod
@@ -176,11 +192,17 @@ class ModelSpec(Frozen):
         try:
             mla = MLAConfig.model_validate(data["mla"]) if data.get("mla") is not None else None
             moe = MoEConfig.model_validate(data["moe"]) if data.get("moe") is not None else None
+            rec = RecurrentConfig.model_validate(data["recurrent"]) if data.get("recurrent") is not None else None
         except (ValueError, TypeError):
             return data  # the field validators report the problem with its location
+        ffn_layers = data.get("ffn_layers")
+        if ffn_layers is not None and not (isinstance(ffn_layers, int) and ffn_layers > 0):
+            return data
         counts = count_params(**{k: data[k] for k in _ARCH_KEYS}, mla=mla, moe=moe,
                               gated_ffn=bool(data.get("gated_ffn", True)),
-                              tie_word_embeddings=bool(data.get("tie_word_embeddings", False)))
+                              tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+                              recurrent=rec, ffn_layers=ffn_layers,
+                              attn_output_gate=bool(data.get("attn_output_gate", False)))
         out = dict(data)
         out.setdefault("total_params", counts.total)
         out.setdefault("active_params", counts.active)
@@ -194,8 +216,15 @@ class ModelSpec(Frozen):
             raise ValueError("an [mla] table is only valid with attention = 'mla'")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
-        if self.sliding_window_layers > self.layers:
-            raise ValueError("sliding_window_layers exceeds layers")
+        if self.recurrent is not None and self.recurrent.layers >= self.layers:
+            raise ValueError(f"recurrent.layers {self.recurrent.layers} leaves no attention layer of {self.layers} "
+                             "(KV capacity is counted in tokens of attention KV; a pure state-space model is not modelled)")
+        if self.sliding_window_layers > self.attention_layers:
+            raise ValueError("sliding_window_layers exceeds the attention layers (layers - recurrent.layers)")
+        if self.ffn_layers is not None and self.ffn_layers > self.layers:
+            raise ValueError(f"ffn_layers {self.ffn_layers} exceeds layers {self.layers}")
+        if self.moe is not None and self.moe.dense_layers > self.ffn_layer_count:
+            raise ValueError(f"moe.dense_layers {self.moe.dense_layers} exceeds the {self.ffn_layer_count} FFN layers")
         if self.sliding_window_layers and self.sliding_window_tokens is None:
             raise ValueError("sliding_window_layers needs sliding_window_tokens")
         if self.active_params > self.total_params * 1.0001:
@@ -208,13 +237,35 @@ class ModelSpec(Frozen):
             dtype_bits(self.expert_dtype, "expert_dtype")
         return self
 
+    @model_serializer(mode="wrap")
+    def _omit_hybrid_defaults(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        # The hybrid-model fields are left out at their defaults, so every other entry dumps (and
+        # fingerprints, e.g. RooflineModel.fingerprint) exactly as before they existed.
+        out = handler(self)
+        if isinstance(out, dict):
+            for key in _HYBRID_KEYS:
+                if key in out and out[key] in (None, False):
+                    del out[key]
+        return out
+
     # ---- weights -------------------------------------------------------------------------
     def param_counts(self) -> ParamCounts:
         """The architecture's counts (:func:`count_params`), independent of any stored totals."""
         return count_params(layers=self.layers, hidden_size=self.hidden_size, num_heads=self.num_heads,
                             num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, ffn_size=self.ffn_size,
                             vocab_size=self.vocab_size, mla=self.mla, moe=self.moe, gated_ffn=self.gated_ffn,
-                            tie_word_embeddings=self.tie_word_embeddings)
+                            tie_word_embeddings=self.tie_word_embeddings, recurrent=self.recurrent,
+                            ffn_layers=self.ffn_layers, attn_output_gate=self.attn_output_gate)
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers holding attention (and a per-token KV cache): all but the recurrent ones."""
+        return self.layers - (self.recurrent.layers if self.recurrent is not None else 0)
+
+    @property
+    def ffn_layer_count(self) -> int:
+        """Layers with an FFN (dense or MoE): ``ffn_layers``, by default every layer."""
+        return self.layers if self.ffn_layers is None else self.ffn_layers
 
     def _bytes(self, params: float, routed: float, dtype: str | None) -> float:
         if dtype is not None or self.expert_dtype is None:
@@ -255,28 +306,40 @@ class ModelSpec(Frozen):
         return 2 * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
-        """KV bytes one token adds while the context is within every window (all layers store it)."""
+        """KV bytes one token adds while the context is within every window (all attention layers store it)."""
         bits = dtype_bits(kv_dtype or self.kv_dtype, "kv_dtype")
-        return self.layers * self.kv_elements_per_token_per_layer() * bits / 8.0
+        return self.attention_layers * self.kv_elements_per_token_per_layer() * bits / 8.0
+
+    def state_bytes_per_sequence(self) -> float:
+        """Constant bytes one sequence holds in the recurrent layers, whatever its context (0 without)."""
+        return self.recurrent.state_bytes_per_sequence(self.dtype) if self.recurrent is not None else 0.0
 
     def kv_bytes(self, context_tokens: float, kv_dtype: str | None = None) -> float:
-        """KV bytes held for a sequence of ``context_tokens``; sliding-window layers cap at the window."""
+        """KV and state bytes held for a sequence of ``context_tokens``: full-attention layers x per token x
+        context, sliding-window layers capped at the window, plus the recurrent layers' constant state."""
         bits = dtype_bits(kv_dtype or self.kv_dtype, "kv_dtype")
         per_layer = self.kv_elements_per_token_per_layer() * bits / 8.0
-        full = self.layers - self.sliding_window_layers
+        full = self.attention_layers - self.sliding_window_layers
         capped = min(context_tokens, self.sliding_window_tokens) if self.sliding_window_layers else 0.0
-        return per_layer * (full * context_tokens + self.sliding_window_layers * capped)
+        kv = per_layer * (full * context_tokens + self.sliding_window_layers * capped)
+        return kv + self.state_bytes_per_sequence() if self.recurrent is not None else kv
 
     # ---- compute -------------------------------------------------------------------------
     def attention_flops_per_token_pair(self) -> float:
         """FLOPs of QK^T and AV for one (query, key) pair summed over layers: 4 * heads * head_dim * layers.
 
-        For MLA, attention runs over qk_nope+rope dims for scores and v_head_dim for values.
+        For MLA, attention runs over qk_nope+rope dims for scores and v_head_dim for values. Only
+        attention layers count: recurrent layers have no (query, key) pairs.
         """
         if self.mla is not None:
             qk = self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
-            return 2.0 * self.num_heads * (qk + self.mla.v_head_dim) * self.layers
-        return 4.0 * self.num_heads * self.head_dim * self.layers
+            return 2.0 * self.num_heads * (qk + self.mla.v_head_dim) * self.attention_layers
+        return 4.0 * self.num_heads * self.head_dim * self.attention_layers
+
+    def recurrent_flops_per_token(self) -> float:
+        """FLOPs of the recurrent layers' state update and convolution per token (their projections are
+        weight GEMMs, in :meth:`linear_flops_per_token`); 0 without recurrent layers."""
+        return self.recurrent.update_flops_per_token() if self.recurrent is not None else 0.0
 
     def linear_flops_per_token(self) -> float:
         """FLOPs of all weight matrix multiplies per token (attention scores excluded): 2 * matmul params.
@@ -334,57 +397,6 @@ class GPUSpec(Frozen):
         if bits <= 8 and self.fp8_flops_per_s:
             return self.fp8_flops_per_s
         return self.bf16_flops_per_s
-
-
-class LinkSpec(Frozen):
-    """A data path for KV transfer or tensor-parallel collectives.
-
-    ``bandwidth_bytes_per_s`` is nominal per direction for the whole path (for a multi-NIC aggregate,
-    all NICs together); ``efficiency`` is the achievable fraction (e.g. Mooncake: 87 GB/s measured
-    on 4 x 200 Gbps = 100 GB/s nominal -> 0.87).
-    """
-
-    name: str
-    kind: Literal["nvlink", "pcie", "infiniband", "roce", "ethernet", "wan", "other"]
-    source: str
-    bandwidth_bytes_per_s: BytesPerSecond = Field(gt=0)
-    latency_s: Seconds = Field(ge=0)
-    efficiency: float = Field(gt=0, le=1)
-    nics: int = Field(default=1, ge=1, description="NICs aggregated in bandwidth_bytes_per_s")
-
-    @property
-    def effective_bandwidth_bytes_per_s(self) -> float:
-        return self.bandwidth_bytes_per_s * self.efficiency
-
-
-#: an anonymous link (``link: "400 Gbps"``) achieves the bandwidth as written ...
-ANONYMOUS_LINK_EFFICIENCY = 1.0
-#: ... with no fixed per-transfer latency; name a catalog link for measured figures
-ANONYMOUS_LINK_LATENCY_S = 0.0
-#: the bandwidths a scenario may state for a link path (1 MB/s .. 100 TB/s)
-LINK_BANDWIDTH_RANGE_BYTES_PER_S = (1e6, 1e14)
-
-_NUMERIC_START = re.compile(r"\s*[-+]?(\d|\.\d)")
-
-
-def is_bandwidth_text(name: object) -> bool:
-    """Whether a link field holds a bandwidth (it starts with a number) rather than a catalog name."""
-    return isinstance(name, str) and _NUMERIC_START.match(name) is not None
-
-
-def anonymous_link(text: object, field: str = "deployment.link") -> LinkSpec:
-    """The link a bandwidth string stands for: one transfer path of that nominal bandwidth,
-    efficiency :data:`ANONYMOUS_LINK_EFFICIENCY`, latency :data:`ANONYMOUS_LINK_LATENCY_S`.
-    A string that is not a bandwidth in range raises one InputError naming ``field``."""
-    bw = parse_bandwidth(text, field)
-    lo, hi = LINK_BANDWIDTH_RANGE_BYTES_PER_S
-    if not lo <= bw <= hi:
-        raise InputError(field, text, f"a bandwidth per transfer path from {format_bandwidth(lo)} to "
-                                      f"{format_bandwidth(hi)}, e.g. '400 Gbps', or a catalog link name")
-    name = text.strip() if isinstance(text, str) else format_bandwidth(bw, bits=True)
-    return LinkSpec(name=name, kind="other", source="anonymous link from the scenario (bandwidth as written, "
-                    f"efficiency {ANONYMOUS_LINK_EFFICIENCY:g}, latency {ANONYMOUS_LINK_LATENCY_S:g} s)",
-                    bandwidth_bytes_per_s=bw, latency_s=ANONYMOUS_LINK_LATENCY_S, efficiency=ANONYMOUS_LINK_EFFICIENCY)
 
 
 class LengthPreset(Frozen):

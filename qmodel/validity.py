@@ -81,7 +81,7 @@ def envelope_values(resolved: Any) -> tuple[dict[str, list[str]], dict[str, floa
                "tp": float(max(p.tp for p in pools)), "pp": float(max(p.pp for p in pools)),
                "max batch": float(pools[-1].max_batch),
                "token budget": float(getattr(dep, budget) if budget else dep.prefill.max_batch_tokens),
-               "prefix hit ratio": float(sc.workload.prefix_hit_ratio)}
+               "prefix hit ratio": resolved.prefix_hit_fraction}
     return kinds, numbers
 
 

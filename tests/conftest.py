@@ -49,8 +49,11 @@ def data_dir() -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolated_user_catalog(tmp_path_factory, monkeypatch):
-    """Never read or write the developer's real ~/.config/qmodel/catalog during tests."""
+    """Never read or write the developer's real ~/.config/qmodel/catalog, nor fill the real cache
+    folder (parsed traces of every test's files), during tests: one cache folder per session."""
     monkeypatch.setenv("QMODEL_CATALOG_DIR", str(tmp_path_factory.getbasetemp() / "user-catalog"))
+    monkeypatch.delenv("QMODEL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
     from qmodel import registry
 
     registry.clear_cache()

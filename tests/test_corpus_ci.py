@@ -35,15 +35,16 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99
 #: dispatch ("jsq"); "throughput" is the closed loops' X(N) error (only closed rows have it).
 #: Measured afresh when the corpus gained those two strata (issue 18 §1/§3): a new deck value
 #: changes every draw after it, so the 36 scenarios are new ones (9 closed, 9 jsq) and no old
-#: figure applies; the figures, and the old draws' pins and their history, are in
-#: docs/validation.md ("Generated corpus", "CI subset").
+#: figure applies; measured on this branch merged with main 15444c2 (i17fit's MoE refit and
+#: i18burst's bursty pools included); the figures, and the old draws' pins and their history, are
+#: in docs/validation.md ("Generated corpus", "CI subset").
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.2910, 1.1253), "ttft_p90": (0.2706, 1.6105), "ttft_p99": (0.3856, 1.6552), "tpot_p50": (0.0268, 0.5334), "tpot_p90": (0.0843, 0.5560), "tpot_p99": (0.1732, 0.9157), "attainment": (0.0692, 0.4436), "throughput": (0.0229, 0.1415)},
-    "chunked": {"ttft_p50": (0.5036, 0.9876), "ttft_p90": (0.8764, 1.6339), "ttft_p99": (0.4812, 1.0398), "tpot_p50": (0.0200, 0.4940), "tpot_p90": (0.0380, 0.4010), "tpot_p99": (0.0736, 0.7992), "attainment": (0.1256, 0.5466), "throughput": (0.0229, 0.1313)},
-    "colocated": {"ttft_p50": (0.3289, 4.4312), "ttft_p90": (0.1469, 3.2417), "ttft_p99": (0.2899, 2.8599), "tpot_p50": (0.0268, 0.0562), "tpot_p90": (0.1207, 0.2336), "tpot_p99": (0.2299, 0.5803), "attainment": (0.0684, 0.1855), "throughput": (0.0164, 0.1025)},
-    "disaggregated": {"ttft_p50": (0.0299, 0.9422), "ttft_p90": (0.2308, 0.9207), "ttft_p99": (0.1086, 0.9204), "tpot_p50": (0.0363, 0.6821), "tpot_p90": (0.0626, 1.0883), "tpot_p99": (0.1257, 0.9542), "attainment": (0.0164, 0.3558), "throughput": (0.0813, 0.0986)},
-    "closed": {"ttft_p50": (0.1553, 1.6852), "ttft_p90": (0.2081, 2.3779), "ttft_p99": (1.3015, 2.1274), "tpot_p50": (0.0190, 0.0295), "tpot_p90": (0.0264, 0.2407), "tpot_p99": (0.0403, 0.6147), "attainment": (0.0296, 0.1417), "throughput": (0.0229, 0.1415)},
-    "jsq": {"ttft_p50": (0.4189, 1.0770), "ttft_p90": (0.4195, 2.3779), "ttft_p99": (0.4143, 2.1274), "tpot_p50": (0.0146, 0.0329), "tpot_p90": (0.1175, 0.2407), "tpot_p99": (0.2128, 0.6147), "attainment": (0.0937, 0.1417), "throughput": (0.0405, 0.1287)},
+    "all": {"ttft_p50": (0.2948, 1.0792), "ttft_p90": (0.2732, 1.6126), "ttft_p99": (0.3856, 1.6457), "tpot_p50": (0.0280, 0.5331), "tpot_p90": (0.0832, 0.5560), "tpot_p99": (0.1733, 0.9630), "attainment": (0.0697, 0.4430), "throughput": (0.0230, 0.1415)},
+    "chunked": {"ttft_p50": (0.5029, 0.9863), "ttft_p90": (0.8762, 1.6354), "ttft_p99": (0.4829, 1.0398), "tpot_p50": (0.0208, 0.4938), "tpot_p90": (0.0382, 0.4010), "tpot_p99": (0.0745, 0.7991), "attainment": (0.1257, 0.5465), "throughput": (0.0230, 0.1312)},
+    "colocated": {"ttft_p50": (0.3311, 4.4312), "ttft_p90": (0.1465, 3.1199), "ttft_p99": (0.2899, 2.7466), "tpot_p50": (0.0280, 0.0562), "tpot_p90": (0.1207, 0.2328), "tpot_p99": (0.2296, 0.5961), "attainment": (0.0684, 0.1856), "throughput": (0.0164, 0.1025)},
+    "disaggregated": {"ttft_p50": (0.0579, 0.9445), "ttft_p90": (0.2360, 0.9259), "ttft_p99": (0.1048, 0.8716), "tpot_p50": (0.0358, 0.6822), "tpot_p90": (0.0785, 1.1229), "tpot_p99": (0.1206, 1.0393), "attainment": (0.0165, 0.3666), "throughput": (0.0813, 0.0986)},
+    "closed": {"ttft_p50": (0.1490, 1.6522), "ttft_p90": (0.2081, 2.3737), "ttft_p99": (1.3015, 2.1347), "tpot_p50": (0.0190, 0.0316), "tpot_p90": (0.0264, 0.2399), "tpot_p99": (0.0283, 0.6287), "attainment": (0.0296, 0.1391), "throughput": (0.0230, 0.1415)},
+    "jsq": {"ttft_p50": (0.4189, 1.0441), "ttft_p90": (0.4195, 2.3737), "ttft_p99": (0.4143, 2.1347), "tpot_p50": (0.0146, 0.0355), "tpot_p90": (0.1175, 0.2399), "tpot_p99": (0.2128, 0.6287), "attainment": (0.0937, 0.1391), "throughput": (0.0405, 0.1287)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit
 #: that raises: docs/validation.md, "Generated corpus")

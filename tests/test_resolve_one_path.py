@@ -36,11 +36,13 @@ DISAGG_SETS = [
     ["deployment.prefill.max_batch_tokens=1024"], ["workload.prefix_hit_ratio=0.6"],
     ["deployment.first_token_from=decode", "deployment.link_sharing=fair", "deployment.transfer_mode=layerwise"],
     ["deployment.decode.kv_dtype=fp8"], ["deployment.prefill.kv_dtype=fp8", "deployment.prefill.compute_dtype=fp8"],
+    ["deployment.decode.memory_reserve_bytes=12 GiB", "deployment.prefill.memory_reserve_bytes=2 GiB"],
 ]
 POOL_SETS = [
     [], ["deployment.pool.gpu=h200-sxm"], ["deployment.pool.tp=2"], ["deployment.pool.pp=2"],
     ["deployment.pool.instances=3"], ["deployment.pool.kv_memory_fraction=0.3"], ["deployment.pool.max_batch=32"],
     ["workload.prefix_hit_ratio=0.6"], ["deployment.pool.kv_dtype=fp8", "deployment.pool.compute_dtype=fp8"],
+    ["deployment.pool.memory_reserve_bytes=12 GiB"],
 ]
 ROOFLINE_SETS = [["perf.mfu=0.3"], ["perf.mbu=0.5"], ["perf.compute_dtype=fp8"]]
 

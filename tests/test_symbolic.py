@@ -59,7 +59,8 @@ def test_kv_bytes_per_token_matches_catalog() -> None:
             continue
         from qmodel.units import dtype_bits
 
-        got = S.evaluate("kv_bytes_per_token", layers=m.layers, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+        # layers holding KV: all but a hybrid model's recurrent (constant-state) layers
+        got = S.evaluate("kv_bytes_per_token", layers=m.attention_layers, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
                          bits=dtype_bits(m.kv_dtype, "kv_dtype"))
         assert got == pytest.approx(m.kv_bytes_per_token(), rel=REL), m.name
         checked += 1

@@ -36,6 +36,7 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.progress import ProgressFn
+from qmodel.prefix_cache import mixture_draws
 from qmodel.scenario import Scenario, TraceArrivals
 from qmodel.validation.replay_plan import ReplayPlan, build_plan, plan_from_resolved
 from qmodel.validation.replay_run import progress_marks, wiring_for
@@ -192,6 +193,8 @@ def _run(plan: ReplayPlan, trace: Trace, arrival: np.ndarray, prompt: np.ndarray
     """One pass of the event loop over the requests (see :func:`simulate`)."""
     req = Requests(arrival, prompt, output)
     req.think = think
+    if plan.prefix_law == "mixture":
+        req.prefix_hit = mixture_draws(req.n, plan.prefix_hit_fraction, seed)
     sim = Sim()
     rng = np.random.default_rng(seed)
     marks = progress_marks(sim, window[1], progress)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from qmodel.build import PoolRuntime, Resolved
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.scenario import ClosedArrivals, DecodePool, Scenario, scenario_sha256
+from qmodel.prefix_cache import cache_blocks
+from qmodel.scenario import ClosedArrivals, DecodePool, PrefixMixture, Scenario, scenario_sha256
 from qmodel.topology import topology_named
 
 __all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
@@ -21,7 +22,8 @@ __all__ = ["ReplayPlan", "build_plan", "plan_from_resolved"]
 class ReplayPlan:
     """Everything the simulation needs, resolved from a scenario (catalog, perf models, memory).
 
-    ``kv_bytes_per_token`` converts prompt tokens to transfer bytes; ``decode_kv_capacity_tokens``
+    ``kv_bytes_per_token`` converts prompt tokens to transfer bytes, ``state_bytes_per_request`` adds a
+    hybrid model's constant recurrent state to every transfer (0 otherwise); ``decode_kv_capacity_tokens``
     is one decode (or colocated/chunked) instance's KV memory in tokens.
     """
 
@@ -37,6 +39,7 @@ class ReplayPlan:
     prefill_dispatch: str = "round_robin"
     chunk_tokens: int = 512
     kv_bytes_per_token: float = 0.0
+    state_bytes_per_request: float = 0.0
     layers: int = 1
     path_bandwidth_bytes_per_s: float = 1.0
     link_latency_s: float = 0.0
@@ -44,6 +47,11 @@ class ReplayPlan:
     transfer_mode: str = "serialized"
     first_token_from: str = "prefill"
     prefix_hit_ratio: float = 0.0
+    #: the prefix-cache law (:mod:`qmodel.prefix_cache`): "ratio" (uniform, or the trace's hash LRU when the
+    #: trace has hash_ids, as always), "mixture" (a fraction ``prefix_hit_fraction`` hits ``prefix_hit_ratio``)
+    #: or "trace_hashes" (the hash LRU, required)
+    prefix_law: str = "ratio"
+    prefix_hit_fraction: float = 1.0
     prefix_cache_blocks: int = 0
     slo_ttft_s: float = 1.0
     slo_tpot_s: float = 1.0
@@ -71,10 +79,19 @@ def _decode_part(pool: DecodePool, rt: PoolRuntime, model: ServiceTimeModel | No
 
 
 def _cache_blocks(kv_capacity_tokens: float, override: int | None) -> int:
-    """Mooncake prefix-block LRU of an instance: its KV capacity in 512-token blocks (for a
-    colocated/chunked instance an upper bound: in vLLM cached blocks are the evictable part of the
-    same memory; a prefill instance's is an HBM-only cache of its KV memory)."""
-    return override if override is not None else int(kv_capacity_tokens) // 512
+    """Mooncake prefix-block LRU of an instance: :func:`qmodel.prefix_cache.cache_blocks` (the
+    solver's rule for ``prefix_cache = trace_hashes``), unless overridden."""
+    return override if override is not None else cache_blocks(kv_capacity_tokens)
+
+
+def _prefix_part(scn: Scenario) -> dict:
+    law = scn.workload.prefix_cache
+    if isinstance(law, PrefixMixture):
+        return {"prefix_law": "mixture", "prefix_hit_ratio": float(law.hit_ratio),
+                "prefix_hit_fraction": float(law.hit_fraction)}
+    if law is not None:
+        return {"prefix_law": "trace_hashes"}
+    return {"prefix_hit_ratio": float(scn.workload.prefix_hit_ratio)}
 
 
 def build_plan(scn: Scenario, service_models: dict[str, ServiceTimeModel] | None = None,
@@ -100,7 +117,7 @@ def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] 
     dep = scn.deployment
     base = _slo(scn)
     base["gpus"] = dep.gpus
-    base["prefix_hit_ratio"] = float(scn.workload.prefix_hit_ratio)
+    base.update(_prefix_part(scn))
     topo = topology_named(dep.topology)
     if topo.has_link:
         pre, dec = r.pools["prefill"], r.pools["decode"]
@@ -109,6 +126,7 @@ def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] 
             topology=topo.name, prefill_model=sm.get("prefill") or pre.service,
             prefill_instances=dep.prefill.instances, max_batch_tokens=dep.prefill.max_batch_tokens,
             prefill_dispatch=dep.prefill.dispatch, kv_bytes_per_token=r.kv_bytes_per_token, layers=r.model.layers,
+            state_bytes_per_request=pre.model.state_bytes_per_sequence(),
             path_bandwidth_bytes_per_s=float(r.link_bandwidth_bytes_per_s), link_latency_s=float(r.link.latency_s),
             link_sharing=dep.link_sharing, transfer_mode=dep.transfer_mode, first_token_from=dep.first_token_from,
             prefix_cache_blocks=_cache_blocks(pre.kv_capacity_tokens, prefix_cache_blocks),

@@ -21,7 +21,7 @@ from qmodel.validation.stations.core import Requests, Sim
 from qmodel.validation.stations.prefill import PrefixCache
 from qmodel.validation.trace_types import Trace
 
-__all__ = ["WIRING", "progress_marks", "run_disaggregated", "run_single", "wiring_for"]
+__all__ = ["WIRING", "prefix_cache", "progress_marks", "run_disaggregated", "run_single", "wiring_for"]
 
 
 def progress_marks(sim: Sim, t_end: float, progress: ProgressFn | None, steps: int = 100) -> int:
@@ -72,6 +72,19 @@ def _feed(sim: Sim, req: Requests, admit: Callable[[int], None], clients: int = 
     sim.at(arrival[0], arrive, 0)
 
 
+def prefix_cache(plan: ReplayPlan, trace: Trace, req: Requests, instances: int) -> PrefixCache:
+    """The cache of ``instances`` instances under the plan's prefix law: the hash LRU when the trace
+    has hash_ids (unless a mixture is stated; ``trace_hashes`` requires them), else the ratio, for
+    the requests ``req.prefix_hit`` marks under a mixture."""
+    from qmodel.errors import InputError
+
+    if plan.prefix_law == "trace_hashes" and trace.hash_ids is None:
+        raise InputError("workload.prefix_cache", "trace_hashes", f"a trace with hash_ids; {trace.source} has none")
+    lru = trace.hash_ids is not None and plan.prefix_law != "mixture"
+    return PrefixCache(instances, plan.prefix_hit_ratio, trace.hash_ids if lru else None, trace.block_tokens,
+                       plan.prefix_cache_blocks if lru else 0, req.prefix_hit if plan.prefix_law == "mixture" else None)
+
+
 def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.random.Generator,
                        window: tuple[float, float]) -> list:
     from_prefill = plan.first_token_from == "prefill"
@@ -82,7 +95,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
     kv = KVTransferStation(sim, req, plan.prefill_instances, plan.path_bandwidth_bytes_per_s, plan.link_latency_s,
                            plan.link_sharing, layers, decode, decode.ready, window)
     decode.on_release = kv.retry
-    bpt = plan.kv_bytes_per_token
+    bpt, state = plan.kv_bytes_per_token, plan.state_bytes_per_request
     output = req.output
     prompt = req.prompt
 
@@ -90,7 +103,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
         return not (from_prefill and output[r] == 1)
 
     def batch_start(i: int, batch: list[int], t_s: float, dur: float) -> None:
-        items = [(r, bpt * prompt[r]) for r in batch if needs_decode(r)]
+        items = [(r, bpt * prompt[r] + state) for r in batch if needs_decode(r)]
         if items:
             sim.at(t_s + dur / layers, kv.enter_batch, (i, t_s + dur, items))
 
@@ -103,12 +116,11 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
                 if output[r] == 1:
                     req.finish(r, t)
                     continue
-            items.append((r, bpt * prompt[r]))
+            items.append((r, bpt * prompt[r] + state))
         if items and not layerwise:
             kv.enter_batch((i, t, items))
 
-    cache = PrefixCache(plan.prefill_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
-                        plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
+    cache = prefix_cache(plan, trace, req, plan.prefill_instances)
     prefill = PrefillStation(sim, req, plan.prefill_model, plan.prefill_instances, plan.max_batch_tokens,
                              plan.prefill_dispatch, rng, cache, window, batch_start if layerwise else None, batch_done)
 
@@ -125,8 +137,7 @@ def run_disaggregated(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, r
 
 def run_single(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, rng: np.random.Generator,
                 window: tuple[float, float], cls: type[ColocatedStation] | type[ChunkedStation]) -> list:
-    cache = PrefixCache(plan.decode_instances, plan.prefix_hit_ratio, trace.hash_ids, trace.block_tokens,
-                        plan.prefix_cache_blocks if trace.hash_ids is not None else 0)
+    cache = prefix_cache(plan, trace, req, plan.decode_instances)
     st = cls(sim, req, plan, rng, window, cache)
 
     def admit(r: int) -> None:

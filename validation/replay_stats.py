@@ -138,7 +138,10 @@ def _assumptions(plan: ReplayPlan, trace: Trace) -> list[str]:
            "Little's law is checked on the sample path over that window, each sojourn clipped to it: "
            f"exact at any run length, so a gap above {LITTLE_TOLERANCE:g} (round-off) is a replay bug"]
     out += SHAPE_NOTES[plan.topology](plan)
-    if trace.hash_ids is not None and plan.prefix_cache_blocks > 0:
+    if plan.prefix_law == "mixture":
+        out.append(f"prefix cache: a seeded {plan.prefix_hit_fraction:g} of the requests skip "
+                   f"floor({plan.prefix_hit_ratio} x prompt) tokens, the rest none")
+    elif trace.hash_ids is not None and plan.prefix_cache_blocks > 0:
         out.append(f"prefix cache: per-instance LRU of {plan.prefix_cache_blocks} blocks of "
                    f"{trace.block_tokens} tokens keyed by the trace's hash_ids (longest cached leading run)")
     elif plan.prefix_hit_ratio > 0:

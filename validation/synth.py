@@ -48,7 +48,7 @@ from qmodel.validation.trace_types import Trace
 from qmodel.validation.traces import load_trace, require_arrivals
 from qmodel.workload import lognormal_pairs
 
-__all__ = ["generate"]
+__all__ = ["generate", "same_trace_file"]
 
 _ARRIVAL_STREAM = 1  # second word of the arrival generator's seed sequence
 
@@ -75,7 +75,8 @@ def _tile_index(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     return i % m, i // m
 
 
-def _same_file(a: TraceArrivals, lg: EmpiricalLengths) -> bool:
+def same_trace_file(a: TraceArrivals, lg: EmpiricalLengths) -> bool:
+    """Whether the lengths file is the arrivals file (then the trace is replayed in its own order)."""
     if "auto" not in (a.format, lg.format) and a.format != lg.format:
         return False
     try:
@@ -120,7 +121,7 @@ def _lengths(workload: Workload, n: int, seed: int, arrival_trace: Trace | None,
         return p, o, None, {"preset": lg.name}
     if isinstance(lg, EmpiricalLengths):
         arr = workload.arrivals
-        if arrival_trace is not None and isinstance(arr, TraceArrivals) and _same_file(arr, lg):
+        if arrival_trace is not None and isinstance(arr, TraceArrivals) and same_trace_file(arr, lg):
             m = len(arrival_trace)
             idx, copy = _tile_index(n, m)
             hashes = None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qmodel.arrays import distinct, median
 from qmodel.errors import DataError, InputError
 from qmodel.settings import missing_file_problem
 from qmodel.validation.trace_readers import BLOCK_TOKENS, TraceRow
@@ -54,7 +55,7 @@ def jitter_arrivals(arrival: np.ndarray, seed: int) -> tuple[np.ndarray, float]:
     if len(slots) < 2:
         return arrival.copy(), 0.0
     widths = np.diff(slots)
-    widths = np.append(widths, np.median(widths))
+    widths = np.append(widths, median(widths))
     rng = np.random.default_rng(seed)
     offs = rng.random(len(arrival)) * widths[idx]
     # Sorting offsets within each slot and handing them out in file order keeps the request order.
@@ -89,7 +90,7 @@ def assemble_trace(path: Path, raw: bytes, fmt: str, rows: list[TraceRow], meta:
             meta["resorted"] = True
         meta["time_offset_s"] = float(arrival[0])
         arrival = arrival - arrival[0]
-        meta["distinct_arrivals"] = int(len(np.unique(arrival)))
+        meta["distinct_arrivals"] = int(len(distinct(arrival)))
         if jitter_seed is not None:
             arrival, meta["jitter_shift_s"] = jitter_arrivals(arrival, int(jitter_seed))
             meta["jitter_seed"] = int(jitter_seed)

@@ -56,14 +56,17 @@ the slot from ``numpy.random.default_rng(jitter_seed)``, assigned in file order,
 order is kept and the result is deterministic. Times restart at 0; ``meta["jitter_shift_s"]`` is the
 first request's offset that was taken off.
 
-Parsed traces are cached in memory by (path, mtime, size, options); the arrays are read-only so
-no caller can change a cached trace under another. ``Trace.sha256`` is the SHA-256 of the file's
+Parsed traces are cached in memory by (path, mtime, size, options), and on disk for the next
+process (:mod:`qmodel.validation.trace_cache`: an entry is used only when the file's size, mtime and
+SHA-256 and the entry's own checksum all match); the arrays are read-only so no caller can change a
+cached trace under another. ``Trace.sha256`` is the SHA-256 of the file's
 bytes as stored (before gunzip).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -71,6 +74,7 @@ from typing import Any, Literal
 
 from qmodel.errors import DataError, InputError, TraceRowError
 from qmodel.settings import missing_file_problem, resolve_data_path
+from qmodel.validation import trace_cache
 from qmodel.validation.trace_assemble import assemble_trace, decode_text, read_bytes
 from qmodel.validation.trace_detect import detect_format, inner_suffix
 from qmodel.validation.trace_readers import FORMATS, reader_for
@@ -128,6 +132,20 @@ def load_trace(path: str | Path, format: str = "auto", *, on_error: OnError = "r
             _CACHE.move_to_end(key)
             return hit
     raw = read_bytes(p)
+    digest = hashlib.sha256(raw).hexdigest()
+    entry = trace_cache.entry_path(p, (format, on_error, jitter_seed))
+    trace = trace_cache.read(entry, str(p), st, digest)
+    if trace is None:
+        trace = _parse(p, raw, format, on_error, jitter_seed)
+        trace_cache.write(entry, trace, st)
+    with _LOCK:
+        _CACHE[key] = trace
+        while len(_CACHE) > _CACHE_MAX:
+            _CACHE.popitem(last=False)
+    return trace
+
+
+def _parse(p: Path, raw: bytes, format: str, on_error: OnError, jitter_seed: int | None) -> Trace:
     text = decode_text(p, raw)
     fmt = detect_format(p, text) if format == "auto" else format
     bad: list[tuple[int, str]] = []
@@ -135,12 +153,7 @@ def load_trace(path: str | Path, format: str = "auto", *, on_error: OnError = "r
     bad.sort()
     if bad and on_error == "report":
         raise TraceRowError(str(p), bad)
-    trace = assemble_trace(p, raw, fmt, rows, meta, bad, jitter_seed)
-    with _LOCK:
-        _CACHE[key] = trace
-        while len(_CACHE) > _CACHE_MAX:
-            _CACHE.popitem(last=False)
-    return trace
+    return assemble_trace(p, raw, fmt, rows, meta, bad, jitter_seed)
 
 
 def require_arrivals(trace: Trace, field: str = "workload.arrivals.path") -> Trace:

@@ -94,12 +94,18 @@ def describe(kind: str, entry: Any) -> dict[str, Any]:
         d["active_weight_bytes"] = entry.active_weight_bytes()
         d["matmul_params_per_token"] = entry.matmul_params_per_token
         d["kv_bytes_at_max_context"] = entry.kv_bytes(entry.max_context_tokens)
+        if entry.recurrent is not None:
+            d["state_bytes_per_sequence"] = entry.state_bytes_per_sequence()
+            d["recurrent_flops_per_token"] = entry.recurrent_flops_per_token()
         d["human"] = {
             "total_params": _params(entry.total_params),
             "active_params": _params(entry.active_params),
             "kv_bytes_per_token": f"{format_bytes(entry.kv_bytes_per_token())} ({entry.kv_dtype})",
             "kv_bytes_at_max_context": f"{format_bytes(entry.kv_bytes(entry.max_context_tokens))} "
                                        f"at {entry.max_context_tokens} tokens",
+            **({"state_bytes_per_sequence": f"{format_bytes(entry.state_bytes_per_sequence())} in "
+                f"{entry.recurrent.layers} {entry.recurrent.kind} layers (state {entry.recurrent.state_dtype}), "
+                f"constant in the context"} if entry.recurrent is not None else {}),
             "weight_bytes": f"{format_bytes(entry.weight_bytes())} ({entry.dtype}"
                             f"{', experts ' + entry.expert_dtype if entry.expert_dtype else ''})",
         }

@@ -25,10 +25,13 @@ the formulas they plug into):
 * MoE grouped GEMMs (``moe/vllm``, bf16, balanced routing, EP 1, expert TP 1-8): the GEMM form
   at the per-expert token count ``M_e = T k / E_touched`` and per-GPU width ``I / tp``, fitting a
   factor on e_peak, its own n_half (grouped GEMMs lose more to narrow experts) and its own h.
+  ``E_touched`` is the table's own routing: ``min(E, T k)`` for its balanced round robin (a table
+  without one, A100's, has power-law rows: the uniform-routing count), not the served-traffic count.
 
 The per-step framework overhead (``--points``: AIC static step estimates from
-``benchmarks/_aic_points.py``) is the median of measured minus modelled-without-overhead step time
-per phase and architecture, floored at 0.
+``benchmarks/_aic_points.py``) is fitted per phase and architecture by non-negative least squares
+on the relative error of the composed steps of every model (:func:`fit_overheads`), so a kernel
+curve's refit moves them too.
 """
 
 from __future__ import annotations
@@ -224,7 +227,8 @@ def fit_moe(system: str, gemm: dict[str, float]) -> dict[str, float] | None:
 
     def model(x: np.ndarray) -> np.ndarray:
         c = MoECurve.model_construct(efficiency_factor=x[0], n_half=x[1], weight_hbm_efficiency=x[2], launch_s=x[3])
-        return c.time_s(g, tok, h, i, k, e, tp, flops_per_s=f, bandwidth_bytes_per_s=bw, weight_byte=2.0)
+        return c.time_s(g, tok, h, i, k, e, tp, flops_per_s=f, bandwidth_bytes_per_s=bw, weight_byte=2.0,
+                        routing="balanced" if dist == "balanced" else "uniform")
 
     x = _lsq(lambda x: np.log(model(x) / t), [0.7, 100.0, 0.6, 2e-5], [0.05, 0.0, 0.02, 0.0], [1.5, 1e5, 1.0, 1e-3])
     return {"efficiency_factor": x[0], "n_half": x[1], "weight_hbm_efficiency": x[2], "launch_s": x[3],

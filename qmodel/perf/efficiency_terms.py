@@ -25,6 +25,12 @@ per layer of ``M hidden act_bytes`` at ``latency + bytes x allreduce_seconds_per
 ``2 (tp-1)/tp / (link eff)``, on a PCIe server past its peer-to-peer group at least ``2 (tp-1) / host``) plus one
 pipeline send when ``pp > 1``. ``F`` is the dense rate at the compute dtype and ``B`` the HBM
 bandwidth (catalog GPU). Attention runs at the BF16 rate (FlashAttention keeps BF16 math).
+
+Hybrid models (:mod:`qmodel.recurrent`): ``A`` and ``KV`` cover the attention layers only; the
+recurrent layers add ``c_rec T`` to prefill attention and ``max(c_rec, k_state) n`` to decode, with
+``c_rec = f R / (tp F_bf16 e_att)`` for the update's ``R`` FLOPs per token and ``k_state = f 2 Z /
+(tp B h_kv)`` for the ``Z`` state bytes each sequence reads and writes per step (no measured
+kernel curve: the attention curve's peak and decode HBM efficiency stand in).
 """
 
 from __future__ import annotations
@@ -48,11 +54,15 @@ def _body_k_sum(model: ModelSpec, tp: int, moe_layers: int) -> float:
     attn = h + model.num_heads * model.head_dim / tp
     if model.mla is not None:
         attn = 2.0 * h + model.num_heads * model.mla.v_head_dim / tp
-    dense = model.layers - moe_layers
+    rec = model.recurrent
+    mixers = model.attention_layers * attn
+    if rec is not None:  # in_proj (K = hidden), out_proj (K = H p / tp)
+        mixers += rec.layers * (h + rec.num_heads * rec.head_dim / tp)
+    dense = model.ffn_layer_count - moe_layers
     ffn = dense * (h + model.ffn_size / tp)
     if model.moe is not None and model.moe.shared_experts:
         ffn += moe_layers * (h + model.moe.shared_experts * model.moe.expert_ffn_size / tp)
-    return model.layers * attn + ffn
+    return mixers + ffn
 
 
 class CurveTerms:
@@ -82,8 +92,11 @@ class CurveTerms:
         self.c_att = f * model.attention_flops_per_token_pair() / (tp * gpu.flops_per_s("bf16")
                                                                    * a.prefill_peak_efficiency)
         self.s_half = a.prefill_s_half
-        self.k_kv = f * model.kv_elements_per_token_per_layer() * kv_byte * model.layers / (
+        self.k_kv = f * model.kv_elements_per_token_per_layer() * kv_byte * model.attention_layers / (
             layout.kv_shards_tp * bw * a.decode_hbm_efficiency)
+        # recurrent layers: the update at the attention kernels' peak, the state read + written per decode step
+        self.c_rec = f * model.recurrent_flops_per_token() / (tp * gpu.flops_per_s("bf16") * a.prefill_peak_efficiency)
+        self.k_state = f * 2.0 * model.state_bytes_per_sequence() / (tp * bw * a.decode_hbm_efficiency)
         self.moe_e = float(moe.num_experts) if moe else 0.0
         self.moe_k = float(moe.active_experts) if moe else 0.0
         self.moe_miss = 1.0 - self.moe_k / self.moe_e if moe else 1.0
@@ -115,7 +128,7 @@ class CurveTerms:
         self.per_req = prefill_per_request_s
         sw = model.sliding_window_layers if (model.sliding_window_layers and model.sliding_window_tokens) else 0
         self.win = float(model.sliding_window_tokens or 0)
-        self.win_full, self.win_part = (model.layers - sw) / model.layers, sw / model.layers
+        self.win_full, self.win_part = (model.attention_layers - sw) / model.attention_layers, sw / model.attention_layers
 
     # ---- arrays --------------------------------------------------------------------------
     def _ramp(self, m: np.ndarray) -> np.ndarray:
@@ -135,13 +148,15 @@ class CurveTerms:
 
     def prefill_breakdown(self, t: np.ndarray, q: np.ndarray, k: np.ndarray) -> dict[str, np.ndarray]:
         """Seconds per term: gemm (incl. LM head and experts), attention, launch, comm, overhead."""
-        return {"gemm_s": self._gemms(t, k), "attention_s": self.c_att * (q / 2.0 + self.s_half * t / 2.0),
+        return {"gemm_s": self._gemms(t, k),
+                "attention_s": self.c_att * (q / 2.0 + self.s_half * t / 2.0) + self.c_rec * t,
                 "launch_s": self.launch_pre + self.k_elem * t, "comm_s": self.comm_tok * t + self.comm_0,
                 "overhead_s": self.ovh_pre + self.per_req * k}
 
     def decode_breakdown(self, n: np.ndarray, sw: np.ndarray) -> dict[str, np.ndarray]:
         """Seconds per term; ``sw`` is the window-capped context sum."""
-        return {"gemm_s": self._gemms(n, n), "attention_s": np.maximum(self.c_att, self.k_kv) * sw,
+        return {"gemm_s": self._gemms(n, n),
+                "attention_s": np.maximum(self.c_att, self.k_kv) * sw + max(self.c_rec, self.k_state) * n,
                 "launch_s": self.launch_dec + self.k_elem * n, "comm_s": self.comm_tok * n + self.comm_0,
                 "overhead_s": np.full_like(n, self.ovh_dec)}
 
@@ -159,9 +174,11 @@ class CurveTerms:
         return out
 
     def prefill_scalar(self, t: float, q: float, k: float) -> float:
-        return (self._gemms_scalar(t, k) + self.c_att * (q / 2.0 + self.s_half * t / 2.0) + (self.launch_pre + self.k_elem * t)
+        return (self._gemms_scalar(t, k) + (self.c_att * (q / 2.0 + self.s_half * t / 2.0) + self.c_rec * t)
+                + (self.launch_pre + self.k_elem * t)
                 + (self.comm_tok * t + self.comm_0) + (self.ovh_pre + self.per_req * k))
 
     def decode_scalar(self, n: float, sw: float) -> float:
-        return (self._gemms_scalar(n, n) + max(self.c_att, self.k_kv) * sw + (self.launch_dec + self.k_elem * n)
+        return (self._gemms_scalar(n, n) + (max(self.c_att, self.k_kv) * sw + max(self.c_rec, self.k_state) * n)
+                + (self.launch_dec + self.k_elem * n)
                 + (self.comm_tok * n + self.comm_0) + self.ovh_dec)

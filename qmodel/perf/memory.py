@@ -5,7 +5,16 @@ For an instance of ``tp x pp`` GPUs (layout rules in :mod:`qmodel.perf.parallel`
     weights_per_gpu    = weight_bytes * stage_fraction / tp
     kv_per_token_gpu   = kv_bytes_per_token * stage_fraction / kv_shards_tp
     kv_bytes_per_gpu   = memory_fraction * (gpu_memory - weights_per_gpu - reserve)
+                         - state_sequences * state_bytes_per_sequence * stage_fraction / tp
     kv_capacity_tokens = floor(kv_bytes_per_gpu / kv_per_token_gpu)       (per instance)
+
+Hybrid models (recurrent layers, :mod:`qmodel.recurrent`) hold a constant state per sequence
+besides the attention KV; it is sharded by head over the TP ranks. The KV pool sets aside that
+state for ``state_sequences`` sequences (the pool's ``max_batch``), as SGLang preallocates its
+Mamba state pool for its maximum running requests, so capacity stays counted in attention-KV tokens
+and admission needs no per-sequence term. (vLLM's hybrid allocator instead takes one state block
+per running request from the shared pool: the reservation is exact when the batch is full and
+conservative otherwise.) Without recurrent layers the term is 0.
 
 ``stage_fraction = ceil(layers/pp) / layers`` is the busiest pipeline stage's share of the layers
 (weights and KV both split by layer); ``kv_shards_tp`` is ``min(tp, kv_heads)`` (KV heads are
@@ -13,7 +22,7 @@ replicated beyond that) and 1 for MLA (the latent is replicated on every TP rank
 ``memory_fraction`` is the scenario's ``kv_memory_fraction``: the share of what is left after
 weights and the reserve that the engine gives to KV blocks.
 
-``reserve`` (default :data:`DEFAULT_RESERVE_BYTES` = 6 GiB per GPU) holds everything that is
+``reserve`` (a pool's ``memory_reserve_bytes``; default :data:`DEFAULT_RESERVE_BYTES` = 6 GiB per GPU) holds everything that is
 neither weights nor KV: CUDA context and cuBLAS/NCCL workspaces (about 1 GiB), the activation peak
 of the largest batch, allocator fragmentation and the engine's safety margin. The value is chosen
 from DistServe's own capacity table (``distserve/max_num_tokens.csv``, OPT-13B/66B on A100-80GB):
@@ -90,17 +99,23 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Parallelism, kv_dtype: 
 
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, memory_fraction: float = 1.0,
                   reserve_bytes: float = DEFAULT_RESERVE_BYTES, field_prefix: str = "deployment",
-                  dtype: str | None = None, kv_dtype: str | None = None) -> MemoryBudget:
-    """The memory budget of one instance; raises InputError naming ``<field_prefix>.tp`` if the model does not fit."""
+                  dtype: str | None = None, kv_dtype: str | None = None, state_sequences: int = 0) -> MemoryBudget:
+    """The memory budget of one instance; raises InputError naming ``<field_prefix>.tp`` if the model does not fit.
+
+    ``state_sequences``: the sequences whose recurrent state is set aside (hybrid models; see above)."""
     if not (0.0 < memory_fraction <= 1.0):
         raise InputError(f"{field_prefix}.kv_memory_fraction", memory_fraction, "a fraction in (0, 1]")
-    if reserve_bytes < 0:
-        raise InputError(f"{field_prefix}.reserve_bytes", reserve_bytes, "a non-negative size")
+    if not (0.0 <= reserve_bytes < gpu.memory_bytes):
+        raise InputError(f"{field_prefix}.memory_reserve_bytes", reserve_bytes,
+                         f"a size from 0 up to {gpu.name}'s {gpu.memory_bytes / 2**30:.1f} GiB of memory")
     layout = check_parallelism(model, tp, pp, field_prefix)
     w = weight_bytes_per_gpu(model, layout, dtype)
     kv_tok = kv_bytes_per_token_per_gpu(model, layout, kv_dtype)
     free = gpu.memory_bytes - w - reserve_bytes
     kv_bytes = memory_fraction * free
+    state = state_sequences * model.state_bytes_per_sequence() * layout.stage_fraction / layout.tp
+    if state:
+        kv_bytes -= state
     tokens = math.floor(kv_bytes / kv_tok) if kv_bytes > 0 else 0
     if tokens < 1:
         need = w + reserve_bytes + kv_tok / memory_fraction
@@ -108,6 +123,10 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, memory_f
         room = gpu.memory_bytes - reserve_bytes
         hint = (f"at least {math.ceil(model.weight_bytes(dtype) / room)} GPUs per instance (tp x pp)"
                 if room > 0 else "a GPU with more memory")
+        if free > 0 and state and memory_fraction * free > 0:
+            raise InputError(f"{field_prefix}.max_batch", state_sequences,
+                             f"fewer sequences: the recurrent state of {state_sequences} sequences "
+                             f"({state / 1e9:.1f} GB per GPU) leaves no room for KV on {gpu.name}")
         if free > 0:  # the weights fit: the KV share is what leaves no room for one token
             raise InputError(f"{field_prefix}.kv_memory_fraction", memory_fraction,
                              f"a fraction leaving room for KV: {memory_fraction:.3g} of the {free / 1e9:.1f} GB left "
@@ -127,7 +146,7 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, memory_f
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int = 1, memory_fraction: float = 1.0,
                        reserve_bytes: float = DEFAULT_RESERVE_BYTES, field_prefix: str = "deployment",
-                       dtype: str | None = None, kv_dtype: str | None = None) -> int:
+                       dtype: str | None = None, kv_dtype: str | None = None, state_sequences: int = 0) -> int:
     """KV-cache capacity of one instance in tokens (see :func:`memory_budget`)."""
     return memory_budget(model, gpu, tp, pp, memory_fraction, reserve_bytes, field_prefix, dtype,
-                         kv_dtype).kv_capacity_tokens
+                         kv_dtype, state_sequences).kv_capacity_tokens

@@ -74,7 +74,11 @@ class RooflineModel(ServiceTimeModel):
     ``expert_dtype`` when the model has one. ``KV(n, S)``
     is the KV bytes of the context (GQA heads, MLA latent, and sliding-window layers capped at the
     window using the mean context ``S/n``); ``kv_shards = min(tp, kv_heads)`` (1 for MLA, whose
-    latent is replicated). ``S_w`` is ``S`` with the same window cap.
+    latent is replicated). ``S_w`` is ``S`` with the same window cap. Hybrid models (recurrent
+    layers, :mod:`qmodel.recurrent`): attention terms cover the attention layers only; each token
+    adds the recurrent update's ``R`` FLOPs to compute (``+ f R T / (mfu * attention_efficiency *
+    tp * F)``, likewise ``n`` in decode) and each decoding sequence reads and writes its constant
+    state, ``+ f 2 Z n / tp / (B * mbu)`` memory with ``Z`` the state bytes per sequence.
 
     Tensor parallel: 2 all-reduces per layer (after attention and after the FFN) of
     ``tokens * hidden * act_bytes`` each, ring cost ``2 (tp-1)/tp * bytes / (link_bw *
@@ -193,7 +197,7 @@ class RooflineModel(ServiceTimeModel):
             self._moe_layers = 0
             self._base_params = max(m.total_params - emb, 0.0)
             return
-        self._moe_layers = m.layers - m.moe.dense_layers
+        self._moe_layers = m.ffn_layer_count - m.moe.dense_layers
         self._expert_params_per_layer_expert = counts.routed_experts / (self._moe_layers * m.moe.num_experts)
         # Shared experts, attention, dense layers, router and LM head are read every step.
         self._base_params = max(m.total_params - counts.routed_experts - emb, 0.0)
@@ -221,7 +225,11 @@ class RooflineModel(ServiceTimeModel):
         self._k_att = f * m.attention_flops_per_token_pair() / (self.mfu * self.attention_efficiency * flops)
         self._k_wbase = f * self._base_params * self._weight_byte / tp / bw
         self._k_wexp = f * self._moe_layers * self._expert_params_per_layer_expert * self._expert_byte / tp / bw
-        self._k_kv = f * m.kv_elements_per_token_per_layer() * self._kv_byte * m.layers / lay.kv_shards_tp / bw
+        self._k_kv = f * m.kv_elements_per_token_per_layer() * self._kv_byte * m.attention_layers / lay.kv_shards_tp / bw
+        # recurrent layers (hybrid models): update FLOPs per token, state read + written per sequence and step,
+        # both split over the TP ranks by head
+        self._k_rec = f * m.recurrent_flops_per_token() / (self.mfu * self.attention_efficiency * flops)
+        self._k_state = f * 2.0 * m.state_bytes_per_sequence() / tp / bw
         link = self.gpu.intra_node_bandwidth_bytes_per_s * self.comm_efficiency
         per_tok = m.hidden_size * self.act_bytes / link
         self._k_comm_tok = 0.0
@@ -241,8 +249,8 @@ class RooflineModel(ServiceTimeModel):
         self._moe_miss = 1.0 - moe.active_experts / moe.num_experts if moe else 1.0
         sw = m.sliding_window_layers if (m.sliding_window_layers and m.sliding_window_tokens) else 0
         self._win = float(m.sliding_window_tokens or 0)
-        self._win_full = (m.layers - sw) / m.layers
-        self._win_part = sw / m.layers
+        self._win_full = (m.attention_layers - sw) / m.attention_layers
+        self._win_part = sw / m.attention_layers
 
     # ---- array helpers -------------------------------------------------------------------
     def _windowed_context(self, n: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -258,18 +266,19 @@ class RooflineModel(ServiceTimeModel):
         return self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** np.maximum(tokens, 0.0)))
 
     def kv_bytes_read(self, n_seqs: ArrayLike, sum_context_tokens: ArrayLike) -> np.ndarray:
-        """KV bytes of the context read by one decode step (whole model, before sharding)."""
+        """KV bytes of the context read by one decode step (whole model, before sharding), with each
+        sequence's recurrent state (hybrid models; it is also written back, see decode_breakdown)."""
         n = np.asarray(n_seqs, dtype=float)
         s = np.asarray(sum_context_tokens, dtype=float)
-        per_token = self.model.kv_elements_per_token_per_layer() * self._kv_byte * self.model.layers
-        return per_token * self._windowed_context(n, s)
+        per_token = self.model.kv_elements_per_token_per_layer() * self._kv_byte * self.model.attention_layers
+        return per_token * self._windowed_context(n, s) + self.model.state_bytes_per_sequence() * n
 
     def prefill_breakdown(self, sum_tokens: ArrayLike, sum_sq_tokens: ArrayLike) -> dict[str, np.ndarray]:
         """The terms of one prefill batch time: compute, memory, comm, overhead (seconds)."""
         t, q = np.broadcast_arrays(np.asarray(sum_tokens, dtype=float), np.asarray(sum_sq_tokens, dtype=float))
         if self._terms is not None:
             return self._terms.prefill_breakdown(t, q, np.ones_like(t))
-        return {"compute_s": self._k_lin * t + self._k_att * (q / 2.0),
+        return {"compute_s": self._k_lin * t + self._k_att * (q / 2.0) + self._k_rec * t,
                 "memory_s": self._k_wbase + self._experts_s(t),
                 "comm_s": self._k_comm_tok * t + self._k_comm_0,
                 "overhead_s": np.full_like(t, self.prefill_overhead_s)}
@@ -280,8 +289,8 @@ class RooflineModel(ServiceTimeModel):
         sw = self._windowed_context(n, s)
         if self._terms is not None:
             return self._terms.decode_breakdown(n, sw)
-        return {"compute_s": self._k_lin * n + self._k_att * sw,
-                "memory_s": self._k_wbase + self._experts_s(n) + self._k_kv * sw,
+        return {"compute_s": self._k_lin * n + self._k_att * sw + self._k_rec * n,
+                "memory_s": self._k_wbase + self._experts_s(n) + self._k_kv * sw + self._k_state * n,
                 "comm_s": self._k_comm_tok * n + self._k_comm_0,
                 "overhead_s": np.full_like(n, self.decode_overhead_s)}
 
@@ -322,7 +331,7 @@ class RooflineModel(ServiceTimeModel):
         if self._terms is not None:
             return self._terms.prefill_scalar(t, q, k)
         experts = self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** max(t, 0.0))) if self._moe_e else 0.0
-        compute = self._k_lin * t + self._k_att * (q / 2.0)
+        compute = self._k_lin * t + self._k_att * (q / 2.0) + self._k_rec * t
         memory = self._k_wbase + experts
         comm = self._k_comm_tok * t + self._k_comm_0
         return max(compute, memory) + comm + (self.prefill_overhead_s + self.prefill_per_request_s * k)
@@ -336,8 +345,8 @@ class RooflineModel(ServiceTimeModel):
         if self._terms is not None:
             return self._terms.decode_scalar(n, sw)
         experts = self._k_wexp * (self._moe_e * (1.0 - self._moe_miss ** max(n, 0.0))) if self._moe_e else 0.0
-        compute = self._k_lin * n + self._k_att * sw
-        memory = self._k_wbase + experts + self._k_kv * sw
+        compute = self._k_lin * n + self._k_att * sw + self._k_rec * n
+        memory = self._k_wbase + experts + self._k_kv * sw + self._k_state * n
         comm = self._k_comm_tok * n + self._k_comm_0
         return max(compute, memory) + comm + self.decode_overhead_s
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qmodel.arrays import median
 from qmodel.perf.base import SCALAR_TYPES, ServiceTimeModel
 
 __all__ = [
@@ -132,7 +133,7 @@ def median_groups(rows: list[tuple[float, float, float]]) -> list[tuple[float, f
     groups: dict[tuple[float, float], list[float]] = defaultdict(list)
     for n, x, t in rows:
         groups[(n, x)].append(t)
-    return [(n, x, float(np.median(ts))) for (n, x), ts in sorted(groups.items())]
+    return [(n, x, median(ts)) for (n, x), ts in sorted(groups.items())]
 
 
 #: A median more than this fraction below a smaller batch's median at the same length is impossible.

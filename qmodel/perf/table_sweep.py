@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qmodel.arrays import median
 from qmodel.errors import DataError
 from qmodel.perf.base import ArrayOrFloat
 from qmodel.perf.table_interp import (
@@ -80,7 +81,7 @@ class SweepTableModel(MeasuredTableModel):
                 f, _ = interp_piecewise(np.array([p]), self._p, self._f1, loglog=True)
                 gs[float(n)].append(t / (n * float(f[0])))
         self._gn = np.array(sorted(gs))
-        self._g = np.array([float(np.median(gs[n])) for n in self._gn])
+        self._g = np.array([median(gs[n]) for n in self._gn])
         self._fit_decode(dec, source)
         self._floor_prefill = 0.01 * min(t for _, _, t in pre)
         self._floor_decode = 0.01 * min(t for _, _, t in dec)
@@ -105,7 +106,7 @@ class SweepTableModel(MeasuredTableModel):
             sol, *_ = np.linalg.lstsq(a, y, rcond=None)
             c = max(float(sol[-1]), 0.0)
         # With c fixed, each h(n) is the median residual of its rows (robust to one noisy row).
-        h = [float(np.median([t - c * n * ctx for m, ctx, t in dec if m == n])) for n in ns]
+        h = [median([t - c * n * ctx for m, ctx, t in dec if m == n]) for n in ns]
         self._hn = np.array(ns, dtype=float)
         self._h = np.array(h)
         self.context_cost_s_per_token = c

@@ -34,7 +34,7 @@ import numpy as np
 
 from qmodel.errors import NumericalError, QmodelError
 from qmodel.planner.space import PlanSpec
-from qmodel.scenario import PoolConfig, Scenario, scenario_sha256
+from qmodel.scenario import PoolConfig, PrefixTraceHashes, Scenario, scenario_sha256
 from qmodel.stations.base import MemoizedStation
 from qmodel.topology import topology_named
 
@@ -178,27 +178,31 @@ class EngineEvaluator(Evaluator):
         return self._workload
 
     def _pool(self, role: str, gpu: str, tp: int, mem_fraction: float, pp: int = 1,
-              kv_dtype: str | None = None, compute_dtype: str | None = None):
-        """:func:`qmodel.build.resolve_pool` for (role, gpu, tp, pp, KV fraction, dtypes), cached.
-        Without dtypes given, the scenario's own for that role (what :func:`deployment_for` keeps)."""
+              settings: dict[str, Any] | None = None):
+        """:func:`qmodel.build.resolve_pool` for (role, gpu, tp, pp, KV fraction, the user's pool settings:
+        dtypes and memory reserve, :data:`qmodel.topology.base.USER_POOL_SETTINGS`), cached. Without
+        ``settings``, the scenario's own for that role (what :func:`deployment_for` keeps)."""
         from qmodel.build import resolve_pool
         from qmodel.scenario import PoolConfig
+        from qmodel.topology.base import USER_POOL_SETTINGS
 
-        if kv_dtype is None and compute_dtype is None:
+        if settings is None:
             pre, dec, _ = _pool_defaults(self.scenario)
-            own = pre if role == "prefill" else dec
-            kv_dtype, compute_dtype = own.get("kv_dtype"), own.get("compute_dtype")
-        k = (role, gpu, tp, pp, mem_fraction, kv_dtype, compute_dtype)
+            settings = pre if role == "prefill" else dec
+        kept = {name: settings.get(name) for name in USER_POOL_SETTINGS}
+        k = (role, gpu, tp, pp, mem_fraction, *kept.values())
         if k not in self._pools:
             field = {"prefill": "deployment.prefill", "decode": "deployment.decode", "pool": "deployment.pool"}[role]
-            cfg = PoolConfig(gpu=gpu, tp=tp, pp=pp, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
+            cfg = PoolConfig(gpu=gpu, tp=tp, pp=pp, **{n: v for n, v in kept.items() if v is not None})
             self._pools[k] = resolve_pool(role, field, cfg, self.scenario, self._model(), mem_fraction)
         return self._pools[k]
 
     def _pool_for(self, role: str, field: str, cfg: PoolConfig, mem_fraction: float):
         """The :data:`qmodel.build.PoolFactory` the planner hands to resolve: a cached pool carrying ``cfg``."""
-        return dataclasses.replace(self._pool(role, cfg.gpu, cfg.tp, mem_fraction, cfg.pp, cfg.kv_dtype,
-                                              cfg.compute_dtype), config=cfg)
+        from qmodel.topology.base import USER_POOL_SETTINGS
+
+        settings = {name: getattr(cfg, name) for name in USER_POOL_SETTINGS}
+        return dataclasses.replace(self._pool(role, cfg.gpu, cfg.tp, mem_fraction, cfg.pp, settings), config=cfg)
 
     def _resolved(self, sc: Scenario, plan: PlanSpec):
         """``qmodel.build.resolve(sc)`` assembled from the cached model, workload and pools."""
@@ -269,7 +273,14 @@ class EngineEvaluator(Evaluator):
             return self._issues[k]
         slo = self.scenario.slo
         issue = None
-        uncached = self._workload_parts()[1].uncached_prompt
+        lengths, uncached = self._workload_parts()[1].lengths, self._workload_parts()[1].uncached_prompt
+        if role in ("prefill", "pool") and isinstance(self.scenario.workload.prefix_cache, PrefixTraceHashes):
+            # the trace's hits on one instance's cache (the pool here has one): it sees the whole
+            # stream, so this filter takes the cache at its most useful and refuses no plan a
+            # larger pool could serve (a multi-turn conversation's turns spread over c instances)
+            from qmodel.build import trace_hash_uncached
+
+            uncached = trace_hash_uncached(self.scenario, lengths, pool)
         if role in ("prefill", "pool"):
             own = np.asarray(pool.service.prefill_exit_s(pool.service.prefill_one_s(uncached)), dtype=float)
             ok = float(np.mean(own <= slo.ttft_s))

@@ -61,7 +61,7 @@ def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: f
     (:mod:`qmodel.perf.memory`); vLLM budgets weights, activations and KV inside util x M and
     leaves the CUDA context outside, so util = (W + R - context + KV) / M.
     """
-    from qmodel.build import pool_compute_dtype, pool_model
+    from qmodel.build import pool_compute_dtype, pool_model, pool_reserve_bytes
     from qmodel.perf.memory import memory_budget, weight_dtype_for
     from qmodel.registry import load_catalog
 
@@ -71,7 +71,7 @@ def gpu_memory_utilization(scenario: Scenario, gpu: str, tp: int, kv_fraction: f
     cfg = _decode_cfg(scenario)
     model, spec = pool_model(cat.model(scenario.model), cfg), cat.gpu(gpu)
     try:
-        b = memory_budget(model, spec, tp, 1, kv_fraction,
+        b = memory_budget(model, spec, tp, 1, kv_fraction, pool_reserve_bytes(cfg),
                           dtype=weight_dtype_for(model, pool_compute_dtype(scenario.perf, cfg)))
     except QmodelError:  # the model does not fit: leave the flag to vLLM's default
         return None

@@ -69,6 +69,7 @@ from typing import Literal
 
 import numpy as np
 
+from qmodel.arrays import distinct
 from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
@@ -176,7 +177,7 @@ class ChunkedStation(StationModel):
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
         lm1 = L[self.multi] - 1.0
-        edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
+        edges = distinct(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
         self.gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
         self._lam_max = self._find_lam_max()
         w0 = self.p * self.lin_per_token[0] + self._quad[0][self._inv]  # prompt work with no decodes
@@ -352,7 +353,7 @@ class ChunkedStation(StationModel):
         groups = []
         lm1 = self.L[self.multi] - 1.0
         so = s_own[self.multi] + half_iter
-        for g in np.unique(self.gi):
+        for g in distinct(self.gi):
             sel = self.gi == g
             groups.append((float(sel.mean()), 1.0 / float(np.mean(1.0 / lm1[sel])), float(np.mean(so[sel]))))
         tpot = stall_tpot(lam, groups, np.asarray(node_w), np.asarray(tds), rhos, jumps, caps, owns, life, rates,

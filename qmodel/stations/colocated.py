@@ -98,6 +98,26 @@ continuous at ca2 = 1 and non-decreasing in ca2 (the burst form alone jumped the
 -> 1.001 moved TTFT p90/p99 by -17..+14%). Replay, Gamma CV 2 (llama3-8b-colocated-h100 example at
 10 req/s; OPT-13B colocated example at 1.5 req/s), TTFT mean/p50/p90/p99: −12/−34/−10/+19% and
 −10/−22/−9/−7% (the burst form alone: −15/−35/−9/+12% and −8/−21/−8/−2%).
+least_loaded / jsq pools of c > 1 engines: the burst form keeps only the Erlang-C wait of whole bursts,
+and the burst-mates that share the request's iteration are added to the TTFT as independent of the
+wait (:func:`qmodel.stations.burst_mates.burst_members`): J_a ahead and J_b behind, each
+Geometric_0(1 - 1/m), each on the request's instance with probability 1/c (the dispatch weighs
+outstanding tokens, the residents' reserved KV included, so close arrivals are not dealt one per
+instance in turn). On a busy instance (probability P(W > 0)) all of them wait with the request and
+share its iteration, each adding its marginal prefill cost; on an idle one the first member ahead
+starts alone and the request waits for that whole iteration, then shares the next with the others.
+Iterations hold at most the token budget's room beside the own prompt ((B - P) // E[P] per own-length
+quarter, as in the gated form): members ahead past it fill earlier full iterations the request waits
+for, members behind past it go later.
+Measured in the replay (llama-3.1-8b/H100 x2, Azure conv preset, Gamma cv 2 at 0.3 of the limit): a
+request's iteration holds 0.42 burst-mates ahead and 0.42 behind on average (Poisson: 0.05 each)
+and its wait is not longer than the model's: the TTFT p50 was low (−27..−33% at 0.3-0.9 of the
+limit) because the dealing in turn (floor(J/c) ahead, none behind) left the iteration too short;
+qwen2.5-32b/H200 x2 (Azure code, Gamma cv 4 at 0.3): 88% of requests wait (the model's Erlang-C
+burst wait: 54%), most behind a burst-mate's lone iteration. Replay, the 2 colocated suite configs
+x least_loaded/jsq, Gamma cv 2 and 4 at 0.3-0.9 of the limit (20 cells each): TTFT p50/p90/p99
+median |error| cv 2 24.1/12.2/15.6 -> 6.3/7.4/17.5%, cv 4 34.0/11.4/12.1 -> 13.1/6.6/12.0%
+(docs/validation.md, "Bursty arrivals at least_loaded / jsq pools").
 
 Joint stability (work-conserving, Li–Dai–Peng form): lam E[L] beta_inf + rho_p(lam) < 1 with the
 batching above (between the unbatched lam (E[T_1] + E[L] beta) < 1 and full token-budget batches),
@@ -120,10 +140,12 @@ from typing import Literal
 
 import numpy as np
 
-from qmodel.dist import GridDist, convolve
+from qmodel.arrays import distinct
+from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import Param, StationModel, StationSolution, integer
+from qmodel.stations.burst_mates import burst_members
 from qmodel.stations.colocated_limit import ColocatedLimits
 from qmodel.stations.colocated_ttft import ColocatedTTFT
 from qmodel.stations.decode import GPSChain, mean_context_tokens
@@ -218,10 +240,10 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if not np.any(multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
         lm1 = L[multi] - 1.0
-        edges = np.unique(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
+        edges = distinct(np.geomspace(lm1.min(), lm1.max() * (1 + 1e-9), L_GROUPS + 1))
         gi = np.clip(np.searchsorted(edges, lm1, side="right") - 1, 0, len(edges) - 2)
         groups = []
-        for g in np.unique(gi):
+        for g in distinct(gi):
             sel = gi == g
             inv = float(np.mean(1.0 / lm1[sel]))
             groups.append((float(sel.mean()), 1.0 / inv, float(np.mean(self.t1[multi][sel]))))
@@ -296,8 +318,14 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             busy_frac = busy_dec / max(1.0 - rho_p, 1e-300)  # P(decode running | no prefill running)
             dec = decode_residual(gd, wd, 1.0 - rho_p, busy_frac, dxs)
 
+            # least_loaded pools: the burst-mates are not dealt out one per instance in turn (the dispatch
+            # weighs outstanding tokens, decode residents' included); they share the request's iteration
+            # as a random split does, added below as independent of the wait (burst_members)
+            pooled = ll and self.instances > 1
+
             def burst(mb: float) -> tuple[GridDist, GridDist]:
-                w_b = convolve(batch_wait(grid.own, dxs, rho_p, mb, c_ll, member=marginal, sides=1), dec)
+                w_b = convolve(batch_wait(grid.own, dxs, rho_p, mb, c_ll, member=marginal,
+                                          sides=0 if pooled else 1), dec)
                 # Prompts arriving while the request waits join its batch (FCFS order puts the earlier
                 # ones in W already): given W = w, K ~ Poisson(lam w), each adding its marginal cost.
                 return w_b, convolve(add_arrivals_during(w_b, lam, marginal, grid.mean_marginal_s, dxs), grid.own_law)
@@ -311,6 +339,13 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             wm, tm = burst(m_burst)
             ttft = burst_increment(ttft, tm, t1)
             wait = burst_increment(wait, wm, w1)
+            if pooled:
+                # per own-length quarter, the token budget's room beside the own prompt (as in the gated form)
+                busy = 1.0 - float(wait.pmf[0])
+                mem = mixture([burst_members(marginal, dxs, m_burst, 1.0 / self.instances, join_prob=busy,
+                                             first=grid.own, cap=cap) for _, cap, _ in grid.classes],
+                              [n for n, _, _ in grid.classes])
+                ttft = convolve(ttft, mem)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
         # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent
         if kbar > k_fp:
@@ -339,7 +374,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
                              f"prefilling ones met less and their long iterations less (load gap scale "
                              f"{self._ll_delta:.0f} tokens); TPOT as for a random split" if m_burst <= 1.0 else
                              f"{self.instances} instances, least_loaded: burst wait P(wait) = Erlang C(c, c rho_p), "
-                             "conditional wait / c (M/G/c-like approximation of join-the-shortest-queue)")
+                             "conditional wait / c (M/G/c-like approximation of join-the-shortest-queue); "
+                             "burst-mates share the request's iteration as under a random split")
         elif self.instances > 1:
             lam_notes.append(f"{self.instances} instances: {self.dispatch} treated as a random split (lam/c each)")
         return StationSolution(

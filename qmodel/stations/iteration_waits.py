@@ -385,3 +385,4 @@ def batch_wait(service: np.ndarray, dx: float, rho: float, m: float, c: int,
     ahead = np.clip(np.fft.irfft(((1.0 - qc) / (1.0 - qc * phi_m)) ** sides, size), 0.0, None)
     mean_a = sides * qc / (1.0 - qc) * em
     return convolve(wb, GridDist(dx, ahead / ahead.sum(), mean_a, exact=False))
+

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from qmodel.scenario import Scenario
     from qmodel.scenario_deployment import PoolConfig
 
-__all__ = ["Composition", "Topology", "station_dispatch", "user_dtypes"]
+__all__ = ["Composition", "Topology", "station_dispatch", "USER_POOL_SETTINGS", "user_pool_settings"]
 
 
 def station_dispatch(dispatch: str) -> str:
@@ -63,9 +63,14 @@ def station_dispatch(dispatch: str) -> str:
     return "least_loaded" if dispatch == "jsq" else dispatch
 
 
-def user_dtypes(cfg: PoolConfig) -> dict[str, Any]:
-    """A pool's KV dtype and compute precision, where the user set them (re-targeted plans keep them)."""
-    return {k: getattr(cfg, k) for k in ("kv_dtype", "compute_dtype") if getattr(cfg, k) is not None}
+#: per-pool settings a re-targeted plan keeps where the user set them (None = the default)
+USER_POOL_SETTINGS = ("kv_dtype", "compute_dtype", "memory_reserve_bytes")
+
+
+def user_pool_settings(cfg: PoolConfig) -> dict[str, Any]:
+    """A pool's KV dtype, compute precision and memory reserve, where the user set them (re-targeted
+    plans keep them)."""
+    return {k: getattr(cfg, k) for k in USER_POOL_SETTINGS if getattr(cfg, k) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +171,11 @@ class Topology(ABC):
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         """The stations solved at ``rate`` (already checked stable) and composed (see
         :meth:`qmodel.solver.Solver.compose` for ``laws``)."""
+
+    def attainment_bounds(self, a: float, b: float) -> tuple[float, float]:
+        """The bracket of A = P(TTFT <= x, TPOT <= y) from its margins a and b whatever their
+        dependence (Fréchet): max(0, a + b - 1) <= A <= min(a, b)."""
+        return max(0.0, a + b - 1.0), min(a, b)
 
     def binding_part(self, solver: Any, c: Composition, metric: str) -> str | None:
         """The largest part of ``metric`` ("TTFT" or "TPOT") at ``c`` in words, where this shape

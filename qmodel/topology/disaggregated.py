@@ -27,7 +27,7 @@ import numpy as np
 from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
-from qmodel.topology.base import Composition, Topology, station_dispatch, user_dtypes
+from qmodel.topology.base import Composition, Topology, station_dispatch, user_pool_settings
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -108,7 +108,9 @@ class DisaggregatedTopology(Topology):
         # what a layer-wise transfer hides behind: the batch's time until it leaves the instance
         own_prefill_s = np.asarray(svc.prefill_exit_s(svc.prefill_one_s(r.uncached_prompt)), dtype=float)
         return KVTransferStation(
-            bytes_per_request=r.kv_bytes_per_token * r.lengths.prompt.astype(float),  # the whole prompt's KV
+            # the whole prompt's KV, and a hybrid model's recurrent state once per request
+            bytes_per_request=(r.kv_bytes_per_token * r.lengths.prompt.astype(float)
+                               + r.pools["prefill"].model.state_bytes_per_sequence()),
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
             paths=r.link_paths,
@@ -206,7 +208,7 @@ class DisaggregatedTopology(Topology):
             b = sum_cdf(tpot_terms, slo.tpot_s)
             ttft = LazyGridDist(lambda: convolve(*ttft_terms))
             tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
-        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, (max(0.0, a + b - 1.0), min(a, b)))
+        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))
 
     def latency_terms(self, solver: Any, sp: StationSolution, st: StationSolution,
                       sd: StationSolution) -> tuple[list[GridDist], list[GridDist]]:
@@ -327,9 +329,9 @@ class DisaggregatedTopology(Topology):
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         dep = deployment
         pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
-               **user_dtypes(dep.prefill)}
+               **user_pool_settings(dep.prefill)}
         dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
-               "dispatch": dep.decode.dispatch, **user_dtypes(dep.decode)}
+               "dispatch": dep.decode.dispatch, **user_pool_settings(dep.decode)}
         top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
                "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
                "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
@@ -404,13 +406,17 @@ class DisaggregatedTopology(Topology):
                              f"leaves after {dep.prefill.pp} stages, so its TTFT adds (pp - 1) D = "
                              f"{(dep.prefill.pp - 1) * d:.6g} s: docs/methods.md, Pipeline parallelism)"
                              if dep.prefill.pp > 1 else ""))
+        state = r.pools["prefill"].model.state_bytes_per_sequence()
         blocks.append(explain("link_bandwidth", kv_bytes_per_token=r.kv_bytes_per_token,
                               mean_prompt=float(r.lengths.prompt.mean()), lam=rate)
+                      + (f"\n  plus the recurrent state, {state:.6g} B per request: {state * rate:.6g} B/s more"
+                         if state else "")
                       + f"\n  available: {r.link_bandwidth_bytes_per_s * dep.prefill.instances:.6g} B/s aggregate = "
                         f"{dep.prefill.instances} path(s) of {r.link.name} x {r.link_bandwidth_bytes_per_s:.6g} B/s "
                         f"effective ({r.link.bandwidth_bytes_per_s:.6g} nominal x {r.link.efficiency:g})")
         if dep.transfer_mode == "layerwise":
-            x = r.kv_bytes_per_token * float(r.lengths.prompt.mean())  # the whole prompt's KV moves
+            # the whole prompt's KV moves, with a hybrid model's recurrent state
+            x = r.kv_bytes_per_token * float(r.lengths.prompt.mean()) + state
             # the transfer hides behind the prefill until the batch leaves the instance (pp stages)
             blocks.append(explain("layerwise_exposed", x=x, c=r.link_bandwidth_bytes_per_s, layers=m.layers,
                                   tp=float(pre.prefill_exit_s(d))))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.topology.base import Composition, Topology, station_dispatch, user_dtypes
+from qmodel.topology.base import Composition, Topology, station_dispatch, user_pool_settings
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -50,7 +50,11 @@ class SinglePoolTopology(Topology):
         s = solver.station(self.name).solve(rate)
         a = float(s.delay.cdf(slo.ttft_s))
         b = float(s.tpot.cdf(slo.tpot_s))
-        return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, (a * b, min(a, b)))
+        return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, self.attainment_bounds(a, b))
+
+    def attainment_bounds(self, a: float, b: float) -> tuple[float, float]:
+        """TTFT and TPOT on the same GPUs are positively associated: a·b <= A <= min(a, b)."""
+        return a * b, min(a, b)
 
     def station_keys(self, plan: Any) -> dict[str, tuple]:
         f, d = plan.family, plan.decode
@@ -72,8 +76,8 @@ class SinglePoolTopology(Topology):
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         pool = deployment.pool
         dec = {"kv_memory_fraction": pool.kv_memory_fraction, "max_batch": pool.max_batch,
-               "dispatch": pool.dispatch, **user_dtypes(pool)}
-        pre = user_dtypes(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
+               "dispatch": pool.dispatch, **user_pool_settings(pool)}
+        pre = user_pool_settings(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
         return pre, dec, {}
 
     @staticmethod

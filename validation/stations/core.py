@@ -103,6 +103,9 @@ class Requests:
         self.on_done: Callable[[int, float], None] | None = None
         #: a closed loop's think time after each request (seconds), drawn before the run
         self.think: list[float] = []
+        #: which requests hit the prefix cache under a stated mixture, drawn before the run
+        #: (:func:`qmodel.prefix_cache.mixture_draws`); empty otherwise
+        self.prefix_hit: list[bool] = []
 
     def finish(self, r: int, t: float) -> None:
         """Request ``r``'s last token at ``t``."""

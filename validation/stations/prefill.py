@@ -21,7 +21,7 @@ The instance is busy for T; the batch leaves it (first tokens stamped, KV handed
 (:mod:`qmodel.perf.pipeline`), which takes its next batch after one stage time T.
 
 Prefix cache (:class:`PrefixCache`): either a fixed fraction ``prefix_hit_ratio`` of each prompt
-(``c = floor(ratio * P)``), or, for traces with Mooncake ``hash_ids``, a per-instance LRU of
+(``c = floor(ratio * P)``; under a stated mixture only for the requests drawn to hit), or, for traces with Mooncake ``hash_ids``, a per-instance LRU of
 prefix blocks: the cached prefix is the longest run of leading blocks present in the instance's
 LRU when the batch starts (blocks computed in the same batch are not shared within it, as in
 vLLM), and every block of the prompt is then inserted/refreshed. At least one token is always
@@ -30,12 +30,13 @@ computed (the last prompt token must run to produce logits).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
+from qmodel.prefix_cache import BlockLRU, cached_prefix_tokens
 
 from .core import Meter, Requests, Sim, pick_instance
 
@@ -43,44 +44,32 @@ __all__ = ["PrefixCache", "PrefillStation"]
 
 
 class PrefixCache:
-    """Cached prefix tokens per request: a fixed hit ratio, or an LRU of hash blocks per instance."""
+    """Cached prefix tokens per request: a fixed hit ratio (of the requests ``hits`` marks, every
+    request when None: a stated mixture, :func:`qmodel.prefix_cache.mixture_draws`), or an LRU of
+    hash blocks per instance (:class:`qmodel.prefix_cache.BlockLRU`, the solver's LRU too)."""
 
     def __init__(self, n_instances: int, hit_ratio: float = 0.0,
                  hash_ids: Sequence[Sequence[int]] | None = None, block_tokens: int = 512,
-                 capacity_blocks: int = 0) -> None:
+                 capacity_blocks: int = 0, hits: Sequence[bool] | None = None) -> None:
         self.hit_ratio = float(hit_ratio)
         self.hash_ids = hash_ids
         self.block_tokens = int(block_tokens)
         self.capacity_blocks = int(capacity_blocks)
-        self.lru: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n_instances)]
+        self.hits = hits
+        self.lru = [BlockLRU(self.capacity_blocks) for _ in range(n_instances)]
         self.enabled = hash_ids is not None and capacity_blocks > 0
 
     def lookup(self, inst: int, r: int, prompt: int) -> int:
         """Cached tokens for request ``r`` on instance ``inst`` (no state change)."""
         if self.enabled:
-            lru = self.lru[inst]
-            hits = 0
-            for h in self.hash_ids[r]:  # type: ignore[index]
-                if h in lru:
-                    hits += 1
-                else:
-                    break
-            cached = hits * self.block_tokens
-        else:
-            cached = int(self.hit_ratio * prompt)
-        return min(cached, prompt - 1)
+            return cached_prefix_tokens(self.lru[inst].lookup(self.hash_ids[r]), self.block_tokens, prompt)  # type: ignore[index]
+        if self.hits is not None and not self.hits[r]:
+            return 0
+        return min(int(self.hit_ratio * prompt), prompt - 1)
 
     def insert(self, inst: int, r: int) -> None:
-        if not self.enabled:
-            return
-        lru = self.lru[inst]
-        for h in self.hash_ids[r]:  # type: ignore[index]
-            if h in lru:
-                lru.move_to_end(h)
-            else:
-                lru[h] = None
-        while len(lru) > self.capacity_blocks:
-            lru.popitem(last=False)
+        if self.enabled:
+            self.lru[inst].insert(self.hash_ids[r])  # type: ignore[index]
 
 
 class PrefillStation:

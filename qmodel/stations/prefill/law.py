@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from qmodel.arrays import quantiles
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.prefill.kernels import poisson_matrix
@@ -296,7 +297,7 @@ class BatchServiceLaw:
         # one more batch of a long queue).
         over0, n0 = rounds[0][3], rounds[0][4]
         n_max0 = int(n0.max())
-        edges = sorted({int(x) for x in np.quantile(n0, _HEAD_BIN_QUANTILES)} | {n_max0})
+        edges = sorted({int(x) for x in quantiles(n0, _HEAD_BIN_QUANTILES)} | {n_max0})
         bins, lo = [], 1
         for e in edges:
             if e >= lo:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qmodel.arrays import distinct
+
 if TYPE_CHECKING:
     from qmodel.stations.prefill.law import BatchServiceLaw
 
@@ -107,7 +109,7 @@ class MixTables:
         fit_rows, fit_k = np.nonzero(pfit)
         nxt = np.array([reg.next_after_cut(k, last) for k in range(1, b + 1)])
         cut_to = []
-        for g in np.unique(nxt):  # the overflow heads the queue: its regime
+        for g in distinct(nxt):  # the overflow heads the queue: its regime
             pg = pcut * (nxt == g)[None, :]
             if pg.any():
                 cut_to.append((int(g), pg))

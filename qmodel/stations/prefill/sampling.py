@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from qmodel.arrays import distinct
 from qmodel.errors import InputError
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "batch_cap", "prompt_sample", "base_indices", "strata"]
@@ -64,7 +65,7 @@ def strata(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     while tail * size >= 1.0 and len(u) < _NODES:
         u.append(1.0 - tail)
         tail /= 2.0
-    cuts = np.unique(np.round(np.array(u + [1.0]) * size).astype(np.int64))
+    cuts = distinct(np.round(np.array(u + [1.0]) * size).astype(np.int64))
     counts = np.diff(cuts).astype(float)
     out = cuts[:-1], counts, counts / counts.sum()
     for a in out:  # shared between laws: read-only

@@ -1,0 +1,73 @@
+"""Burst-mates of a request at a batching engine's pool under bursty arrivals (the batch-Poisson
+stand-in of :func:`qmodel.stations.iteration_waits.burst_batch_mean`): the delay the members of its
+geometric burst that land on its instance add to its prefill (formula in :func:`burst_members`; used
+by :class:`qmodel.stations.colocated.ColocatedStation` for least_loaded / jsq pools; docs/methods.md,
+"Stations": colocated)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qmodel.dist import GridDist, fast_len
+
+__all__ = ["burst_members"]
+
+
+def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_prob: float = 1.0,
+                  first: np.ndarray | None = None, cap: int | None = None) -> GridDist:
+    """Delay the tagged request's burst-mates add on its instance (geometric bursts of mean m).
+
+    The burst has J_a members ahead of the tagged one and J_b behind, each Geometric_0(q), q = 1 - 1/m
+    (a geometric batch seen from a random member), independent. Each member goes to the tagged one's
+    instance with probability ``share``, independently: the count there on each side, A and B, is the
+    thinned geometric, Geometric_0(q_s) with q_s = q s / (1 - q + q s) (mean s (m - 1)).
+
+    With probability ``join_prob`` the instance is busy when the burst comes and every member there
+    waits with the tagged one. Iterations take them FCFS, at most ``cap`` besides one prompt (the
+    token budget's room; None: no limit): the request waits for floor(A / (cap + 1)) full iterations
+    (one whole prompt, pmf ``first``, plus cap marginal costs M, pmf ``member``), then shares its own
+    with the r = A mod (cap + 1) ahead and min(B, cap - r) behind, each adding M; those past the cap
+    go later and do not delay it. Otherwise (idle) with no member ahead (1 - q_s) it starts at once,
+    alone; with one or more, the first starts alone and the request waits for that whole iteration,
+    after which the other A - 1 ~ Geometric_0(q_s) (memoryless) and B wait as on a busy instance.
+    With x = q_s phi_M(z), the busy transform sums in closed form over A and B:
+
+        T(z) = (1 - q_s) / (1 - q_s^(cap+1) phi_F(z) phi_M(z)^cap)
+               x [(1 - q_s)/(1 - x) ((1 - x^(cap+1))/(1 - x) - (cap + 1) x^cap) + (cap + 1) x^cap],
+
+    ((1 - q_s)/(1 - x))^2 without a cap, and the law's transform is
+    join_prob T(z) + (1 - join_prob) (1 - q_s + q_s phi_F(z) T(z)).
+    """
+    first = member if first is None else first
+    q = 1.0 - 1.0 / max(m, 1.0)
+    qs = q * share / (1.0 - q + q * share)
+
+    def moments(p: np.ndarray) -> tuple[float, float]:
+        k = np.arange(len(p))
+        e = float(np.dot(k, p)) * dx
+        return e, math.sqrt(max(float(np.dot(k * k, p)) * dx * dx - e * e, 0.0))
+
+    em, sd_m = moments(member)
+    ef, sd_f = moments(first)
+    # room for counts up to n_hi, past which the negative binomial's tail (n + 1) q_s^n is below 1e-15;
+    # each counted member adds at most M plus its share of a full iteration (F + cap M over cap + 1)
+    n_hi = 4.0 + (math.log(1e-15) / math.log(qs) * 1.2 if qs > 0 else 0.0)
+    size = fast_len(int((n_hi * (2.0 * em + ef + 4.0 * (sd_m + sd_f)) + ef + 8.0 * sd_f) / dx)
+                     + 2 * len(member) + len(first) + 2)
+    phi = np.fft.rfft(member, size)
+    phi_f = np.fft.rfft(first, size)
+    x = qs * phi
+    if cap is None or qs ** (max(int(cap), 0) + 1) < 1e-16:
+        busy = ((1.0 - qs) / (1.0 - x)) ** 2
+    else:
+        c = max(int(cap), 0)
+        xc = x**c
+        inner = (1.0 - qs) / (1.0 - x) * ((1.0 - xc * x) / (1.0 - x) - (c + 1) * xc) + (c + 1) * xc
+        busy = (1.0 - qs) / (1.0 - qs ** (c + 1) * phi_f * phi**c) * inner
+    idle = qs * phi_f * busy
+    idle[...] += 1.0 - qs  # the transform of a point mass at 0 is 1 at every frequency
+    pmf = np.clip(np.fft.irfft(join_prob * busy + (1.0 - join_prob) * idle, size), 0.0, None)
+    pmf /= pmf.sum()
+    return GridDist(dx, pmf, float(np.dot(np.arange(size), pmf)) * dx, exact=False)
