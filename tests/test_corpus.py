@@ -33,6 +33,10 @@ def test_each_feature_value_at_least_20_times_in_300_draws_without_data():
     corpus = generate(300, 0, data=False)
     assert len(corpus.cases) == 300 and not corpus.data
     _check_strata(corpus, {"arrivals": {"trace"}, "lengths": {"empirical"}})
+    # the new strata (issue 18 §1/§3): jsq dispatch and closed loops, each think-time value of a loop
+    counts = _counts(corpus)
+    assert counts["dispatch"]["jsq"] == 75 and counts["arrivals"]["closed"] == 75  # 300 / 4 exactly (one deck each)
+    assert sum(counts["think_time"].values()) == 75
     # the skipped strata are named, with the reason
     assert any(s.startswith("arrivals=trace") for s in corpus.skipped)
     assert any(s.startswith("lengths=empirical") for s in corpus.skipped)
@@ -65,14 +69,32 @@ def test_case_ids_are_dense():
 
 
 def test_utilization_inside_its_band_and_scenarios_valid():
+    from qmodel.closed import solve_closed
     from qmodel.solver import Solver
 
     corpus = generate(60, 3, data=False)
+    closed = 0
     for c in corpus.cases:
         assert load_band(c.utilization) == c.features["band"]
         assert LOAD_BANDS[0][1] <= c.utilization <= LOAD_BANDS[-1][2]
-        lam, _ = Solver(c.scenario).max_stable_rate()  # valid by construction: resolves, finite limit
+        solver = Solver(c.scenario)
+        lam, _ = solver.max_stable_rate()  # valid by construction: resolves, finite limit
         assert 0.0 < lam < float("inf")
+        dep = c.scenario.deployment
+        pools = [dep.prefill, dep.decode] if c.features["topology"] == "disaggregated" else [dep.pool]
+        assert all(p.dispatch == c.features["dispatch"] for p in pools)
+        arr = c.scenario.workload.arrivals
+        assert (arr.kind == "closed") == (c.features["arrivals"] == "closed")
+        if arr.kind == "closed":
+            # u is the loop's analytic throughput over the open limit (validation/corpus_closed.py):
+            # 4-decimal rounding of u, the root's 1e-5 relative tolerance and Z's 6 digits: 2e-4
+            closed += 1
+            loop = solve_closed(c.scenario, solver).loop
+            assert not loop.saturated and loop.throughput_per_s / lam == pytest.approx(c.utilization, abs=2e-4)
+            assert arr.concurrency == int(c.features["clients"]) >= 1
+            assert (arr.think_time_s == 0.0) == (c.features["think_time"] == "0")
+    assert closed >= 10
+    for c in corpus.cases:
         dep = c.scenario.deployment
         if c.features["topology"] == "disaggregated":
             assert dep.link_sharing == c.features["link_sharing"] and dep.first_token_from == c.features["first_token_from"]
@@ -164,3 +186,54 @@ def test_corpus_report_renders_tables_and_targets():
            "definition": {"replay_requests": "x"}, "summary": summarize_corpus(rows), "scenarios": rows}
     md = report(out)
     assert "**by topology and load band**" in md and "**Targets**" in md and "**Worst feature groups**" in md
+
+
+def test_closed_case_runs_against_the_replays_loop():
+    """A closed corpus case: analytic X(N) and latencies from solve_closed, the replay runs the loop
+    (at least LOOP_REQUESTS x N requests), the throughput error is in the row and in the tables'
+    X column (closed rows only), and the closed / jsq strata get their own tables."""
+    from qmodel.closed import solve_closed
+    from qmodel.validation.corpus_run import LOOP_REQUESTS, markdown_tables, replay_requests, run_corpus_case
+    from qmodel.validation.suites import Suite
+
+    lengths = Suite("t", (), base_requests=100, min_requests=500, max_requests=3000)
+    cases = generate(8, 18, data=False).cases
+    case = next(c for c in cases if c.features["arrivals"] == "closed")
+    n_clients = case.scenario.workload.arrivals.concurrency
+    assert replay_requests(case, lengths) == max(lengths.n_requests(case.utilization), min(LOOP_REQUESTS * n_clients, 3000))
+    row = run_corpus_case(case, lengths)
+    assert not row.get("error") and row["replay_requests"] == replay_requests(case, lengths)
+    x = solve_closed(case.scenario).loop.throughput_per_s
+    assert row["analytic"]["throughput"] == pytest.approx(x, rel=1e-12) and row["rate_per_s"] == row["analytic"]["throughput"]
+    assert row["error_rel"]["throughput"] == pytest.approx(x / row["replay"]["throughput"] - 1.0, rel=1e-12)
+    # a closed row's replay is reused only for the same scenario (its hash), whatever its rate
+    again = run_corpus_case(case, lengths, reuse=row)
+    assert again.get("replay_reused") and again["error_rel"] == row["error_rel"]
+    assert not run_corpus_case(case, lengths, reuse=dict(row, scenario_sha256="0" * 64)).get("replay_reused")
+    open_rows = [_row("o1", "chunked", "0.2-0.5", 0.1), _row("o2", "colocated", "0.5-0.8", 0.1)]
+    open_rows[0]["features"]["dispatch"] = "jsq"
+    rows = open_rows + [row]
+    s = summarize_corpus(rows)
+    assert s["all"]["throughput"]["n"] == 1 and s["all"]["ttft_p50"]["n"] == 3
+    assert s["all"]["throughput"]["median_abs_rel_error"] == pytest.approx(abs(row["error_rel"]["throughput"]))
+    assert set(s["by_stratum"]) == {"arrivals=closed", "dispatch=jsq"}
+    assert s["by_stratum"]["dispatch=jsq"]["topology chunked"]["n"] == 1
+    md = markdown_tables({"summary": s})
+    assert "**arrivals=closed by topology and load band**" in md and "| X |" in md
+
+
+def test_band_fit_refuses_rows_of_other_draws(tmp_path, capsys):
+    """A corpus JSON is matched to the regenerated cases by id: a row whose features differ (a JSON
+    written before the decks changed) is refused with one line, never paired with another scenario."""
+    from qmodel.validation.band_fit import band_rows, main as band_fit_main
+
+    corpus = generate(2, 5, data=False)
+    rows = [{"id": c.id, "features": dict(c.features), "error_rel": None} for c in corpus.cases]
+    out = {"n": 2, "seed": 5, "data": False, "scenarios": rows}
+    assert [r["id"] for r in band_rows(out)] == ["c0000", "c0001"]
+    rows[1]["features"] = dict(rows[1]["features"], dispatch="other")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(out))
+    assert band_fit_main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "c0001" in err and "re-run the corpus" in err and err.count("\n") == 1

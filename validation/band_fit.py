@@ -41,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from qmodel.errors import InputError
 from qmodel.toml_out import toml_value
 from qmodel.validity import BAND_METRICS, cell_features, cell_of, envelope_values
 
@@ -87,6 +88,9 @@ def band_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
         r = ids.get(case.id)
         if r is None:
             continue
+        if r.get("features", case.features) != case.features:  # a JSON of an older generator's draws
+            raise InputError("corpus JSON", case.id, "rows of the current generator's draws (this case was drawn "
+                                                     "differently: re-run the corpus)")
         res = resolve(case.scenario)
         kinds, numbers = envelope_values(res)
         numbers["load"] = float(case.utilization)

@@ -14,8 +14,14 @@ floor(k/K) or ceil(k/K) times (k applicable draws, K values), independently of t
 that apply to every draw (topology, perf, arrivals, lengths, budget, max batch, KV, load band,
 dispatch, instances) have at most 6 values, so in 300 draws each appears >= 50 times; the
 disaggregated-only axes (link class, sharing, transfer mode, first token) and the roofline-only
-model family get >= 25 (tested in ``tests/test_corpus.py``). A table step-time model fixes its
-model and GPU, so its draws take the model family of the table's model.
+model family get >= 25; the closed-loop-only think time (75 closed draws in 300 without the data
+folder, 60 with it) gets >= 20, its ``0`` card falling back to ``exp`` where no Z = 0 loop reaches
+the band (tested in ``tests/test_corpus.py``). A table step-time model fixes its model and GPU, so
+its draws take the model family of the table's model.
+
+**Closed loops.** An ``arrivals: closed`` draw is built as a Poisson scenario and then placed as a
+loop of N clients on its load band by :func:`qmodel.validation.corpus_closed.place_loop`; its
+``utilization`` is the loop's analytic throughput over the analytic limit, X(N) / lambda_max.
 
 **Data.** Strata that read the public data folder (trace arrivals, empirical lengths,
 splitwise-sim tables) are used only when it is present (``data=None``: detect); otherwise they are
@@ -44,6 +50,7 @@ from pydantic import BaseModel, ConfigDict
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, parse_scenario
 from qmodel.topology import topology_named
+from qmodel.validation.corpus_closed import THINK_VALUES, place_loop
 
 __all__ = ["AXES", "LOAD_BANDS", "CorpusCase", "Corpus", "generate", "load_band", "case_json"]
 
@@ -91,19 +98,20 @@ AXES: dict[str, tuple[str, ...]] = {
     "topology": ("colocated", "chunked", "disaggregated"),
     "perf": ("roofline", "roofline", "table"),  # two roofline cards per table card
     "model_family": tuple(_FAMILIES),
-    "arrivals": ("poisson", "gamma-cv0.5-1", "gamma-cv1-4", "trace"),
+    "arrivals": ("poisson", "gamma-cv0.5-1", "gamma-cv1-4", "trace", "closed"),
     "lengths": ("fixed", "lognormal", "preset", "empirical"),
     "budget": ("512", "1024", "2048", "4096", "8192", "16384"),
     "max_batch": tuple(_BATCHES),
     "kv": ("binding", "ample"),
     "band": tuple(b for b, _, _ in LOAD_BANDS),
-    "dispatch": ("random", "round_robin", "least_loaded"),
+    "dispatch": ("random", "round_robin", "least_loaded", "jsq"),
     "instances": ("1", "2", "4"),
     "link_class": tuple(_LINKS),
     "link_sharing": ("dedicated", "fcfs", "fair"),
     "transfer_mode": ("serialized", "layerwise"),
     "first_token_from": ("prefill", "decode"),
     "pd_gpus": ("same", "hetero"),
+    "think_time": THINK_VALUES,
 }
 _DATA_VALUES = {"arrivals": {"trace"}, "lengths": {"empirical"}}
 
@@ -194,8 +202,10 @@ def _lengths(kind: str, rng: np.random.Generator, max_context: int) -> tuple[dic
 
 
 def _arrivals(kind: str, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
-    if kind == "poisson":
-        return {"kind": "poisson", "rate_per_s": 1.0}, "poisson"
+    """The arrivals block (rate 1) and its source label; a closed loop is drawn as Poisson here and
+    placed on its load band after the scenario is built (:mod:`qmodel.validation.corpus_closed`)."""
+    if kind in ("poisson", "closed"):
+        return {"kind": "poisson", "rate_per_s": 1.0}, kind
     if kind.startswith("gamma"):
         lo, hi = (0.5, 1.0) if kind == "gamma-cv0.5-1" else (1.0, 4.0)
         cv = round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), 3)
@@ -263,8 +273,8 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
                 break
     f["model"], f["gpu"] = model, gpu
     arr, f["arrival_source"] = _arrivals(decks.draw("arrivals"), rng)
-    f["arrivals"] = "trace" if arr["kind"] == "trace" else "poisson" if arr["kind"] == "poisson" else (
-        "gamma-cv0.5-1" if arr["cv"] <= 1.0 else "gamma-cv1-4")
+    f["arrivals"] = "closed" if f["arrival_source"] == "closed" else "trace" if arr["kind"] == "trace" else (
+        "poisson" if arr["kind"] == "poisson" else "gamma-cv0.5-1" if arr["cv"] <= 1.0 else "gamma-cv1-4")
     f["lengths"] = decks.draw("lengths")
     lengths, f["length_source"] = _lengths(f["lengths"], rng, get_model(model).max_context_tokens)
     f["budget"] = decks.draw("budget")
@@ -327,6 +337,9 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
     sc = {"name": f"corpus-{i:04d}", "model": model, "workload": workload, "deployment": dep, "perf": _perf(table)}
     sc["slo"] = _slo(sc, mean_p, mean_o, rng)
     scenario = parse_scenario(sc, source=f"corpus case {i}")
+    if f["arrivals"] == "closed":
+        scenario, u, f["think_time"] = place_loop(scenario, u, (lo, hi), decks.draw("think_time"), rng)
+        f["clients"] = str(scenario.workload.arrivals.concurrency)  # type: ignore[union-attr]
     return CorpusCase(id=f"c{i:04d}", scenario=scenario, utilization=u, features=f)
 
 

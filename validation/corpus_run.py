@@ -8,7 +8,16 @@ u x the analytic stability limit), replayed once per seed with n = base/(1-u)² 
 p50/p90/p99, the attainment difference, the replay noise (relative standard error over the seeds)
 and the case's feature values. A case whose analytic side raises is a row with ``error`` set.
 
-Summary groups: by topology, load band, topology x band, and every feature value; each group gives
+A closed-loop case (arrivals ``closed``, :mod:`qmodel.validation.corpus_closed`) is the loop's own
+analytic answer (:func:`qmodel.closed.solve_closed`: latencies at its seen rate) against the
+replay of the same loop, plus the throughput error (analytic X(N) / replay completions per second
+- 1, column ``X``; only closed rows have it). Its replay runs at least ``LOOP_REQUESTS`` x N
+requests (clipped to the run length's maximum): the loop starts with all N clients sending at
+once, and the 10% warm-up then covers >= 10 cycles of every client.
+
+Summary groups: by topology, load band, topology x band, every feature value, and for each stratum
+of :data:`STRATA` (closed loops, jsq dispatch) its rows by topology, load band and topology x
+band; each group gives
 per metric the median and 90th percentile of |error| (attainment: of |difference|) and n. The
 targets (issue 18 §2) are checked per topology x band up to 0.95: median |error| <= 5% and
 90th percentile <= 15% for the six latency metrics, |attainment difference| <= 0.03.
@@ -25,11 +34,15 @@ from qmodel.validation.corpus import AXES, LOAD_BANDS, Corpus, CorpusCase, load_
 from qmodel.validation.harness import LATENCY_METRICS, abs_error_stats, compare_scenario
 from qmodel.validation.suites import Suite
 
-__all__ = ["METRICS", "TARGET_MEDIAN", "TARGET_P90", "TARGET_ATTAINMENT", "TARGET_MAX_U", "RUN_LENGTHS",
+__all__ = ["METRICS", "STRATA", "LOOP_REQUESTS", "replay_requests", "TARGET_MEDIAN", "TARGET_P90", "TARGET_ATTAINMENT", "TARGET_MAX_U", "RUN_LENGTHS",
            "TABLE_HEADERS", "run_corpus_case", "run_corpus", "summarize_corpus", "markdown_tables", "group_rows",
            "table_rows", "sections", "replay_saturated"]
 
-METRICS = LATENCY_METRICS + ["attainment"]
+METRICS = LATENCY_METRICS + ["attainment", "throughput"]
+#: strata (axis, value) whose rows are also tabled by topology and load band
+STRATA: tuple[tuple[str, str], ...] = (("arrivals", "closed"), ("dispatch", "jsq"))
+#: a closed loop's replay: at least this many requests per client (module docstring)
+LOOP_REQUESTS = 100
 TARGET_MEDIAN = 0.05
 TARGET_P90 = 0.15
 TARGET_ATTAINMENT = 0.03
@@ -42,6 +55,18 @@ RUN_LENGTHS: dict[str, Suite] = {
 }
 
 
+def replay_requests(case: CorpusCase, lengths: Suite) -> int:
+    """The case's replay length: ``lengths.n_requests(u)``; a closed loop of N clients at least
+    min(LOOP_REQUESTS x N, the maximum) (module docstring)."""
+    from qmodel.scenario import ClosedArrivals
+
+    n = lengths.n_requests(case.utilization)
+    a = case.scenario.workload.arrivals
+    if isinstance(a, ClosedArrivals):
+        n = max(n, min(LOOP_REQUESTS * a.concurrency, lengths.max_requests))
+    return n
+
+
 def run_corpus_case(case: CorpusCase, lengths: Suite, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     """One corpus case through the analytic engine and the replay (see the module docstring);
     ``reuse``: an earlier row of this case whose replay is kept if it ran at the same rate
@@ -49,7 +74,7 @@ def run_corpus_case(case: CorpusCase, lengths: Suite, reuse: dict[str, Any] | No
     rec: dict[str, Any] = {"id": case.id, "topology": case.features["topology"], "band": load_band(case.utilization),
                            "utilization": case.utilization, "features": dict(case.features)}
     try:
-        rec.update(compare_scenario(case.scenario, case.utilization, lengths.n_requests(case.utilization), lengths.seeds,
+        rec.update(compare_scenario(case.scenario, case.utilization, replay_requests(case, lengths), lengths.seeds,
                                     reuse=reuse))
     except Exception as err:  # noqa: BLE001 -- a limit or replay failure is a row saying why, never a crash
         rec["analytic"] = None
@@ -72,7 +97,7 @@ _NOT_KEPT_UP = "the deployment did not keep up"
 
 def _group_stats(rows: list[dict]) -> dict[str, Any]:
     ok = [r for r in rows if r.get("error_rel")]
-    out: dict[str, Any] = {m: abs_error_stats([r["error_rel"][m] for r in ok]) for m in METRICS}
+    out: dict[str, Any] = {m: abs_error_stats([r["error_rel"][m] for r in ok if m in r["error_rel"]]) for m in METRICS}
     out["n"] = len(rows)
     out["failures"] = sum(1 for r in rows if r.get("error"))
     out["replay_saturated"] = sum(1 for r in rows if replay_saturated(r))
@@ -105,10 +130,21 @@ def _targets(by_top_band: dict[str, dict]) -> dict[str, Any]:
     return {"cells": cells, "met": sum(c["met"] for c in cells.values()), "of": len(cells)}
 
 
+def _by_topology_band(rows: list[dict]) -> dict[str, dict]:
+    return {k: _group_stats(v) for k, v in group_rows(rows, lambda r: f"{r['topology']}/{r['band']}").items()}
+
+
+def _stratum(rows: list[dict]) -> dict[str, dict]:
+    """A stratum's rows by topology, load band and topology x band (keys prefixed, one table)."""
+    return ({f"topology {k}": _group_stats(v) for k, v in group_rows(rows, lambda r: r["topology"]).items()}
+            | {f"band {k}": _group_stats(v) for k, v in group_rows(rows, lambda r: r["band"]).items()}
+            | _by_topology_band(rows))
+
+
 def summarize_corpus(rows: list[dict]) -> dict[str, Any]:
     """Grouped |error| statistics, replay noise and the target check (module docstring)."""
     ok = [r for r in rows if r.get("error_rel")]
-    by_top_band = {k: _group_stats(v) for k, v in group_rows(rows, lambda r: f"{r['topology']}/{r['band']}").items()}
+    by_top_band = _by_topology_band(rows)
     noise = {m: float(np.median([r["replay_noise"][m] for r in ok])) if ok else 0.0 for m in LATENCY_METRICS}
     worst_noise = [max(r["replay_noise"][m] for m in LATENCY_METRICS) for r in ok]
     return {
@@ -118,6 +154,8 @@ def summarize_corpus(rows: list[dict]) -> dict[str, Any]:
         "by_topology_band": by_top_band,
         "by_feature": {axis: {k: _group_stats(v) for k, v in group_rows(rows, lambda r, a=axis: r["features"].get(a)).items()}
                        for axis in AXES if axis not in ("topology", "band")},
+        "by_stratum": {f"{axis}={v}": _stratum(sel) for axis, v in STRATA
+                       if (sel := [r for r in rows if r["features"].get(axis) == v])},
         "replay_noise": {"median_by_metric": noise,
                          "fraction_below_2pct": float(np.mean(np.asarray(worst_noise) < 0.02)) if ok else 0.0},
         "targets": _targets(by_top_band),
@@ -143,11 +181,13 @@ def run_corpus(corpus: Corpus, lengths: Suite, jobs: int = 1,
             ex.shutdown()
     return {"suite": "corpus", "seed": corpus.seed, "n": len(corpus.cases), "data": corpus.data,
             "skipped_strata": list(corpus.skipped),
-            "definition": {"utilization": "rate / Solver(scenario).max_stable_rate() (the smallest station limit)",
+            "definition": {"utilization": "rate / Solver(scenario).max_stable_rate() (the smallest station limit); "
+                                          "closed loops: the analytic throughput X(N) / that limit",
                            "rel_error": "(analytic - replay) / replay; attainment: analytic - replay",
                            "replay_noise": "standard error of the mean over seeds, relative to the mean",
                            "replay_requests": f"{lengths.base_requests}/(1-u)^2 clipped to [{lengths.min_requests}, "
-                                              f"{lengths.max_requests}], seeds {list(lengths.seeds)}, warm-up 10%"},
+                                              f"{lengths.max_requests}] (closed loops: at least {LOOP_REQUESTS} per client "
+                                              f"up to the maximum), seeds {list(lengths.seeds)}, warm-up 10%"},
             "summary": summarize_corpus(rows), "scenarios": rows}
 
 
@@ -162,12 +202,12 @@ def _cell(g: dict, m: str) -> str:
 
 def table_rows(groups: dict[str, dict]) -> list[list[str]]:
     """One row per group: name, n (failures), replays saturated below the analytic limit, then
-    median/p90 |error| % per metric (attainment: absolute)."""
+    median/p90 |error| % per metric (attainment: absolute; X: closed loops' throughput, '-' without one)."""
     return [[name, f"{g['n']}" + (f" ({g['failures']} failed)" if g["failures"] else ""), str(g["replay_saturated"])]
             + [_cell(g, m) for m in METRICS] for name, g in groups.items()]
 
 
-TABLE_HEADERS = ["group", "n", "sat.", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p90", "TPOT p99", "attain."]
+TABLE_HEADERS = ["group", "n", "sat.", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p90", "TPOT p99", "attain.", "X"]
 
 
 def sections(out: dict) -> list[tuple[str, dict[str, dict]]]:
@@ -176,6 +216,7 @@ def sections(out: dict) -> list[tuple[str, dict[str, dict]]]:
     secs = [("all", {"all": s["all"]}), ("by topology", s["by_topology"]), ("by load band", s["by_band"]),
             ("by topology and load band", s["by_topology_band"])]
     secs += [(f"by {axis}", groups) for axis, groups in s["by_feature"].items() if groups]
+    secs += [(f"{name} by topology and load band", groups) for name, groups in s.get("by_stratum", {}).items()]
     return secs
 
 

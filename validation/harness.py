@@ -103,42 +103,65 @@ def compare_scenario(sc0, utilization: float, n_requests: int, seeds: tuple[int,
 
     ``reuse``: an earlier record of the same scenario; its replay is taken instead of replaying again
     when it ran at the same rate (relative 1e-9), the same requests and seeds (the replay is
-    deterministic in those), so an analytic change is re-scored without re-running the replays."""
+    deterministic in those), so an analytic change is re-scored without re-running the replays.
+
+    A closed loop (arrivals ``closed``) has no rate to set: ``utilization`` is ignored, the analytic
+    side is :func:`qmodel.closed.solve_closed` (latencies at its seen rate, plus ``throughput``, the
+    loop's X(N)), the replay runs the loop itself and ``error_rel["throughput"]`` compares X(N) with
+    the replay's completions per second; ``rate_per_s`` is the analytic X(N). The record keeps the
+    scenario's ``scenario_sha256``; its replay is reused when that hash, the requests and the seeds
+    match (the scenario fixes the loop; its rate is an analytic output)."""
+    from qmodel.closed import solve_closed
+    from qmodel.scenario import ClosedArrivals, scenario_sha256
     from qmodel.solver import Solver
 
     rec: dict[str, Any] = {}
     solver = Solver(sc0)
     lam, station = solver.max_stable_rate()
+    closed = isinstance(sc0.workload.arrivals, ClosedArrivals)
     rate = utilization * lam
     rec.update(rate_per_s=rate, max_stable_rate_per_s=lam, limiting_station=station)
+    if closed:
+        rec["scenario_sha256"] = scenario_sha256(sc0)
     try:
-        rec["analytic"] = latency_metrics(solver.solve(rate))
+        if closed:
+            sol = solve_closed(sc0, solver)
+            rate = rec["rate_per_s"] = sol.loop.throughput_per_s
+            rec["analytic"] = dict(latency_metrics(sol.result), throughput=rate,
+                                   seen_rate_per_s=sol.loop.seen_rate_per_s, saturated=float(sol.loop.saturated))
+        else:
+            rec["analytic"] = latency_metrics(solver.solve(rate))
     except Exception as err:  # noqa: BLE001 -- a station bug must not abort a long suite: the record
         # says why, summary["failures"] lists it (and the CI test fails on it)
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
-    if (reuse is not None and reuse.get("replay") and abs(reuse.get("rate_per_s", -1.0) / rate - 1.0) <= 1e-9
+    same = (reuse.get("scenario_sha256") == rec["scenario_sha256"] if closed
+            else abs(reuse.get("rate_per_s", -1.0) / rate - 1.0) <= 1e-9) if reuse is not None else False
+    if (reuse is not None and reuse.get("replay") and same
             and reuse.get("replay_requests") == n_requests and list(reuse.get("replay_seeds", ())) == list(seeds)):
         rec.update({k: reuse[k] for k in REPLAY_FIELDS})
         rec["replay_reused"] = True
     else:
-        rec.update(_replays(sc0.with_rate(rate), n_requests, seeds))
+        rec.update(_replays(sc0 if closed else sc0.with_rate(rate), n_requests, seeds, throughput=closed))
     rep = rec["replay"]
     if rec["analytic"] is not None:
         a = rec["analytic"]
         err = {k: _rel(a[k], rep[k]) for k in LATENCY_METRICS + ["ttft_mean", "tpot_mean"]}
         for k in ("attainment", "ttft_attainment", "tpot_attainment"):
             err[k] = a[k] - rep[k]
+        if closed:
+            err["throughput"] = _rel(a["throughput"], rep["throughput"])
         rec["error_rel"] = err
     return rec
 
 
-def _replays(sc, n_requests: int, seeds: tuple[int, ...] | list[int]) -> dict[str, Any]:
-    """The replay fields (:data:`REPLAY_FIELDS`) of ``sc``: one replay per seed, mean and noise per metric."""
+def _replays(sc, n_requests: int, seeds: tuple[int, ...] | list[int], throughput: bool = False) -> dict[str, Any]:
+    """The replay fields (:data:`REPLAY_FIELDS`) of ``sc``: one replay per seed, mean and noise per
+    metric; ``throughput``: also the completions per second (a closed loop's output)."""
     from qmodel.validation.replay import replay
 
     runs = [replay(sc, n_requests=n_requests, seed=s) for s in seeds]
-    per_seed = [latency_metrics(r) for r in runs]
+    per_seed = [latency_metrics(r) | ({"throughput": float(r.throughput_rps)} if throughput else {}) for r in runs]
     rep: dict[str, float] = {}
     noise: dict[str, float] = {}
     for k in per_seed[0]:
