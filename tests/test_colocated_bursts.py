@@ -86,10 +86,8 @@ def test_bursty_pool_ttft_against_replay(dispatch, u, bands):
     import copy
 
     from qmodel.scenario import parse_scenario
-    from qmodel.solver import Solver
-    from qmodel.validation.harness import latency_metrics
-    from qmodel.validation.replay import replay
     from qmodel.validation.suites import CONFIGS, length_source
+    from tests.replay_bands import assert_ttft_within_bands
 
     cfg = CONFIGS["colocated-llama8b-h100"]
     dep = copy.deepcopy(cfg.deployment)
@@ -98,11 +96,4 @@ def test_bursty_pool_ttft_against_replay(dispatch, u, bands):
                          "workload": {"arrivals": {"kind": "gamma", "cv": 2.0, "rate_per_s": 1.0},
                                       "lengths": length_source(cfg.mix, False)},
                          "slo": cfg.slo, "deployment": dep, "perf": cfg.perf}, source="test")
-    solver = Solver(sc)
-    rate = u * solver.max_stable_rate()[0]
-    r = solver.solve(rate)
-    rep = [latency_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=seed)) for seed in (1, 2)]
-    for key, model in (("ttft_p50", r.ttft.p50), ("ttft_p90", r.ttft.p90), ("ttft_p99", r.ttft.p99)):
-        err = model / float(np.mean([m[key] for m in rep])) - 1.0
-        lo, hi = bands[key]
-        assert lo <= err <= hi, (key, err)
+    assert_ttft_within_bands(sc, u, bands)

@@ -392,22 +392,13 @@ def test_least_loaded_pool_ttft_against_replay(u, bands):
     # and the pooled bulk chain (ColocatedTTFT._with_overflow): −2.8/+0.2/+5.7% and −10.2/−4.9/+6.8%
     # (the per-engine cyclic-split bulk chain gave p99 +18.3% at 0.9). Bands: the first errors plus
     # ~2 replay standard errors (seed-to-seed spread 2-5%).
-    from qmodel.solver import Solver
-    from qmodel.validation.replay import replay
-    from qmodel.validation.harness import latency_metrics
     from qmodel.validation.suites import get_suite
+    from tests.replay_bands import assert_ttft_within_bands
 
     case = next(c for c in get_suite("quick").cases if c.config.topology == "colocated")
     sc = case.config.scenario("poisson", 1.0, False)
     assert sc.deployment.pool.dispatch == "least_loaded" and sc.deployment.pool.instances == 2
-    solver = Solver(sc)
-    rate = u * solver.max_stable_rate()[0]
-    r = solver.solve(rate)
-    rep = [latency_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=seed)) for seed in (1, 2)]
-    for key, model in (("ttft_p50", r.ttft.p50), ("ttft_p90", r.ttft.p90), ("ttft_p99", r.ttft.p99)):
-        err = model / float(np.mean([m[key] for m in rep])) - 1.0
-        lo, hi = bands[key]
-        assert lo <= err <= hi, (key, err)
+    assert_ttft_within_bands(sc, u, bands)
 
 
 def test_least_loaded_budget_overflow_pools_against_replay():
