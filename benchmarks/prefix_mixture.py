@@ -69,11 +69,6 @@ def scenario(setup: tuple[str, dict], seed: int, prefix: dict) -> Scenario:
                      "lengths": {"kind": "empirical", "path": TRACE, "format": "mooncake"}, **prefix}})
 
 
-def mean_hit(sc: Scenario) -> float:
-    r = resolve(sc)
-    return float(1.0 - r.uncached_prompt.sum() / r.lengths.prompt.sum())
-
-
 def solved_errors(solver: Solver, rate: float, rep: dict[str, float]) -> dict[str, float]:
     """Relative errors of KEYS; NaN where this reading is unstable at the rate (printed "unst")."""
     try:
@@ -87,6 +82,23 @@ def cell(e: float) -> str:
     return "unst" if np.isnan(e) else f"{100 * e:+.1f}"
 
 
+def replay_row(label: str, sc: Scenario, solvers: dict[str, Solver], rate: float, seed: int, n: int,
+               errs: dict[str, list[dict[str, float]]]) -> None:
+    """Replay ``sc`` at ``rate``, record each reading's errors in ``errs`` and print the table row."""
+    rep = latency_metrics(replay(sc.with_rate(rate), n_requests=n, seed=seed))
+    row = {c: solved_errors(s, rate, rep) for c, s in solvers.items()}
+    for c in errs:
+        errs[c].append(row[c])
+    print(f"| {label} | " + " | ".join(" / ".join(cell(row[c][k]) for c in errs) for k in KEYS) + " |", flush=True)
+
+
+def print_summary(errs: dict[str, list[dict[str, float]]]) -> None:
+    """Median and max |error| per reading over the stable points."""
+    for stat, fn in (("median", np.nanmedian), ("max", np.nanmax)):
+        print(f"| {stat} abs (stable) | | | " + " | ".join(
+            " / ".join(f"{100 * fn([abs(e[k]) for e in errs[c]]):.1f}" for c in errs) for k in KEYS) + " |")
+
+
 def main(n: int) -> None:
     print("| set-up | u | seed | " + " | ".join(f"{k} {' / '.join(COLUMNS)}" for k in KEYS) + " |")
     print("|---|---|---|" + "---|" * len(KEYS))
@@ -94,21 +106,13 @@ def main(n: int) -> None:
     for name, dep in DEPLOYMENTS.items():
         for seed in SEEDS:
             sc = scenario(dep, seed, {"prefix_cache": {"kind": "trace_hashes"}})
-            h = mean_hit(sc)
+            h = resolve(sc).prefix_hit_fraction
             solvers = {"hash": Solver(sc), "uniform": Solver(scenario(dep, seed, {"prefix_hit_ratio": h})),
                        "none": Solver(scenario(dep, seed, {}))}
             limit = solvers["hash"].max_stable_rate()[0]
             for u in LOADS:
-                rate = u * limit
-                rep = latency_metrics(replay(sc.with_rate(rate), n_requests=n, seed=seed))
-                row = {c: solved_errors(s, rate, rep) for c, s in solvers.items()}
-                for c in COLUMNS:
-                    errs[c].append(row[c])
-                print(f"| {name} (h {h:.3f}) | {u} | {seed} | " + " | ".join(
-                    " / ".join(cell(row[c][k]) for c in COLUMNS) for k in KEYS) + " |", flush=True)
-    for stat, fn in (("median", np.nanmedian), ("max", np.nanmax)):
-        print(f"| {stat} abs (stable) | | | " + " | ".join(
-            " / ".join(f"{100 * fn([abs(e[k]) for e in errs[c]]):.1f}" for c in COLUMNS) for k in KEYS) + " |")
+                replay_row(f"{name} (h {h:.3f}) | {u} | {seed}", sc, solvers, u * limit, seed, n, errs)
+    print_summary(errs)
     print("| unstable points | | | " + " / ".join(str(sum(np.isnan(e[KEYS[0]]) for e in errs[c])) for c in COLUMNS) + " | | |")
 
 
@@ -140,17 +144,8 @@ def main_mixture(n: int) -> None:
         limit = solvers["mixture"].max_stable_rate()[0]
         for u in LOADS:
             for seed in SEEDS:
-                rate = u * limit
-                rep = latency_metrics(replay(sc.with_rate(rate), n_requests=n, seed=seed))
-                row = {c: solved_errors(s, rate, rep) for c, s in solvers.items()}
-                for c in cols:
-                    errs[c].append(row[c])
-                print(f"| {name} | {u} | {seed} | " + " | ".join(
-                    " / ".join(cell(row[c][k]) for c in cols) for k in KEYS) + " |", flush=True)
-    for stat, fn in (("median", np.nanmedian), ("max", np.nanmax)):
-        print(f"| {stat} abs (stable) | | | " + " | ".join(
-            " / ".join(f"{100 * fn([abs(e[k]) for e in errs[c]]):.1f}" for c in cols) for k in KEYS) + " |")
-
+                replay_row(f"{name} | {u} | {seed}", sc, solvers, u * limit, seed, n, errs)
+    print_summary(errs)
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]

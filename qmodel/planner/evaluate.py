@@ -273,7 +273,8 @@ class EngineEvaluator(Evaluator):
             return self._issues[k]
         slo = self.scenario.slo
         issue = None
-        lengths, uncached = self._workload_parts()[1].lengths, self._workload_parts()[1].uncached_prompt
+        parts = self._workload_parts()[1]
+        lengths, uncached = parts.lengths, parts.uncached_prompt
         if role in ("prefill", "pool") and isinstance(self.scenario.workload.prefix_cache, PrefixTraceHashes):
             # the trace's hits on one instance's cache (the pool here has one): it sees the whole
             # stream, so this filter takes the cache at its most useful and refuses no plan a
