@@ -136,6 +136,7 @@ class DisaggregatedTopology(Topology):
             max_batch=dep.decode.max_batch,
             dispatch=station_dispatch(dep.decode.dispatch),
             first_step_in_ttft=dep.first_token_from == "decode",
+            reserved_output_tokens=r.reserved_output("decode"),
         )
 
     def station_keys(self, plan: Any) -> dict[str, tuple]:
@@ -202,10 +203,11 @@ class DisaggregatedTopology(Topology):
         if laws:
             ttft = convolve(*ttft_terms)
             tpot = convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]
-            a, b = float(ttft.cdf(slo.ttft_s)), float(tpot.cdf(slo.tpot_s))
+            a, b = float(ttft.cdf(slo.ttft_s)), solver.tpot_attainment(tpot)
         else:
             a = sum_cdf(ttft_terms, slo.ttft_s)
-            b = sum_cdf(tpot_terms, slo.tpot_s)
+            b = (sum_cdf(tpot_terms, slo.tpot_s) if slo.tpot_definition != "per_token"
+                 else solver.tpot_attainment(convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]))
             ttft = LazyGridDist(lambda: convolve(*ttft_terms))
             tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
         return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))

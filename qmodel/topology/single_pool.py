@@ -43,13 +43,14 @@ class SinglePoolTopology(Topology):
         return dict(service=pool.service, prompt_tokens=resolved.uncached_prompt,
                     output_tokens=resolved.lengths.output, instances=dep.pool.instances,
                     kv_capacity_tokens=pool.kv_capacity_tokens, max_batch=dep.pool.max_batch,
-                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch), cached_tokens=cached_tokens(resolved))
+                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch), cached_tokens=cached_tokens(resolved),
+                    reserved_output_tokens=resolved.reserved_output("pool"))
 
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         slo = solver.scenario.slo
         s = solver.station(self.name).solve(rate)
         a = float(s.delay.cdf(slo.ttft_s))
-        b = float(s.tpot.cdf(slo.tpot_s))
+        b = solver.tpot_attainment(s.tpot)
         return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, self.attainment_bounds(a, b))
 
     def attainment_bounds(self, a: float, b: float) -> tuple[float, float]:
