@@ -164,7 +164,7 @@ class Workload(Strict):
         "longer are cut to it, and a max_tokens KV reservation reserves it; default: the length law's upper support")
     context_overflow: Literal["truncate", "reject"] | None = Field(
         default=None, description="a request whose prompt + output exceeds the context window: truncate (default; the "
-        "prompt is clipped, then the output) or reject (not served: it counts as an SLO miss)")
+        "prompt keeps at most window - 1 tokens, the output what the window leaves after it) or reject (not served: it counts as an SLO miss)")
 
     @field_validator("prefix_cache")
     @classmethod
