@@ -302,6 +302,9 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
         if np.all(over):
             raise InputError("workload.context_overflow", "reject", f"some requests within the {ctx}-token context "
                              "(every one exceeds it)")
+        if w.arrivals.kind == "closed" and np.any(over):
+            raise InputError("workload.context_overflow", "reject", "truncate with closed-loop arrivals (a refused "
+                             "request's client would send again at once: not modelled)")
         if isinstance(w.prefix_cache, PrefixTraceHashes) and np.any(over):
             raise InputError("workload.context_overflow", "reject", "truncate with prefix_cache trace_hashes (the block "
                              "LRU replays every trace request in order)")

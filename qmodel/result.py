@@ -143,7 +143,7 @@ class Result(_Out):
                                             "exceeding the context window (counted as SLO misses); absent when none")
 
     @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: Any) -> Any:
+    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
         """Fields added later stay out of the JSON while unset, so unchanged scenarios answer byte-identically."""
         out = handler(self)
         for name in ("tbt", "rejected_fraction"):

@@ -152,8 +152,7 @@ Lengths = Annotated[Union[FixedLengths, LognormalLengths, EmpiricalLengths, Pres
 
 
 class Workload(Strict):
-    # absent stays absent: unchanged scenarios keep their sha256
-    OMIT_WHEN_NONE = ("prefix_cache", "max_output_tokens", "context_overflow")
+    OMIT_WHEN_NONE = ("prefix_cache", "max_output_tokens", "context_overflow")  # absent stays absent (same sha256)
 
     arrivals: Arrivals
     lengths: Lengths
@@ -163,8 +162,8 @@ class Workload(Strict):
         default=None, ge=1, le=MAX_TOKENS, description="the requests' max_tokens (as `vllm bench` passes it): outputs "
         "longer are cut to it, and a max_tokens KV reservation reserves it; default: the length law's upper support")
     context_overflow: Literal["truncate", "reject"] | None = Field(
-        default=None, description="a request whose prompt + output exceeds the context window: truncate (default; the "
-        "prompt keeps at most window - 1 tokens, the output what the window leaves after it) or reject (not served: it counts as an SLO miss)")
+        default=None, description="a request whose prompt + output exceeds the context window: truncate (default: "
+        "the prompt keeps <= window - 1 tokens, the output what is left) or reject (not served: an SLO miss)")
 
     @field_validator("prefix_cache")
     @classmethod
@@ -172,7 +171,6 @@ class Workload(Strict):
         if v is not None and info.data.get("prefix_hit_ratio", 0) > 0:
             raise ValueError("either workload.prefix_hit_ratio or workload.prefix_cache, not both")
         return v
-
 
 
 class SLO(Strict):
@@ -185,7 +183,6 @@ class SLO(Strict):
     tpot_definition: Literal["per_interval", "per_token"] | None = Field(
         default=None, description="what tpot_s bounds: per_interval (default) TPOT = (e2e - TTFT)/(L - 1), as vLLM's "
         "bench reports it; per_token TBT = (e2e - TTFT)/L")
-
     OMIT_WHEN_NONE = ("tpot_definition",)
 
 

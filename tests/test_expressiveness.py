@@ -205,3 +205,43 @@ def test_unset_fields_keep_the_hash():
     dumped = json.dumps(scenario().model_dump())
     for name in ("kv_reservation", "max_output_tokens", "context_overflow", "max_context_tokens", "tpot_definition"):
         assert name not in dumped
+
+
+def test_retargeted_layouts_and_plans_keep_the_settings():
+    """A plan or an iso-GPU layout of the scenario keeps its KV reservation and context window."""
+    from qmodel.layouts import iso_gpu_layouts
+    from qmodel.planner.evaluate import deployment_for
+    from qmodel.planner.space import Family
+
+    sc = scenario(deployment__decode__kv_reservation="max_tokens", deployment__max_context_tokens=4096)
+    lay = iso_gpu_layouts(sc)
+    for s in (lay.colocated(), lay.chunked(), lay.disaggregated(1)):
+        dep = s.deployment
+        assert dep.max_context_tokens == 4096
+        assert getattr(dep, "decode", getattr(dep, "pool", None)).kv_reservation == "max_tokens"
+    fams = [Family("disaggregated", "h100-sxm", 1, "h100-sxm", 1, link="400 Gbps", transfer_mode="layerwise"),
+            Family("colocated", "h100-sxm", 1), Family("chunked", "h100-sxm", 1, chunk_tokens=512)]
+    for fam in fams:
+        dep = deployment_for(sc, fam.plan(2, 1))
+        assert dep.max_context_tokens == 4096
+        assert getattr(dep, "decode", getattr(dep, "pool", None)).kv_reservation == "max_tokens"
+
+
+def test_expressive_strata_leave_the_corpus_draws_alone():
+    """The variants come from their own stream: the corpus's cases are the same objects, each variant
+    keeps its case's features and load and adds the three axes, every one solvable."""
+    from qmodel.validation.corpus import case_json, generate
+    from qmodel.validation.corpus_expressive import EXPRESSIVE_AXES, expressive_cases
+
+    corpus = generate(6, 0, data=False)
+    before = [case_json(c) for c in corpus.cases]
+    variants = expressive_cases(corpus)
+    assert [case_json(c) for c in generate(6, 0, data=False).cases] == before
+    by_id = {c.id: c for c in corpus.cases}
+    assert variants and all(v.id[:-1] in by_id for v in variants)
+    for v in variants:
+        base = by_id[v.id[:-1]]
+        assert {k: v.features[k] for k in base.features} == base.features
+        assert v.utilization == base.utilization
+        assert all(v.features[a] in vals for a, vals in EXPRESSIVE_AXES.items())
+        assert v.scenario.slo.tpot_definition == v.features["tpot_definition"]

@@ -106,7 +106,7 @@ class ReplayResult(_Out):
                                     "(shown when the scenario sets slo.tpot_definition)")
 
     @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: Any) -> Any:
+    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
         out = handler(self)
         for name in ("rejected_fraction", "tbt"):
             if getattr(self, name) is None and isinstance(out, dict):
