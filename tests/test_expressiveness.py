@@ -245,3 +245,13 @@ def test_expressive_strata_leave_the_corpus_draws_alone():
         assert v.utilization == base.utilization
         assert all(v.features[a] in vals for a, vals in EXPRESSIVE_AXES.items())
         assert v.scenario.slo.tpot_definition == v.features["tpot_definition"]
+
+
+def test_check_compares_tbt_when_both_sides_report_it():
+    """``solve --check``'s table gains TBT rows when the scenario names a TPOT definition."""
+    from qmodel.validation.replay_check import compare_with_replay
+
+    sc = scenario(slo__tpot_definition="per_token", workload__arrivals__rate_per_s=0.01)
+    rep = compare_with_replay(sc, Solver(sc).solve(), n_requests=200)
+    rows = {m.metric: m for m in rep.metrics}
+    assert abs(rows["tbt_p50"].rel_error) < 0.01
