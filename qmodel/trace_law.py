@@ -209,7 +209,7 @@ def _stages(solver: Any, rate: float) -> list[tuple[float, str]]:
     the stages: one pool's station (TTFT); or a disaggregated deployment's prefill pool (TTFT),
     then its link and decode pool, together, at the lower of their limits (TTFT with the first
     token from decode; else the handoff after token 1, which TPOT spreads over L - 1 tokens)."""
-    limits = solver.station_limits()
+    limits = solver.served_limits()
     if not solver.topology.separate_prefill:
         return [(min(lim for lim, _ in limits), "ttft")]
     first = min(lim for lim, name in limits if name == "prefill")
@@ -229,7 +229,7 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     law: TraceLaw = solver.resolved.arrival_law
     topo = solver.topology
     slo = solver.scenario.slo
-    lim = solver.max_stable_rate()[0]
+    lim = min(solver.served_limits())[0]
     base = topo.compose(solver, min(rate, LOAD_CAP * lim), False)
     # each delay's finest step: that of the wait it is added to (read off the solutions, not the
     # lazily composed laws)
@@ -258,7 +258,7 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
             sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *delays["handoff"][k]))
             terms = solver.latency_terms(sp, st, sd)[1]
             tpot = convolve(*terms) if len(terms) > 1 else terms[0]
-            b = float(tpot.cdf(slo.tpot_s))
+            b = solver.tpot_attainment(tpot)
         lo, hi = topo.attainment_bounds(a, b)
         ttfts.append(ttft)
         tpots.append(tpot)

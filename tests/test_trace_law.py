@@ -128,7 +128,9 @@ def _solver(law: TraceLaw, mu: float, ttft_s: float) -> SimpleNamespace:
     return SimpleNamespace(resolved=SimpleNamespace(arrival_law=law, lengths=SimpleNamespace(output=np.array([2]))),
                            topology=_MM1Topology(mu, 1e-3),
                            scenario=SimpleNamespace(slo=SimpleNamespace(ttft_s=ttft_s, tpot_s=1.0)),
-                           max_stable_rate=lambda: (mu, "mm1"), station_limits=lambda: [(mu, "mm1")])
+                           max_stable_rate=lambda: (mu, "mm1"), station_limits=lambda: [(mu, "mm1")],
+                           served_limits=lambda: [(mu, "mm1")],  # no request refused: the same limits
+                           tpot_attainment=lambda tpot: float(tpot.cdf(1.0)))
 
 
 def test_two_rate_mixture_of_a_closed_form_station():

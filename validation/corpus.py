@@ -52,7 +52,7 @@ from qmodel.scenario import Scenario, parse_scenario
 from qmodel.topology import topology_named
 from qmodel.validation.corpus_closed import THINK_VALUES, place_loop
 
-__all__ = ["AXES", "LOAD_BANDS", "CorpusCase", "Corpus", "generate", "load_band", "case_json"]
+__all__ = ["AXES", "LOAD_BANDS", "CorpusCase", "Corpus", "Decks", "generate", "load_band", "case_json"]
 
 #: load bands of the corpus: (name, lower, upper) of u = rate / analytic limit; u is uniform inside
 LOAD_BANDS: tuple[tuple[str, float, float], ...] = (
@@ -149,7 +149,7 @@ def case_json(case: CorpusCase) -> str:
     return json.dumps(case.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
-class _Decks:
+class Decks:
     """One shuffled, refilled deck of values per axis (see the module docstring)."""
 
     def __init__(self, rng: np.random.Generator, axes: dict[str, tuple[str, ...]]):
@@ -246,7 +246,7 @@ def _slo(sc: dict[str, Any], mean_p: float, mean_o: float, rng: np.random.Genera
             "attainment_goal": 0.9}
 
 
-def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) -> CorpusCase:
+def _draw(i: int, decks: Decks, rng: np.random.Generator, tables: list[str]) -> CorpusCase:
     from qmodel.perf.memory import memory_budget
     from qmodel.registry import get_gpu, get_model
     from qmodel.workload import fit_context, length_mix
@@ -367,6 +367,6 @@ def generate(n: int, seed: int = 0, data: bool | None = None) -> Corpus:
             skipped += [f"{axis}={v}: {why}" for v in sorted(vals)]
         skipped.append(f"perf=table splitwise-sim (llama-2-70b, bloom-176b): {why}")
     rng = np.random.default_rng(seed)
-    decks = _Decks(rng, axes)
+    decks = Decks(rng, axes)
     cases = tuple(_draw(i, decks, rng, tables) for i in range(n))
     return Corpus(seed=seed, data=use_data, cases=cases, skipped=tuple(skipped))
