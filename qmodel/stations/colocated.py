@@ -145,7 +145,7 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import Param, StationModel, StationSolution, integer
-from qmodel.stations.burst_mates import burst_members
+from qmodel.stations.burst_mates import burst_members_by_cap
 from qmodel.stations.colocated_limit import ColocatedLimits
 from qmodel.stations.colocated_ttft import ColocatedTTFT
 from qmodel.stations.decode import GPSChain, mean_context_tokens
@@ -345,8 +345,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             if pooled:
                 # per own-length quarter, the token budget's room beside the own prompt (as in the gated form)
                 busy = 1.0 - float(wait.pmf[0])
-                mem = mixture([burst_members(marginal, dxs, m_burst, 1.0 / self.instances, join_prob=busy,
-                                             first=grid.own, cap=cap) for _, cap, _ in grid.classes],
+                mem = mixture(burst_members_by_cap(marginal, dxs, m_burst, 1.0 / self.instances, join_prob=busy,
+                                                   first=grid.own, caps=[cap for _, cap, _ in grid.classes]),
                               [n for n, _, _ in grid.classes])
                 ttft = convolve(ttft, mem)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
