@@ -41,6 +41,15 @@ overloaded periods, the PSFFA of Massey & Whitt; docs/methods.md "Trace arrivals
   first stage's wait adds to TTFT; the second's too with the first token from decode, else it
   waits in the decode admission after token 1 and enters TPOT through the handoff, spread over
   each request's L - 1 later tokens as the topology spreads the handoff.
+* **Demand**: when the lengths are the trace's own, replayed in its order (``prompt_rel``,
+  ``output_rel``), a window's requests are not the mean request: the Azure conversation trace's
+  busy minutes carry longer prompts and shorter outputs (window mean prompt 0.58-1.40x the
+  trace's). A stage is then fed work, r_w e_w in mean requests per mean gap, with e_w its
+  window's mean prompt over the trace's for the prefill pool (and a binding link: bytes go with
+  the prompt), its mean output for the decode pool (one slot-step per token); its limit is in
+  mean requests, so Q/μ is still the wait. One pool keeps e_w = 1 (its demand mixes both).
+  The FIFO stage passes on its served work mapped to the next stage's demand by arrival position
+  (:func:`pass_on`), not window by window: a backlog drains requests of earlier windows.
 * **Mixture**: class k's TTFT (TPOT) is the stations' at its rate with its windows' backlog waits
   added (independent; FFT). TTFT and TPOT laws are the arrival-weighted mixtures over classes;
   attainment, its bracket and the per-metric attainments are the arrival-weighted means of the
