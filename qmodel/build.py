@@ -335,7 +335,11 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
     if isinstance(a, TraceArrivals):
         # a trace is read as windows of its own rate (qmodel.trace_law); the stations take the
         # gap SCV within a window, not the whole trace's (whose drift and bursts the windows hold)
-        law = trace_law_of(a.path, a.format, a.jitter_seed)
+        from qmodel.validation.synth import same_trace_file
+
+        lg = scenario.workload.lengths
+        law = trace_law_of(a.path, a.format, a.jitter_seed,
+                           paired=isinstance(lg, EmpiricalLengths) and same_trace_file(a, lg))
         ca2 = law.ca2
     return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings), law, rejected, ctx, max_out)
 
