@@ -49,8 +49,10 @@ NOISE_SEED = 1
 TARGET_TAU = 0.9
 
 
-def run_candidate(group: RankGroup, cand: RankCandidate, lengths: Suite = RANK_LENGTHS) -> dict[str, Any]:
-    """One candidate's goodputs (module docstring); failures are a row with ``error``, never a crash."""
+def run_candidate(group: RankGroup, cand: RankCandidate, lengths: Suite | None = None) -> dict[str, Any]:
+    """One candidate's goodputs (module docstring; ``lengths`` default :data:`RANK_LENGTHS`);
+    failures are a row with ``error``, never a crash."""
+    lengths = RANK_LENGTHS if lengths is None else lengths
     rec: dict[str, Any] = {"group": group.id, "label": cand.label, "topology": cand.topology,
                            "dispatch": cand.dispatch}
     try:
@@ -114,7 +116,7 @@ def summarize_rank(groups: list[dict], rows: list[dict]) -> dict[str, Any]:
                     signed_median=float(np.median(e)) if e else 0.0)
 
     taus = [g["tau"] for g in groups if g.get("tau") is not None]
-    noise = [x["replay"]["goodput_noise"] for x in ok if "goodput_noise" in x["replay"]]
+    noise = [x["replay"]["goodput_noise"] for x in ok if x["replay"].get("goodput_noise") is not None]
     ranked = [g for g in groups if "top1" in g]
     return {
         "goodput": gp(ok),
@@ -130,9 +132,11 @@ def summarize_rank(groups: list[dict], rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def run_rank(corpus: RankCorpus, lengths: Suite = RANK_LENGTHS, jobs: int = 1,
+def run_rank(corpus: RankCorpus, lengths: Suite | None = None, jobs: int = 1,
              progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Every candidate of every group (``jobs`` > 1: a process pool; rows keep the corpus order)."""
+    """Every candidate of every group (``jobs`` > 1: a process pool; rows keep the corpus order);
+    ``lengths``: the replays' lengths (default :data:`RANK_LENGTHS`)."""
+    lengths = RANK_LENGTHS if lengths is None else lengths
     items = [(g, c, lengths) for g in corpus.groups for c in g.candidates]
     ex = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
     results: Iterable[dict] = ex.map(_job, items) if ex is not None else map(_job, items)
@@ -198,7 +202,7 @@ def candidate_table(out: dict, groups: set[str] | None = None) -> list[list[str]
         rows.append([x["group"], x["label"], _f(x.get("max_stable_rate_per_s"), ".4g"), x.get("limiting_station", "-"),
                      x.get("binding_slo", "-"), "-" if not a else f"{a['goodput']:.4g}", rep,
                      "-" if "error_rel" not in x else f"{x['error_rel']['goodput'] * 100:+.1f}%",
-                     "-" if not r or "goodput_noise" not in r else f"{r['goodput_noise'] * 100:.1f}%"])
+                     "-" if not r or r.get("goodput_noise") is None else f"{r['goodput_noise'] * 100:.1f}%"])
     return rows
 
 

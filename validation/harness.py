@@ -292,21 +292,22 @@ def compare_goodput(sc0, suite: Suite, noise_seed: int | None = None) -> dict[st
     rec["replay"] = {"goodput": g_r, "bracket": [lo, hi], "replays": calls, "seed": seed}
     if noise_seed is not None and g_r > 0:
         a0, a1 = att(g_r), att(g_r, noise_seed)
-        se = abs(a0 - a1) / 2
-        rec["replay"].update(attainment_noise=se, goodput_noise=se / _slope(seen, g_r, goal) / g_r)
+        se, slope = abs(a0 - a1) / 2, _slope(seen, g_r, goal)
+        rec["replay"].update(attainment_noise=se, goodput_noise=None if slope is None else se / slope / g_r)
     if rec["analytic"] is not None:
         rec["error_rel"] = {"goodput": _rel(g_a, g_r)}
     return rec
 
 
-def _slope(seen: list[tuple[float, float]], g: float, goal: float) -> float:
+def _slope(seen: list[tuple[float, float]], g: float, goal: float) -> float | None:
     """-dA/dλ near the goodput ``g``: the secant between the nearest evaluated rates that meet and
     miss ``goal``, preferring a pair at least 5% of ``g`` apart (a narrower secant of one seed's
-    attainment is itself noisy); floored at 1e-9 (a flat curve: the noise is then unbounded)."""
+    attainment is itself noisy); floored at 1e-9; None without a pair (a goodput at the bracket's
+    cap: no slope, no noise figure)."""
     meet = sorted(((r, a) for r, a in seen if a >= goal), reverse=True)
     miss = sorted((r, a) for r, a in seen if a < goal)
     if not meet or not miss:
-        return 1e-9
+        return None
     wide = [(m, x) for m in meet for x in miss if x[0] - m[0] >= 0.05 * g]
     (r0, a0), (r1, a1) = min(wide, key=lambda p: p[1][0] - p[0][0]) if wide else (meet[0], miss[0])
     return max((a0 - a1) / max(r1 - r0, 1e-12), 1e-9)
