@@ -254,9 +254,10 @@ def compare_goodput(sc0, suite: Suite, noise_seed: int | None = None) -> dict[st
 
     ``noise_seed``: also replay at the replay goodput with seeds[0] and ``noise_seed``, and report
     the attainment's standard error there (|a0 - a1| / 2, the two-seed mean's) and the goodput
-    noise it implies, that error over the attainment curve's slope (secant of the bisection's own
-    points straddling the goal, at least 5% of the rate apart where there are such), relative to
-    the goodput. Failures become ``error`` (never a crash)."""
+    noise it implies, that error over the attainment curve's slope (secant of seed 0's points, the
+    bisection's and the one at the goodput, straddling the goal, at least 5% of the rate apart where
+    there are such; :func:`_slope`), relative to the goodput (None without a straddling pair).
+    Failures become ``error`` (never a crash)."""
     from qmodel.goodput import goodput_search
     from qmodel.solver import Solver
     from qmodel.validation.replay import replay
