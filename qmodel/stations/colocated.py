@@ -29,7 +29,7 @@ Model, per instance at rate lam (random split over ``instances``):
   B taken as the gamma law with those moments. The clustering keeps the mean (rho_p D) and
   carries the busy-period correlation; per-prompt Poisson stalls (docs/reference_values.md §2.9) gave p99 −28%
   at rho_p = 0.36, the clustered form −14% (tests/test_stations_colocated.py).
-  With a slot cap (max_batch or KV) a prompt is prefilled only into a free slot: for the share f of
+  With a max_batch slot cap a prompt is prefilled only into a free slot: for the share f of
   a resident's time spent in a full batch the stalls are lone prefills, one per departure of another
   resident, and the S_0 term is absent (:mod:`qmodel.stations.slot_stalls`; max_batch 1: TPOT = t_d(1)).
   Evaluated deterministically: compound-Poisson pmf by FFT per (L group, N node) on a per-group
@@ -203,6 +203,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
                 raise InputError("colocated.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
             n_max = by_kv if n_max is None else min(n_max, by_kv)
+        #: the slot cap is max_batch's (a hard count), not the memory's (a soft wall: admission.py)
+        self.slot_capped = self.max_batch is not None and n_max == self.max_batch
         self.n_max = n_max
 
         def step(n: np.ndarray) -> np.ndarray:
@@ -296,7 +298,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         own_bp = busy_period_stalls(self.t1, self.t1, rho_p, points=OWN_BP_POINTS)
         # in a full batch (slot cap) prompts are admitted one per departure: lone prefills, no S_0 (slot_stalls)
         life, life_rate, own_j = full_batch_stalls(
-            full_share(pi, tail, self.chain.cap), bp, (1.0 - rho_p) / m_burst, own_bp, self.t1, lam, rho_p,
+            full_share(pi, tail, self.chain.cap) if self.slot_capped else 0.0, bp, (1.0 - rho_p) / m_burst, own_bp, self.t1, lam, rho_p,
             cap if self.chain.cap is not None else 1, self.mean_output - 1.0, float(g[min(cap, m)]))
         tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [own_j] * len(td),
                           node_own=[behind_s] * len(td),

@@ -26,6 +26,11 @@ weight min(n, c) (it is one of them), so f = c P(n >= c) / E[min(n, c)] of the d
 TPOT is t_d(1) exactly, as the replay has it (a lone slot is never interrupted; the prefill wait
 falls on the queue, in TTFT). Below the cap f -> 0 and the form is the unchanged busy-period one.
 
+Applied where ``max_batch`` sets the cap. Where the KV memory binds first the pool is full at a
+random resident count (the soft wall of :mod:`qmodel.stations.admission`), not at the chain's cap
+floor(KV / E[P + L]), so P(n >= cap) is not the full share there; those pools keep the busy-period
+form (with the chain's f, the corpus-ci KV-bound case c0021 moved TPOT p50 +6% -> +11%).
+
 Measured: docs/validation.md, "Colocated TPOT in a full batch".
 """
 
