@@ -241,19 +241,22 @@ class _Pool:
 
 
 def simulate_colocated(rate: float, lengths, service: ServiceTimeModel, horizon_s: float, seed: int = 0,
-                       budget_tokens: int = 8192, warmup_frac: float = 0.1, arrival_cv: float = 1.0) -> EngineRun:
+                       budget_tokens: int = 8192, warmup_frac: float = 0.1, arrival_cv: float = 1.0,
+                       max_batch: int | None = None) -> EngineRun:
     """vLLM-v0-like engine: if prompts wait, prefill all of them (FCFS, token budget, >= 1 prompt) in
     one iteration; else one decode step of every running sequence. ``lengths(rng, k)`` -> (P, L).
-    The first token is emitted by the prefill; the remaining L - 1 by decode steps."""
+    The first token is emitted by the prefill; the remaining L - 1 by decode steps. ``max_batch``:
+    a prompt is prefilled only into a free slot (running sequences + the iteration's prompts)."""
     e = _Pool(rate, lengths, horizon_s, seed, warmup_frac, arrival_cv)
     P = e.P
+    slots = max_batch if max_batch is not None else 1 << 62
     waiting: deque[int] = deque()
     sizes: list[int] = []
     while True:
         waiting.extend(e.arrivals())
-        if waiting:
+        if waiting and e.running < slots:
             batch, tok = [], 0
-            while waiting and (not batch or tok + P[waiting[0]] <= budget_tokens):
+            while waiting and e.running + len(batch) < slots and (not batch or tok + P[waiting[0]] <= budget_tokens):
                 j = waiting.popleft()
                 batch.append(j)
                 tok += int(P[j])

@@ -38,13 +38,17 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99
 #: figure applies; measured on this branch merged with main 15444c2 (i17fit's MoE refit and
 #: i18burst's bursty pools included); the figures, and the old draws' pins and their history, are
 #: in docs/validation.md ("Generated corpus", "CI subset").
+#: Lowered where the full-batch TPOT stalls (slot_stalls.py) improved them. "closed" tpot_p99's median
+#: was raised 0.0283 -> 0.0494 by a re-draw, not the model: a closed case's think time is placed from
+#: the analytic mean latency, so c0015's Z moved 0.729083 -> 0.728323 s and its replay TPOT p99 by
+#: 2.5% (its replay noise: 1.1-1.5%); on the old draw its analytic error moved -2.45 -> -2.71%.
 MEASURED: dict[str, dict[str, tuple[float, float]]] = {
-    "all": {"ttft_p50": (0.2948, 1.0792), "ttft_p90": (0.2732, 1.6126), "ttft_p99": (0.3856, 1.6457), "tpot_p50": (0.0280, 0.5331), "tpot_p90": (0.0832, 0.5560), "tpot_p99": (0.1733, 0.9630), "attainment": (0.0697, 0.4430), "throughput": (0.0230, 0.1415)},
+    "all": {"ttft_p50": (0.2779, 1.0792), "ttft_p90": (0.2732, 1.6126), "ttft_p99": (0.3856, 1.6291), "tpot_p50": (0.0253, 0.5331), "tpot_p90": (0.0494, 0.5560), "tpot_p99": (0.0927, 0.7822), "attainment": (0.0696, 0.4430), "throughput": (0.0230, 0.1415)},
     "chunked": {"ttft_p50": (0.5029, 0.9863), "ttft_p90": (0.8762, 1.6354), "ttft_p99": (0.4829, 1.0398), "tpot_p50": (0.0208, 0.4938), "tpot_p90": (0.0382, 0.4010), "tpot_p99": (0.0745, 0.7991), "attainment": (0.1257, 0.5465), "throughput": (0.0230, 0.1312)},
-    "colocated": {"ttft_p50": (0.3311, 4.4312), "ttft_p90": (0.1465, 3.1199), "ttft_p99": (0.2899, 2.7466), "tpot_p50": (0.0280, 0.0562), "tpot_p90": (0.1207, 0.2328), "tpot_p99": (0.2296, 0.5961), "attainment": (0.0684, 0.1856), "throughput": (0.0164, 0.1025)},
+    "colocated": {"ttft_p50": (0.3141, 4.4312), "ttft_p90": (0.1465, 3.0253), "ttft_p99": (0.2899, 2.7079), "tpot_p50": (0.0253, 0.0556), "tpot_p90": (0.0471, 0.2265), "tpot_p99": (0.1019, 0.4689), "attainment": (0.0684, 0.1783), "throughput": (0.0164, 0.1025)},
     "disaggregated": {"ttft_p50": (0.0579, 0.9445), "ttft_p90": (0.2360, 0.9259), "ttft_p99": (0.1048, 0.8716), "tpot_p50": (0.0358, 0.6822), "tpot_p90": (0.0785, 1.1229), "tpot_p99": (0.1206, 1.0393), "attainment": (0.0165, 0.3666), "throughput": (0.0813, 0.0986)},
-    "closed": {"ttft_p50": (0.1490, 1.6522), "ttft_p90": (0.2081, 2.3737), "ttft_p99": (1.3015, 2.1347), "tpot_p50": (0.0190, 0.0316), "tpot_p90": (0.0264, 0.2399), "tpot_p99": (0.0283, 0.6287), "attainment": (0.0296, 0.1391), "throughput": (0.0230, 0.1415)},
-    "jsq": {"ttft_p50": (0.4189, 1.0441), "ttft_p90": (0.4195, 2.3737), "ttft_p99": (0.4143, 2.1347), "tpot_p50": (0.0146, 0.0355), "tpot_p90": (0.1175, 0.2399), "tpot_p99": (0.2128, 0.6287), "attainment": (0.0937, 0.1391), "throughput": (0.0405, 0.1287)},
+    "closed": {"ttft_p50": (0.1490, 1.6522), "ttft_p90": (0.2081, 2.3527), "ttft_p99": (1.3015, 2.1268), "tpot_p50": (0.0108, 0.0277), "tpot_p90": (0.0264, 0.2346), "tpot_p99": (0.0494, 0.6090), "attainment": (0.0296, 0.1375), "throughput": (0.0230, 0.1415)},
+    "jsq": {"ttft_p50": (0.4189, 1.0441), "ttft_p90": (0.4195, 2.3527), "ttft_p99": (0.4143, 2.1268), "tpot_p50": (0.0102, 0.0355), "tpot_p90": (0.0604, 0.2346), "tpot_p99": (0.1321, 0.6090), "attainment": (0.0937, 0.1375), "throughput": (0.0405, 0.1287)},
 }
 #: scenarios whose analytic side failed when the subset was added (a solve below the stated limit
 #: that raises: docs/validation.md, "Generated corpus")

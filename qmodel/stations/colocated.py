@@ -29,6 +29,9 @@ Model, per instance at rate lam (random split over ``instances``):
   B taken as the gamma law with those moments. The clustering keeps the mean (rho_p D) and
   carries the busy-period correlation; per-prompt Poisson stalls (docs/reference_values.md §2.9) gave p99 −28%
   at rho_p = 0.36, the clustered form −14% (tests/test_stations_colocated.py).
+  With a max_batch slot cap a prompt is prefilled only into a free slot: for the share f of
+  a resident's time spent in a full batch the stalls are lone prefills, one per departure of another
+  resident, and the S_0 term is absent (:mod:`qmodel.stations.slot_stalls`; max_batch 1: TPOT = t_d(1)).
   Evaluated deterministically: compound-Poisson pmf by FFT per (L group, N node) on a per-group
   grid, 10 log-spaced L groups, 5 quantile nodes of N;
 * TTFT = W + T_1(P) + co-batched prompts. Poisson or smooth arrivals: every prefill iteration takes
@@ -153,6 +156,7 @@ from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_peri
                                               decode_residual, n_nodes, stall_tpot)
 from qmodel.stations.iteration_waits import add_arrivals_during, batch_wait, burst_batch_mean, burst_increment
 from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens, reserved_output
+from qmodel.stations.slot_stalls import full_batch_stalls, full_share
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
            "decode_residual"]
@@ -202,6 +206,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
                 raise InputError("colocated.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
             n_max = by_kv if n_max is None else min(n_max, by_kv)
+        #: the slot cap is max_batch's (a hard count), not the memory's (a soft wall: admission.py)
+        self.slot_capped = self.max_batch is not None and n_max == self.max_batch
         self.n_max = n_max
 
         def step(n: np.ndarray) -> np.ndarray:
@@ -293,9 +299,13 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         # prefilled before its next decode step, and so is everything that arrives meanwhile: each
         # starts a prefill busy period (mean x/(1 - rho_p) for initial work x), not a lone stall.
         own_bp = busy_period_stalls(self.t1, self.t1, rho_p, points=OWN_BP_POINTS)
-        tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [own_bp] * len(td),
+        # in a full batch (slot cap) prompts are admitted one per departure: lone prefills, no S_0 (slot_stalls)
+        life, life_rate, own_j = full_batch_stalls(
+            full_share(pi, tail, self.chain.cap) if self.slot_capped else 0.0, bp, (1.0 - rho_p) / m_burst, own_bp, self.t1, lam, rho_p,
+            cap if self.chain.cap is not None else 1, self.mean_output - 1.0, float(g[min(cap, m)]))
+        tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [own_j] * len(td),
                           node_own=[behind_s] * len(td),
-                          node_life_jumps=[bp] * len(td), node_life_rate=[(1.0 - rho_p) / m_burst] * len(td),
+                          node_life_jumps=[life] * len(td), node_life_rate=[life_rate] * len(td),
                           dx0=float(self.chain.g(1)[1]) / 200.0)
         mean_tpot = tpot.mean_s
 
