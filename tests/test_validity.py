@@ -261,3 +261,22 @@ def test_jsq_and_closed_loops_are_inside_the_envelope_the_corpus_drew() -> None:
 def test_a_number_the_corpus_never_drew_is_flagged() -> None:
     env = {"kinds": {"arrivals": ["closed", "poisson"]}, "ranges": {"load": [0.2, 0.97]}}
     assert outside_envelope({"arrivals": ["closed"]}, {"load": 0.5, "clients": 8.0}, env) == ["clients 8 never drawn"]
+
+
+def test_compare_levels_tables_each_candidate() -> None:
+    from qmodel.validation.band_fit import compare_levels, holdout_coverage, levels_markdown
+
+    rows = [_row(i, "chunked", "u<=0.5" if i % 2 else "0.8-0.9", "smooth", ((i * 37) % 100 - 50) / 100) for i in range(100)]
+    for r in rows:
+        r["cell"]["pool"] = "pooled" if _number_of(r) % 3 else "split"
+    res = compare_levels(rows, [("topology",), ("topology", "load"), ("topology", "load", "pool")])
+    assert [c["cells"] for c in res] == [1, 3, 3]  # 100 rows; 50 per load band; pool sub-cells (17 / 33) too small
+    assert res[0]["fresh_from"] == 50
+    one = holdout_coverage(rows, levels=("topology",))
+    assert res[0]["folds_min"] == min(one["coverage"]["chunked"][m] for m in BAND_METRICS)
+    assert res[0]["median_width"] == one["median_width"]
+    assert levels_markdown(res).splitlines()[2].startswith("| topology | 1 | ")
+
+
+def _number_of(row: dict) -> int:
+    return int(row["id"].lstrip("c"))
