@@ -198,7 +198,7 @@ def test_refit_in_one_command_reuses_the_rescore(tmp_path, monkeypatch) -> None:
 
     corpus = generate(6, seed=3, data=False)
 
-    def fake_rescore(base, where=(), jobs=1):  # the re-scored rows: error j/10 + id number / 100 per metric j
+    def fake_rescore(base, where=(), jobs=1, corpus=None):  # the re-scored rows: error j/10 + id number / 100 per metric j
         new = [{"id": c.id, "topology": c.features["topology"], "band": c.features["band"], "features": dict(c.features),
                 "replay_reused": i != 2, "replay_noise": {m: 0.0 for m in BAND_METRICS},
                 "error_rel": {m: j / 10 + i / 100 for j, m in enumerate(BAND_METRICS)}}

@@ -96,14 +96,16 @@ def conformal_interval(errors: Sequence[float], level: float = LEVEL, delta: flo
     return x[k - 1], x[len(x) - k]
 
 
-def band_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+def band_rows(out: dict[str, Any], corpus: Any = None) -> list[dict[str, Any]]:
     """One row per scenario of a corpus run's JSON (module docstring): id, cell features,
-    envelope kinds and numbers, and the signed errors (None where the analytic side failed)."""
+    envelope kinds and numbers, and the signed errors (None where the analytic side failed).
+    ``corpus``: the run's corpus, already regenerated."""
     from qmodel.build import resolve
     from qmodel.validation.corpus import generate
 
     ids = {r["id"]: r for r in out["scenarios"]}
-    corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
+    if corpus is None:
+        corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
     rows = []
     for case in corpus.cases:
         r = ids.get(case.id)
@@ -285,16 +287,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = json.loads(Path(args.corpus_json).read_text(encoding="utf-8"))
         replays_at = args.replays_at or out.get("replays_at")
-        reused = None
+        reused, corpus = None, None
         if args.rescore:
+            from qmodel.validation.corpus import generate
             from qmodel.validation.corpus_run import rescore_corpus, summarize_corpus
 
-            new = rescore_corpus(out, jobs=args.jobs)[1]
+            corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
+            new = rescore_corpus(out, jobs=args.jobs, corpus=corpus)[1]
             reused = sum(bool(r.get("replay_reused")) for r in new)
             out = out | {"scenarios": new, "summary": summarize_corpus(new), "replays_at": replays_at}
             if args.rescored_json:
                 Path(args.rescored_json).write_text(json.dumps(out, indent=1), encoding="utf-8")
-        rows = band_rows(out)
+        rows = band_rows(out, corpus)
     except (OSError, ValueError, KeyError) as err:
         sys.stderr.write(f"error: {args.corpus_json}: cannot read a corpus run ({type(err).__name__}: {err})\n")
         return 2

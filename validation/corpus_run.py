@@ -100,17 +100,18 @@ def _rescore_job(item: tuple[CorpusCase, dict[str, Any] | None]) -> dict[str, An
     return run_corpus_case(item[0], RUN_LENGTHS["full"], reuse=item[1])
 
 
-def rescore_corpus(base: dict[str, Any], where: Iterable[str] = (),
-                   jobs: int = 1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def rescore_corpus(base: dict[str, Any], where: Iterable[str] = (), jobs: int = 1,
+                   corpus: Corpus | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(BASE's rows, new rows) of the selected cases of a corpus run re-scored with this code: the
     corpus regenerated from BASE's n, seed and data flag, each case solved again and BASE's replay
     of the case reused where :func:`~qmodel.validation.harness.compare_scenario` allows (same
     scenario, rate, requests and seeds; the new row says ``replay_reused``), replayed otherwise
-    (``full`` lengths, as BASE's)."""
+    (``full`` lengths, as BASE's). ``corpus``: BASE's, already regenerated."""
     from qmodel.validation.corpus import generate
 
     rows = {r["id"]: r for r in base["scenarios"]}
-    corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
+    if corpus is None:
+        corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
     items = [(c, rows.get(c.id)) for c in corpus.cases if keep_case(dict(c.features), where)]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
