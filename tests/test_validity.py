@@ -227,35 +227,57 @@ def _example_with(**workload) -> dict:
     return d
 
 
-def test_jsq_and_closed_loops_are_inside_the_envelope_the_corpus_drew() -> None:
-    from qmodel.closed import solve_closed, with_concurrency
+def _jsq_and_closed() -> tuple[Solver, Solver]:
+    from qmodel.closed import with_concurrency
 
-    env = band_table()["envelope"]
-    assert "jsq" in env["kinds"]["dispatch"] and "closed" in env["kinds"]["arrivals"]
     d = load_scenario(EXAMPLE).model_dump(mode="json")
     d["deployment"]["prefill"]["dispatch"] = "jsq"
-    jsq = Solver(parse_scenario(d))
-    v = jsq.validity(0.5 * jsq.max_stable_rate()[0])
+    return Solver(parse_scenario(d)), Solver(with_concurrency(load_scenario(EXAMPLE), 40, 1.0))
+
+
+def test_envelope_of_jsq_and_closed_loops() -> None:
+    """Against a table whose corpus drew jsq and closed loops (1-700 clients, think none or
+    exponential): a jsq and a closed-loop answer are inside; a fixed think time, more clients, a
+    prefix-cache mixture are flagged; a closed loop's band is read at X(N) / lambda_max."""
+    import copy
+
+    from qmodel.closed import solve_closed, with_concurrency
+
+    t = copy.deepcopy(band_table())
+    kinds, ranges = t["envelope"]["kinds"], t["envelope"]["ranges"]
+    kinds["dispatch"] = sorted(set(kinds["dispatch"]) | {"jsq"})
+    kinds["arrivals"] = sorted(set(kinds["arrivals"]) | {"closed"})
+    kinds["think time"], ranges["clients"] = ["exponential", "none"], [1.0, 700.0]
+    jsq, closed = _jsq_and_closed()
+    v = validity_of(jsq.resolved, "disaggregated", 0.5, t)
     assert v.inside_envelope and v.outside == [] and "outside" not in v.text
-    # a closed loop of 40 clients, exponential think time: inside; its load is X(N) / lambda_max
-    sc = with_concurrency(load_scenario(EXAMPLE), 40, 1.0)
-    solver = Solver(sc)
-    sol = solve_closed(sc, solver)
-    assert sol.result.validity == solver.validity(sol.loop.throughput_per_s)
-    u = sol.loop.throughput_per_s / solver.max_stable_rate()[0]
-    feats = cell_features(solver.resolved, "disaggregated", u)
-    assert feats["arrivals"] == "closed" and sol.result.validity.cell == cell_of(band_table(), feats)
-    assert sol.result.validity.inside_envelope
-    # what the corpus never drew is flagged: a fixed think time, more clients than it ran, a prefix-cache mixture
-    lo, hi = env["ranges"]["clients"]
-    fixed = with_concurrency(load_scenario(EXAMPLE), int(hi) * 2, 1.0).model_dump(mode="json")
+    u = solve_closed(closed.scenario, closed).loop.throughput_per_s / closed.max_stable_rate()[0]
+    v = validity_of(closed.resolved, "disaggregated", u, t)
+    assert v.inside_envelope and cell_features(closed.resolved, "disaggregated", u)["arrivals"] == "closed"
+    fixed = with_concurrency(load_scenario(EXAMPLE), 1400, 1.0).model_dump(mode="json")
     fixed["workload"]["arrivals"]["think_time_dist"] = "fixed"
-    v = Solver(parse_scenario(fixed)).validity(1.0)
-    assert not v.inside_envelope and "think time fixed never drawn" in v.outside
-    assert f"clients {int(hi) * 2:.3g} > {hi:.3g}" in v.outside
+    v = validity_of(Solver(parse_scenario(fixed)).resolved, "disaggregated", 0.5, t)
+    assert v.outside == ["think time fixed never drawn", "clients 1.4e+03 > 700"] and not v.inside_envelope
     mix = parse_scenario(_example_with(prefix_cache={"kind": "mixture", "hit_fraction": 0.5, "hit_ratio": 0.9}))
-    v = Solver(mix).validity(1.0)
-    assert not v.inside_envelope and any(o.startswith("prefix hit ratio ") for o in v.outside)
+    v = validity_of(Solver(mix).resolved, "disaggregated", 0.5, t)
+    assert not v.inside_envelope and len(v.outside) == 1 and v.outside[0].startswith("prefix hit ratio 0.4")  # ~0.5 x 0.9
+
+
+def test_closed_loop_validity_is_read_at_its_throughput() -> None:
+    from qmodel.closed import solve_closed
+
+    _, closed = _jsq_and_closed()
+    sol = solve_closed(closed.scenario, closed)
+    assert sol.loop.seen_rate_per_s < sol.loop.throughput_per_s  # X (N - 1) / N: a lower load band could be read
+    assert sol.result.validity == closed.validity(sol.loop.throughput_per_s)
+
+
+def test_the_shipped_corpus_drew_jsq_and_closed_loops() -> None:
+    env = band_table()["envelope"]
+    assert "jsq" in env["kinds"]["dispatch"] and "closed" in env["kinds"]["arrivals"] and "clients" in env["ranges"]
+    jsq, closed = _jsq_and_closed()
+    assert jsq.validity(0.5 * jsq.max_stable_rate()[0]).inside_envelope
+    assert closed.validity(0.5 * closed.max_stable_rate()[0]).inside_envelope
 
 
 def test_a_number_the_corpus_never_drew_is_flagged() -> None:
