@@ -206,7 +206,7 @@ def test_refit_in_one_command_reuses_the_rescore(tmp_path, monkeypatch) -> None:
         return base["scenarios"], new
 
     monkeypatch.setattr(cr, "rescore_corpus", fake_rescore)
-    monkeypatch.setattr(bf, "_commit", lambda: "def5678")
+    monkeypatch.setattr(bf, "tree_commit", lambda: "def5678")
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"suite": "corpus", "n": 6, "seed": 3, "data": False, "scenarios": []}))
     out = tmp_path / "bands.toml"

@@ -60,7 +60,7 @@ from qmodel.toml_out import toml_value
 from qmodel.validity import BAND_METRICS, LEVEL_FEATURES, cell_features, cell_of, envelope_values
 
 __all__ = ["LEVEL", "DELTA", "LEVELS", "FOLDS", "CANDIDATE_LEVELS", "tail_rank", "conformal_interval", "band_rows",
-           "fit_table", "holdout_coverage", "coverage_markdown", "compare_levels", "levels_markdown", "table_toml",
+           "fit_table", "holdout_coverage", "coverage_markdown", "compare_levels", "levels_markdown", "table_toml", "tree_commit",
            "main"]
 
 LEVEL = 0.9
@@ -246,7 +246,7 @@ def table_toml(table: dict[str, Any], header: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
+def tree_commit() -> str:
     """This tree's HEAD (7 digits), ``+dirty`` when the analytic code (qmodel/, validation/) differs
     from it; 'unknown' outside a git checkout."""
     root = Path(__file__).resolve().parent.parent
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(coverage_markdown(holdout_coverage(rows, fresh_from=args.fresh_from, levels=levels)))
     cov = holdout_coverage(rows, levels=levels)
     if args.out:
-        commit = args.measured_at or (_commit() if args.rescore else replays_at or _commit())
+        commit = args.measured_at or (tree_commit() if args.rescore else replays_at or tree_commit())
         prov = {"measured_at": commit, "replays_at": replays_at or commit}
         if reused is not None:
             prov |= {"replays_reused": reused, "replays_rerun": len(rows) - reused}
