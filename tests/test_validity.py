@@ -272,8 +272,6 @@ def test_closed_loop_validity_is_read_at_its_throughput() -> None:
     assert sol.result.validity == closed.validity(sol.loop.throughput_per_s)
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped table was fitted at 3b2bc73, before the corpus drew jsq and closed "
-                   "loops: the refit (docs/validation.md, 'Validity band') makes this pass; then remove this mark")
 def test_the_shipped_corpus_drew_jsq_and_closed_loops() -> None:
     env = band_table()["envelope"]
     assert "jsq" in env["kinds"]["dispatch"] and "closed" in env["kinds"]["arrivals"] and "clients" in env["ranges"]
