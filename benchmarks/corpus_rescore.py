@@ -5,10 +5,11 @@
 BASE.json is a ``qmodel validate --suite corpus --json`` result. The corpus is regenerated from its
 seed, n and data flag (byte-identical per seed); each selected case is solved with the code in the
 working tree, and its stored replay is reused when the case's rate (u x the new analytic limit) is
-unchanged (``compare_scenario(reuse=...)``), otherwise replayed again. Prints the grouped median /
-p90 |error| tables of the selected cases, before (BASE) and after, and how many replays were reused.
-``--where`` filters on the case's feature values (``topology=colocated``, ``arrivals=trace``; repeat
-to AND, ``axis!=value`` to exclude).
+unchanged (:func:`qmodel.validation.corpus_run.rescore_corpus`), otherwise replayed again. Prints the
+grouped median / p90 |error| tables of the selected cases, before (BASE) and after, and how many
+replays were reused. ``--where`` filters on the case's feature values (``topology=colocated``,
+``arrivals=trace``; repeat to AND, ``axis!=value`` to exclude). The validity bands are refitted on
+such a re-score by ``python -m qmodel.validation.band_fit BASE.json --rescore`` (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -16,24 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
-from qmodel.validation.corpus import generate
-from qmodel.validation.corpus_run import RUN_LENGTHS, markdown_tables, run_corpus_case, summarize_corpus
-
-
-def _keep(features: dict[str, str], where: list[str]) -> bool:
-    for w in where:
-        neg = "!=" in w
-        axis, value = w.split("!=" if neg else "=", 1)
-        if (features.get(axis) == value) == neg:
-            return False
-    return True
-
-
-def _job(item):
-    case, base_row = item
-    return run_corpus_case(case, RUN_LENGTHS["full"], reuse=base_row)
+from qmodel.validation.corpus_run import markdown_tables, rescore_corpus, summarize_corpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,15 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--where: {w!r}: expected axis=value or axis!=value", file=sys.stderr)
             return 2
     base = json.load(open(a.base))
-    rows = {r["id"]: r for r in base["scenarios"]}
-    corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
-    items = [(c, rows.get(c.id)) for c in corpus.cases if _keep(dict(c.features), a.where)]
-    if a.jobs > 1:
-        with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-            new = list(ex.map(_job, items))
-    else:
-        new = [_job(i) for i in items]
-    old = [r for _, r in items if r is not None]
+    old, new = rescore_corpus(base, a.where, a.jobs)
     reused = sum(bool(r.get("replay_reused")) for r in new)
     print(f"{len(new)} cases selected ({' and '.join(a.where) or 'all'}); {reused} replays reused, "
           f"{len(new) - reused} re-run")

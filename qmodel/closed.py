@@ -24,6 +24,8 @@ solver's stations through a mean-value fixed point (docs/methods.md, "Closed-loo
   and at saturation the rate found by bisection for it. The arrivals' SCV there is Poisson's
   (:func:`qmodel.workload.arrival_stats`): a closed loop's arrivals are smoother than Poisson,
   and docs/validation.md ("Closed-loop workloads") gives the measured effect against the replay.
+  The validity band (:mod:`qmodel.validity`) is read at the loop's load X(N) / lambda_max, the
+  load the corpus's closed cases are placed and tabled at.
 * **Goodput.** The SLO attainment of N clients is the open attainment A at their seen rate
   lambda_N, and lambda_N rises with N, so the largest concurrency meeting the goal is the largest
   N with lambda_N <= lambda*, the open goodput (A(lambda*) >= goal, A(lambda) < goal just above
@@ -153,6 +155,7 @@ def solve_closed(scenario: Scenario, solver: Solver | None = None) -> ClosedSolu
     else:
         rate = seen(x)
     res = solver.solve(rate)
+    res = res.model_copy(update={"validity": solver.validity(x)})  # the loop's load is X(N) / lambda_max
     loop = ClosedLoop(concurrency=n, think_time_s=z, think_time_dist=arr.think_time_dist, throughput_per_s=x,
                       seen_rate_per_s=rate, mean_latency_s=mean_latency(solver, rate), saturated=saturated,
                       max_stable_rate_per_s=lam_max)

@@ -212,7 +212,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     from qmodel.binding import binding_at
 
     loop = None
-    seen = g  # the rate the latencies, binding and validity are read at
+    seen = g  # the rate the latencies and binding are read at (and the open validity)
     if closed:  # the closed question: the most clients meeting the goal, and their throughput
         from qmodel.closed import closed_goodput
 
@@ -242,7 +242,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
         cost_per_hour_usd=cost,
         **(tok.model_dump() if tok else {}),
         sensitivities=sens,
-        validity=solver.validity(seen),
+        validity=solver.validity(g if closed else seen),  # a closed loop's load is its throughput X(N) / lam_max
         closed_loop=loop,
         inputs_sha256=scenario_sha256(scenario),
     )

@@ -14,11 +14,17 @@ k-th smallest and k-th largest of the group's errors, k chosen so that the band 
 table: the answer reads the deepest cell its features reach.
 
 **The envelope.** The table also records what the corpus drew: the kinds (arrivals, lengths,
-step times, dispatch, model family) and the ranges (load, arrival SCV, instances, batch limits,
-token budgets, tp / pp, prefix-cache hit ratio). An answer whose scenario lies outside is flagged
-with the feature that is out ("outside the validated envelope: load 0.99 > 0.97"); its band is
-then an extrapolation. A load below the corpus's lowest (0.2) is not flagged: queueing errors
-shrink towards an idle system, and the lowest band covers it.
+step times, dispatch, model family; a closed loop's think time: none, exponential or fixed) and the
+ranges (load, arrival SCV, instances, batch limits, token budgets, tp / pp, prefix-cache hit ratio;
+a closed loop's clients). An answer whose scenario lies outside is flagged with the feature that is
+out ("outside the validated envelope: load 0.99 > 0.97"); its band is then an extrapolation. A
+load below the corpus's lowest (0.2) is not flagged: queueing errors shrink towards an idle
+system, and the lowest band covers it. A number the corpus never drew at all (clients, where it
+drew no closed loop) is flagged as never drawn.
+
+**Load.** u = rate / the smallest station stability limit; for a closed loop of N clients the
+loop's throughput X(N) / that limit (the limiting station's utilisation, as the corpus defines
+its closed cases' load), not the rate its latencies are read at.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 from qmodel.result import MetricBand, Validity
 
-__all__ = ["BAND_METRICS", "LOAD_BANDS", "LEVEL_FEATURES", "load_band", "arrival_class", "cell_features",
+__all__ = ["BAND_METRICS", "LOAD_BANDS", "LEVEL_FEATURES", "POOLED_DISPATCH", "load_band", "arrival_class", "cell_features",
            "envelope_values", "outside_envelope", "cell_of", "band_table", "validity_of", "validity_text"]
 
 BAND_METRICS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99")
@@ -38,7 +44,9 @@ BAND_METRICS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpo
 #: last bound, the last band (and the envelope flag)
 LOAD_BANDS: tuple[tuple[str, float], ...] = (("u<=0.5", 0.5), ("0.5-0.8", 0.8), ("0.8-0.9", 0.9), ("0.9-0.97", 0.97))
 #: the cell features a table may use as its levels (:func:`cell_features`)
-LEVEL_FEATURES = ("topology", "load", "arrivals", "kv", "lengths", "dispatch", "batch")
+LEVEL_FEATURES = ("topology", "load", "arrivals", "kv", "lengths", "dispatch", "pool", "batch", "perf")
+#: dispatch policies that pool their instances (one queue in front of them, :func:`cell_features`)
+POOLED_DISPATCH = ("least_loaded", "jsq")
 
 
 def load_band(u: float) -> str:
@@ -47,23 +55,29 @@ def load_band(u: float) -> str:
 
 
 def arrival_class(kind: str, ca2: float) -> str:
-    """'trace' for recorded arrivals (their rate drifts: no renewal SCV describes them); else
+    """'trace' for recorded arrivals (their rate drifts: no renewal SCV describes them); 'closed'
+    for a closed loop (a bounded population, not a renewal stream: its SCV is a placeholder); else
     'smooth' for an SCV up to 1 (Poisson included), 'bursty' above."""
-    return "trace" if kind == "trace" else "smooth" if ca2 <= 1.0 + 1e-9 else "bursty"
+    if kind in ("trace", "closed"):
+        return kind
+    return "smooth" if ca2 <= 1.0 + 1e-9 else "bursty"
 
 
 def cell_features(resolved: Any, topology: str, u: float) -> dict[str, str]:
     """The values of :data:`LEVEL_FEATURES` for an answer at load u: topology; load band; the
     arrivals' class (:func:`arrival_class`); kv 'binding' when the decode (or single) pool's KV holds
     fewer mean requests (prompt + output) than its max_batch, else 'ample'; the length law's kind;
-    the first pool's dispatch (prefill where disaggregated); max_batch '1-8', '16-64' or '128+'."""
+    the first pool's dispatch (prefill where disaggregated) and whether it pools its instances
+    ('pooled': :data:`POOLED_DISPATCH`, else 'split'); max_batch '1-8', '16-64' or '128+'; the step
+    times' kind (perf)."""
     pools = list(resolved.pools.values())  # the topology's pool roles, prefill first
     first, dec = pools[0], pools[-1]
     slots = dec.kv_capacity_tokens / (resolved.mean_prompt_tokens + resolved.mean_output_tokens)
     mb = dec.config.max_batch
     return {"topology": topology, "load": load_band(u), "arrivals": arrival_class(resolved.scenario.workload.arrivals.kind, float(resolved.ca2)),
             "kv": "binding" if slots < mb else "ample", "lengths": resolved.scenario.workload.lengths.kind,
-            "dispatch": first.config.dispatch, "batch": "1-8" if mb <= 8 else "16-64" if mb <= 64 else "128+"}
+            "dispatch": first.config.dispatch, "pool": "pooled" if first.config.dispatch in POOLED_DISPATCH else "split",
+            "batch": "1-8" if mb <= 8 else "16-64" if mb <= 64 else "128+", "perf": resolved.scenario.perf.kind}
 
 
 def envelope_values(resolved: Any) -> tuple[dict[str, list[str]], dict[str, float]]:
@@ -82,6 +96,10 @@ def envelope_values(resolved: Any) -> tuple[dict[str, list[str]], dict[str, floa
                "max batch": float(pools[-1].max_batch),
                "token budget": float(getattr(dep, budget) if budget else dep.prefill.max_batch_tokens),
                "prefix hit ratio": resolved.prefix_hit_fraction}
+    arr = sc.workload.arrivals
+    if arr.kind == "closed":
+        kinds["think time"] = ["none" if arr.think_time_s == 0 else arr.think_time_dist]
+        numbers["clients"] = float(arr.concurrency)
     return kinds, numbers
 
 
@@ -90,6 +108,9 @@ def outside_envelope(kinds: dict[str, list[str]], numbers: dict[str, float], env
     The load is checked against its upper end only (module docstring)."""
     out = [f"{k} {v} never drawn" for k, vs in kinds.items() for v in vs if v not in envelope["kinds"].get(k, ())]
     for k, v in numbers.items():
+        if k not in envelope["ranges"]:
+            out.append(f"{k} {v:.3g} never drawn")
+            continue
         lo, hi = envelope["ranges"][k]
         if v > hi * (1 + 1e-9) + 1e-12:
             out.append(f"{k} {v:.3g} > {hi:.3g}")

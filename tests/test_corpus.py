@@ -186,6 +186,18 @@ def test_corpus_report_renders_tables_and_targets():
            "definition": {"replay_requests": "x"}, "summary": summarize_corpus(rows), "scenarios": rows}
     md = report(out)
     assert "**by topology and load band**" in md and "**Targets**" in md and "**Worst feature groups**" in md
+    assert "| axis = value | n | TTFT p90 | signed | TPOT p90 | signed | attain. | signed |" in md
+
+
+def test_signed_medians_and_case_filter():
+    from qmodel.validation.corpus_report import signed_medians
+    from qmodel.validation.corpus_run import keep_case
+
+    rows = [{"error_rel": {"ttft_p90": e, "attainment": -e / 10}} for e in (-0.5, 0.1, 0.3)] + [{"error": "x"}]
+    s = signed_medians(rows)
+    assert s["ttft_p90"] == 0.1 and s["attainment"] == pytest.approx(-0.01) and s["tpot_p50"] == 0.0
+    f = {"topology": "chunked", "arrivals": "closed"}
+    assert keep_case(f, ["topology=chunked", "arrivals!=trace"]) and not keep_case(f, ["arrivals!=closed"])
 
 
 def test_closed_case_runs_against_the_replays_loop():

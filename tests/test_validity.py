@@ -82,11 +82,14 @@ def test_features() -> None:
         ["u<=0.5", "u<=0.5", "0.5-0.8", "0.5-0.8", "0.8-0.9", "0.8-0.9", "0.9-0.97", "0.9-0.97", "0.9-0.97"]
     assert [arrival_class("gamma", x) for x in (0.25, 1.0, 1.0 + 1e-12, 1.5)] == ["smooth", "smooth", "smooth", "bursty"]
     assert arrival_class("poisson", 1.0) == "smooth" and arrival_class("trace", 0.5) == "trace"
+    assert arrival_class("closed", 1.0) == "closed"  # a bounded population, whatever its placeholder SCV
     # the example: Poisson, 2 prefill instances round_robin, decode max_batch 128 with KV room for more
     r = Solver(load_scenario(EXAMPLE)).resolved
     assert cell_features(r, "disaggregated", 0.6) == {
         "topology": "disaggregated", "load": "0.5-0.8", "arrivals": "smooth", "kv": "ample",
-        "lengths": r.scenario.workload.lengths.kind, "dispatch": r.scenario.deployment.prefill.dispatch, "batch": "128+"}
+        "lengths": r.scenario.workload.lengths.kind, "dispatch": r.scenario.deployment.prefill.dispatch,
+        "pool": "split", "batch": "128+", "perf": "roofline"}
+    assert r.scenario.deployment.prefill.dispatch == "round_robin" and r.scenario.perf.kind == "roofline"
 
 
 def test_outside_envelope_names_the_feature() -> None:
@@ -165,3 +168,137 @@ def test_text_line() -> None:
         "outside the validated envelope: load 0.99 > 0.97, instances 8 > 4; check this scenario with --check")
     empty = v.model_copy(update={"bands": [], "cell": "nowhere"})
     assert validity_text(empty) == "unmeasured: the corpus holds no nowhere scenario; check this scenario with --check"
+
+
+def test_holdout_coverage_is_exact_on_a_tiny_input() -> None:
+    from qmodel.validation.band_fit import holdout_coverage
+
+    # 50 rows, one cell, error i/100 for id i: fold f (id mod 5 == f) is checked against the extremes
+    # of the other 40 (k = 1). Fold 0 misses its 0.00 (the others' minimum is 0.01), fold 4 its 0.49
+    # (their maximum 0.48); folds 1-3 catch all: 48 of 50. Widths 0.48 (folds 0, 4) and 0.49 (30 rows).
+    rows = [_row(i, "chunked", "u<=0.5", "smooth", i / 100) | {"errors": {m: i / 100 for m in BAND_METRICS}}
+            for i in range(50)]
+    cov = holdout_coverage(rows)
+    assert cov["coverage"] == {"all": {m: 0.96 for m in BAND_METRICS} | {"n": 50},
+                               "chunked": {m: 0.96 for m in BAND_METRICS} | {"n": 50}}
+    assert cov["median_width"] == {m: pytest.approx(0.49) for m in BAND_METRICS}
+    # fresh half: fitted on ids 0-24 (n = 25 < 38: the topology cell's extremes 0.00..0.24), all 25 later ones miss
+    fresh = holdout_coverage(rows, fresh_from=25, by=("topology", "load"))
+    assert fresh["coverage"]["all"]["ttft_p50"] == 0.0 and fresh["coverage"]["u<=0.5"]["n"] == 25
+
+
+def test_refit_in_one_command_reuses_the_rescore(tmp_path, monkeypatch) -> None:
+    """``band_fit BASE --rescore``: the re-scored rows' errors give the table's bands (exact order
+    statistics), its provenance names the solving code and the replays' commit separately."""
+    import json
+
+    import qmodel.validation.band_fit as bf
+    import qmodel.validation.corpus_run as cr
+    from qmodel.validation.corpus import generate
+
+    corpus = generate(6, seed=3, data=False)
+
+    def fake_rescore(base, where=(), jobs=1, corpus=None):  # the re-scored rows: error j/10 + id number / 100 per metric j
+        new = [{"id": c.id, "topology": c.features["topology"], "band": c.features["band"], "features": dict(c.features),
+                "replay_reused": i != 2, "replay_noise": {m: 0.0 for m in BAND_METRICS},
+                "error_rel": {m: j / 10 + i / 100 for j, m in enumerate(BAND_METRICS)}}
+               for i, c in enumerate(corpus.cases)]
+        return base["scenarios"], new
+
+    monkeypatch.setattr(cr, "rescore_corpus", fake_rescore)
+    monkeypatch.setattr(bf, "tree_commit", lambda: "def5678")
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"suite": "corpus", "n": 6, "seed": 3, "data": False, "scenarios": []}))
+    out = tmp_path / "bands.toml"
+    assert bf.main([str(base), "--rescore", "--replays-at", "abc1234", "--out", str(out)]) == 0
+    t = tomllib.loads(out.read_text())
+    assert (t["measured_at"], t["replays_at"], t["replays_reused"], t["replays_rerun"]) == ("def5678", "abc1234", 5, 1)
+    assert "--rescore" in t["command"] and t["corpus_cases"] == 6
+    for top in {c.features["topology"] for c in corpus.cases}:  # cells under 38 cases: their extremes
+        ids = [i for i, c in enumerate(corpus.cases) if c.features["topology"] == top]
+        for j, m in enumerate(BAND_METRICS):
+            assert t["cells"][top][m] == pytest.approx([j / 10 + min(ids) / 100, j / 10 + max(ids) / 100], abs=5e-5)
+            assert t["cells"][top]["cases"] == len(ids)
+
+
+def _example_with(**workload) -> dict:
+    d = load_scenario(EXAMPLE).model_dump(mode="json")
+    d["workload"].update(workload)
+    return d
+
+
+def _jsq_and_closed() -> tuple[Solver, Solver]:
+    from qmodel.closed import with_concurrency
+
+    d = load_scenario(EXAMPLE).model_dump(mode="json")
+    d["deployment"]["prefill"]["dispatch"] = "jsq"
+    return Solver(parse_scenario(d)), Solver(with_concurrency(load_scenario(EXAMPLE), 40, 1.0))
+
+
+def test_envelope_of_jsq_and_closed_loops() -> None:
+    """Against a table whose corpus drew jsq and closed loops (1-700 clients, think none or
+    exponential): a jsq and a closed-loop answer are inside; a fixed think time, more clients, a
+    prefix-cache mixture are flagged; a closed loop's band is read at X(N) / lambda_max."""
+    import copy
+
+    from qmodel.closed import solve_closed, with_concurrency
+
+    t = copy.deepcopy(band_table())
+    kinds, ranges = t["envelope"]["kinds"], t["envelope"]["ranges"]
+    kinds["dispatch"] = sorted(set(kinds["dispatch"]) | {"jsq"})
+    kinds["arrivals"] = sorted(set(kinds["arrivals"]) | {"closed"})
+    kinds["think time"], ranges["clients"] = ["exponential", "none"], [1.0, 700.0]
+    jsq, closed = _jsq_and_closed()
+    v = validity_of(jsq.resolved, "disaggregated", 0.5, t)
+    assert v.inside_envelope and v.outside == [] and "outside" not in v.text
+    u = solve_closed(closed.scenario, closed).loop.throughput_per_s / closed.max_stable_rate()[0]
+    v = validity_of(closed.resolved, "disaggregated", u, t)
+    assert v.inside_envelope and cell_features(closed.resolved, "disaggregated", u)["arrivals"] == "closed"
+    fixed = with_concurrency(load_scenario(EXAMPLE), 1400, 1.0).model_dump(mode="json")
+    fixed["workload"]["arrivals"]["think_time_dist"] = "fixed"
+    v = validity_of(Solver(parse_scenario(fixed)).resolved, "disaggregated", 0.5, t)
+    assert v.outside == ["think time fixed never drawn", "clients 1.4e+03 > 700"] and not v.inside_envelope
+    mix = parse_scenario(_example_with(prefix_cache={"kind": "mixture", "hit_fraction": 0.5, "hit_ratio": 0.9}))
+    v = validity_of(Solver(mix).resolved, "disaggregated", 0.5, t)
+    assert not v.inside_envelope and len(v.outside) == 1 and v.outside[0].startswith("prefix hit ratio 0.4")  # ~0.5 x 0.9
+
+
+def test_closed_loop_validity_is_read_at_its_throughput() -> None:
+    from qmodel.closed import solve_closed
+
+    _, closed = _jsq_and_closed()
+    sol = solve_closed(closed.scenario, closed)
+    assert sol.loop.seen_rate_per_s < sol.loop.throughput_per_s  # X (N - 1) / N: a lower load band could be read
+    assert sol.result.validity == closed.validity(sol.loop.throughput_per_s)
+
+
+def test_the_shipped_corpus_drew_jsq_and_closed_loops() -> None:
+    env = band_table()["envelope"]
+    assert "jsq" in env["kinds"]["dispatch"] and "closed" in env["kinds"]["arrivals"] and "clients" in env["ranges"]
+    jsq, closed = _jsq_and_closed()
+    assert jsq.validity(0.5 * jsq.max_stable_rate()[0]).inside_envelope
+    assert closed.validity(0.5 * closed.max_stable_rate()[0]).inside_envelope
+
+
+def test_a_number_the_corpus_never_drew_is_flagged() -> None:
+    env = {"kinds": {"arrivals": ["closed", "poisson"]}, "ranges": {"load": [0.2, 0.97]}}
+    assert outside_envelope({"arrivals": ["closed"]}, {"load": 0.5, "clients": 8.0}, env) == ["clients 8 never drawn"]
+
+
+def test_compare_levels_tables_each_candidate() -> None:
+    from qmodel.validation.band_fit import compare_levels, holdout_coverage, levels_markdown
+
+    rows = [_row(i, "chunked", "u<=0.5" if i % 2 else "0.8-0.9", "smooth", ((i * 37) % 100 - 50) / 100) for i in range(100)]
+    for r in rows:
+        r["cell"]["pool"] = "pooled" if _number_of(r) % 3 else "split"
+    res = compare_levels(rows, [("topology",), ("topology", "load"), ("topology", "load", "pool")])
+    assert [c["cells"] for c in res] == [1, 3, 3]  # 100 rows; 50 per load band; pool sub-cells (17 / 33) too small
+    assert res[0]["fresh_from"] == 50
+    one = holdout_coverage(rows, levels=("topology",))
+    assert res[0]["folds_min"] == min(one["coverage"]["chunked"][m] for m in BAND_METRICS)
+    assert res[0]["median_width"] == one["median_width"]
+    assert levels_markdown(res).splitlines()[2].startswith("| topology | 1 | ")
+
+
+def _number_of(row: dict) -> int:
+    return int(row["id"].lstrip("c"))

@@ -2,6 +2,15 @@
 
     qmodel validate --suite corpus --n 600 --seed 0 --json corpus.json
     python -m qmodel.validation.band_fit corpus.json --out catalog/validity_bands.toml
+    python -m qmodel.validation.band_fit corpus.json --rescore --replays-at C --out catalog/validity_bands.toml
+
+**Refit after a modelling change** (``--rescore``): the run's cases are solved again with this
+code and each stored replay is reused where its rate is unchanged, replayed again otherwise
+(:func:`qmodel.validation.corpus_run.rescore_corpus`, what ``benchmarks/corpus_rescore.py``
+runs); the bands are then fitted on the new errors. ``measured_at`` in the table is the commit
+of the code that solved the analytic side (this tree's HEAD, ``+dirty`` when its qmodel/ or
+validation/ differ from it); ``replays_at`` the commit of the corpus run whose replays were kept
+(``--replays-at``), and the table counts the replays reused and re-run.
 
 **Rows.** The corpus is regenerated from the run's (n, seed, data) and each scenario resolved, so a
 row's cell features (topology, load band of its u, arrival burstiness from the resolved SCV) and
@@ -19,7 +28,11 @@ distributed: the training-conditional conformal guarantee, Vovk, "Conditional va
 inductive conformal predictors", ACML 2012). A group needs n >= 38 for k = 1 (``min_cases``);
 the plain marginal rank floor((n+1) 0.05) would be right only on average over fits, and with
 errors this heavy-tailed a 20-case cell's band fell short on fresh scenarios (docs/validation.md).
-The topology cells are kept whatever their size (the fallback of last resort). The envelope is every kind seen and every number's [min, max] over all rows, the
+The topology cells are kept whatever their size (the fallback of last resort). ``--levels``
+fits on other levels; ``--try-levels`` tables the held-out coverage and widths of
+:data:`CANDIDATE_LEVELS`, the alternatives named before looking (a level is kept only where its
+coverage stays >= 90% in every topology x metric on the folds and the fresh half and the median
+width falls; docs/validation.md, "Validity band"). The envelope is every kind seen and every number's [min, max] over all rows, the
 load's widened outward to two decimals (the corpus draws u up to 0.97).
 
 **Held-out coverage** (:func:`holdout_coverage`): rows split into k folds by the number in their
@@ -36,6 +49,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,16 +57,23 @@ import numpy as np
 
 from qmodel.errors import InputError
 from qmodel.toml_out import toml_value
-from qmodel.validity import BAND_METRICS, cell_features, cell_of, envelope_values
+from qmodel.validity import BAND_METRICS, LEVEL_FEATURES, cell_features, cell_of, envelope_values
 
-__all__ = ["LEVEL", "DELTA", "LEVELS", "FOLDS", "tail_rank", "conformal_interval", "band_rows", "fit_table",
-           "holdout_coverage", "coverage_markdown", "table_toml", "main"]
+__all__ = ["LEVEL", "DELTA", "LEVELS", "FOLDS", "CANDIDATE_LEVELS", "tail_rank", "conformal_interval", "band_rows",
+           "fit_table", "holdout_coverage", "coverage_markdown", "compare_levels", "levels_markdown", "table_toml", "tree_commit",
+           "main"]
 
 LEVEL = 0.9
 #: the band covers LEVEL of new errors with probability >= 1 - DELTA over the corpus draw
 DELTA = 0.1
 LEVELS: tuple[str, ...] = ("topology", "load", "arrivals")
 FOLDS = 5
+#: alternative levels named before any fit on the 93f83bd corpus, each with its reason: a fourth
+#: level split on what the corpus's largest residual groups and issue 18 §3's approximations name
+#: (pooled least_loaded/jsq chains vs split round-robin/random; KV-bound stations; measured step-time
+#: tables vs the roofline); and the two coarser tables (fewer, larger cells give a larger tail rank)
+CANDIDATE_LEVELS: tuple[tuple[str, ...], ...] = (
+    LEVELS, LEVELS + ("pool",), LEVELS + ("kv",), LEVELS + ("perf",), ("topology", "load"), ("topology",))
 
 
 def tail_rank(n: int, level: float = LEVEL, delta: float = DELTA) -> int:
@@ -75,14 +96,16 @@ def conformal_interval(errors: Sequence[float], level: float = LEVEL, delta: flo
     return x[k - 1], x[len(x) - k]
 
 
-def band_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+def band_rows(out: dict[str, Any], corpus: Any = None) -> list[dict[str, Any]]:
     """One row per scenario of a corpus run's JSON (module docstring): id, cell features,
-    envelope kinds and numbers, and the signed errors (None where the analytic side failed)."""
+    envelope kinds and numbers, and the signed errors (None where the analytic side failed).
+    ``corpus``: the run's corpus, already regenerated."""
     from qmodel.build import resolve
     from qmodel.validation.corpus import generate
 
     ids = {r["id"]: r for r in out["scenarios"]}
-    corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
+    if corpus is None:
+        corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
     rows = []
     for case in corpus.cases:
         r = ids.get(case.id)
@@ -136,9 +159,10 @@ def _number(row: dict[str, Any]) -> int:
 
 
 def holdout_coverage(rows: list[dict[str, Any]], folds: int = FOLDS, fresh_from: int | None = None,
-                     **fit: Any) -> dict[str, Any]:
-    """k-fold held-out coverage of the bands (module docstring); ``fresh_from`` N instead fits once
-    on the ids below N and checks the ids from N on (scenarios drawn after the fit's)."""
+                     by: Sequence[str] = ("topology",), **fit: Any) -> dict[str, Any]:
+    """k-fold held-out coverage of the bands (module docstring), overall and per value of each cell
+    feature in ``by``; ``fresh_from`` N instead fits once on the ids below N and checks the ids from
+    N on (scenarios drawn after the fit's)."""
     ok = [r for r in rows if r["errors"] is not None]
     splits = ([(lambda r: _number(r) < fresh_from, lambda r: _number(r) >= fresh_from)] if fresh_from is not None else
               [(lambda r, f=f: _number(r) % folds != f, lambda r, f=f: _number(r) % folds == f) for f in range(folds)])
@@ -151,7 +175,7 @@ def holdout_coverage(rows: list[dict[str, Any]], folds: int = FOLDS, fresh_from:
             for m in BAND_METRICS:
                 lo, hi = table["cells"][key][m] if key else (math.inf, -math.inf)
                 inside = float(lo <= r["errors"][m] <= hi)
-                for group in ("all", r["cell"]["topology"]):
+                for group in ("all", *(r["cell"][b] for b in by)):
                     hits.setdefault(group, {}).setdefault(m, []).append(inside)
                 widths[m].append(hi - lo)
     cov = {g: {m: float(np.mean(v)) for m, v in ms.items()} | {"n": len(ms[BAND_METRICS[0]])}
@@ -172,12 +196,46 @@ def coverage_markdown(cov: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_levels(rows: list[dict[str, Any]], candidates: Sequence[Sequence[str]] = CANDIDATE_LEVELS,
+                   fresh_from: int | None = None) -> list[dict[str, Any]]:
+    """Per candidate levels: the smallest held-out coverage over topology x metric on the folds and on
+    the fresh half (``fresh_from``, default half the largest id + 1), the smallest over load band x
+    metric on the folds, the median widths on the folds, and the number of cells."""
+    if fresh_from is None:
+        fresh_from = (max(_number(r) for r in rows) + 1) // 2
+    out = []
+    for levels in candidates:
+        folds = holdout_coverage(rows, by=("topology", "load"), levels=tuple(levels))
+        fresh = holdout_coverage(rows, fresh_from=fresh_from, levels=tuple(levels))
+        tops = {r["cell"]["topology"] for r in rows}
+        bands = {r["cell"]["load"] for r in rows}
+
+        def low(cov: dict[str, Any], groups: set[str]) -> float:
+            return min(cov["coverage"][g][m] for g in groups if g in cov["coverage"] for m in BAND_METRICS)
+
+        out.append({"levels": list(levels), "cells": len(fit_table(rows, levels=tuple(levels))["cells"]),
+                    "folds_min": low(folds, tops), "fresh_min": low(fresh, tops), "band_min": low(folds, bands),
+                    "median_width": folds["median_width"], "fresh_from": fresh_from})
+    return out
+
+
+def levels_markdown(results: list[dict[str, Any]]) -> str:
+    """:func:`compare_levels` as a Markdown table (median widths in %)."""
+    lines = ["| levels | cells | min cov. folds (topology x metric) | fresh half | folds, load band x metric | "
+             + " | ".join(f"width {m}" for m in BAND_METRICS) + " |", "|" + "---|" * (5 + len(BAND_METRICS))]
+    lines += [f"| {'/'.join(c['levels'])} | {c['cells']} | {c['folds_min'] * 100:.1f}% | {c['fresh_min'] * 100:.1f}% | "
+              f"{c['band_min'] * 100:.1f}% | " + " | ".join(f"{c['median_width'][m] * 100:.0f}%" for m in BAND_METRICS)
+              + " |" for c in results]
+    return "\n".join(lines) + "\n"
+
+
 def table_toml(table: dict[str, Any], header: Sequence[str]) -> str:
     """The table as TOML, ``header`` as leading comments."""
     lines = [f"# {h}" for h in header] + [""]
-    for k in ("measured_at", "command", "corpus_seed", "corpus_n", "corpus_cases", "level", "delta", "min_cases",
-              "levels", "folds"):
-        lines.append(f"{k} = {toml_value(table[k], k)}")
+    for k in ("measured_at", "replays_at", "replays_reused", "replays_rerun", "command", "corpus_seed", "corpus_n",
+              "corpus_cases", "level", "delta", "min_cases", "levels", "folds"):
+        if k in table:
+            lines.append(f"{k} = {toml_value(table[k], k)}")
     for k in ("kinds", "ranges"):
         lines += ["", f"[envelope.{k}]"] + [f"{json.dumps(n)} = {toml_value(v, n)}" for n, v in table["envelope"][k].items()]
     for group, c in table["coverage"].items():  # held-out: share of errors inside their band, n
@@ -188,31 +246,85 @@ def table_toml(table: dict[str, Any], header: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tree_commit() -> str:
+    """This tree's HEAD (7 digits), ``+dirty`` when the analytic code (qmodel/, validation/) differs
+    from it; 'unknown' outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *a], capture_output=True, text=True, check=False, cwd=root)
+
+    head = git("rev-parse", "--short=7", "HEAD")
+    if head.returncode != 0:
+        return "unknown"
+    dirty = git("diff", "--quiet", "HEAD", "--", "qmodel", "validation").returncode != 0
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qmodel.validation.band_fit", description=__doc__.splitlines()[0])
     ap.add_argument("corpus_json", help="JSON of `qmodel validate --suite corpus --json F`")
     ap.add_argument("--out", help="write the table here (catalog/validity_bands.toml)")
-    ap.add_argument("--measured-at", help="commit of the corpus run (default: this tree's HEAD)")
+    ap.add_argument("--measured-at", help="commit of the analytic code (default: the corpus run's, given by "
+                    "--replays-at, or with --rescore this tree's HEAD)")
+    ap.add_argument("--rescore", action="store_true", help="solve the cases again with this code first, reusing each "
+                    "stored replay whose rate is unchanged (module docstring)")
+    ap.add_argument("--replays-at", help="commit of the corpus run (its replays); default: the JSON's replays_at, "
+                    "else --measured-at / HEAD")
+    ap.add_argument("--rescored-json", metavar="F", help="with --rescore: write the re-scored corpus run here")
+    ap.add_argument("--jobs", type=int, default=1, help="with --rescore: processes")
+    ap.add_argument("--levels", help="comma-separated cell levels to fit (default: " + ",".join(LEVELS) + ")")
+    ap.add_argument("--try-levels", action="store_true", help="table the held-out coverage and widths of the candidate "
+                    "levels (CANDIDATE_LEVELS) and exit")
     ap.add_argument("--fresh-from", type=int, metavar="N", help="coverage of a table fitted on the ids below N, "
                     "checked on the ids from N on (instead of the k folds)")
     args = ap.parse_args(argv)
+    levels = tuple(args.levels.split(",")) if args.levels else LEVELS
+    if bad := [lv for lv in levels if lv not in LEVEL_FEATURES]:
+        sys.stderr.write(f"error: --levels: {', '.join(bad)}: not a cell feature (one of {', '.join(LEVEL_FEATURES)})\n")
+        return 2
+    t0 = time.perf_counter()
     try:
         out = json.loads(Path(args.corpus_json).read_text(encoding="utf-8"))
-        rows = band_rows(out)
+        replays_at = args.replays_at or out.get("replays_at")
+        reused, corpus = None, None
+        if args.rescore:
+            from qmodel.validation.corpus import generate
+            from qmodel.validation.corpus_run import rescore_corpus, summarize_corpus
+
+            corpus = generate(int(out["n"]), int(out["seed"]), data=bool(out["data"]))
+            new = rescore_corpus(out, jobs=args.jobs, corpus=corpus)[1]
+            reused = sum(bool(r.get("replay_reused")) for r in new)
+            out = out | {"scenarios": new, "summary": summarize_corpus(new), "replays_at": replays_at}
+            if args.rescored_json:
+                Path(args.rescored_json).write_text(json.dumps(out, indent=1), encoding="utf-8")
+        rows = band_rows(out, corpus)
     except (OSError, ValueError, KeyError) as err:
         sys.stderr.write(f"error: {args.corpus_json}: cannot read a corpus run ({type(err).__name__}: {err})\n")
         return 2
-    sys.stdout.write(coverage_markdown(holdout_coverage(rows, fresh_from=args.fresh_from)))
-    cov = holdout_coverage(rows)
+    if reused is not None:
+        sys.stderr.write(f"re-scored {len(rows)} cases: {reused} replays reused, {len(rows) - reused} re-run "
+                         f"({time.perf_counter() - t0:.0f} s)\n")
+    if args.try_levels:
+        sys.stdout.write(levels_markdown(compare_levels(rows)))
+        return 0
+    sys.stdout.write(coverage_markdown(holdout_coverage(rows, fresh_from=args.fresh_from, levels=levels)))
+    cov = holdout_coverage(rows, levels=levels)
     if args.out:
-        commit = args.measured_at or subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True,
-                                                    text=True, check=False).stdout.strip()
-        table = fit_table(rows) | {"measured_at": commit, "folds": cov["folds"], "coverage": cov["coverage"], "corpus_seed": int(out["seed"]), "corpus_n": int(out["n"]),
-                                   "command": f"qmodel validate --suite corpus --n {out['n']} --seed {out['seed']} "
-                                              f"--json F; python -m qmodel.validation.band_fit F --out PATH"}
+        commit = args.measured_at or (tree_commit() if args.rescore else replays_at or tree_commit())
+        prov = {"measured_at": commit, "replays_at": replays_at or commit}
+        if reused is not None:
+            prov |= {"replays_reused": reused, "replays_rerun": len(rows) - reused}
+        rescore = " --rescore --replays-at C" if args.rescore else ""
+        table = fit_table(rows, levels=levels) | prov | {
+            "folds": cov["folds"], "coverage": cov["coverage"], "corpus_seed": int(out["seed"]),
+            "corpus_n": int(out["n"]), "command": f"qmodel validate --suite corpus --n {out['n']} --seed {out['seed']} "
+                                                  f"--json F (at C); python -m qmodel.validation.band_fit F{rescore} "
+                                                  f"--out PATH"}
         header = ["Validity bands of the analytic engine against the replay (qmodel/validity.py reads this).",
                   "Made by qmodel.validation.band_fit from a corpus run; do not edit by hand (docs/validation.md)."]
         Path(args.out).write_text(table_toml(table, header), encoding="utf-8")
+    sys.stderr.write(f"band_fit: {time.perf_counter() - t0:.0f} s\n")
     return 0
 
 

@@ -5,7 +5,7 @@
 
 Prints the grouped tables (:func:`qmodel.validation.corpus_run.markdown_tables`), the target
 check per topology x load band and the worst feature groups (n >= 10, by the larger median |error|
-of TTFT p90 and TPOT p90). The validity bands fitted on a corpus run, and their held-out coverage,
+of TTFT p90 and TPOT p90, with their signed medians). The validity bands fitted on a corpus run, and their held-out coverage,
 come from ``python -m qmodel.validation.band_fit corpus.json`` (:mod:`qmodel.validation.band_fit`).
 """
 
@@ -15,9 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-from qmodel.validation.corpus_run import markdown_tables, summarize_corpus
+import numpy as np
 
-__all__ = ["worst_groups", "report", "main"]
+from qmodel.validation.corpus_run import METRICS, markdown_tables, summarize_corpus
+
+__all__ = ["worst_groups", "signed_medians", "report", "main"]
 
 
 def worst_groups(out: dict, k: int = 12, min_n: int = 10) -> list[tuple[str, str, dict]]:
@@ -29,6 +31,13 @@ def worst_groups(out: dict, k: int = 12, min_n: int = 10) -> list[tuple[str, str
                 cand.append((max(g["ttft_p90"]["median_abs_rel_error"], g["tpot_p90"]["median_abs_rel_error"]), axis, v, g))
     cand.sort(key=lambda c: -c[0])
     return [(a, v, g) for _, a, v, g in cand[:k]]
+
+
+def signed_medians(rows: list[dict]) -> dict[str, float]:
+    """The median signed error (analytic - replay) / replay per metric (attainment: the difference)
+    over the answered rows; 0 where none has the metric."""
+    ok = [r["error_rel"] for r in rows if r.get("error_rel")]
+    return {m: float(np.median(v)) if (v := [e[m] for e in ok if m in e]) else 0.0 for m in METRICS}
 
 
 def report(out: dict) -> str:
@@ -49,12 +58,15 @@ def report(out: dict) -> str:
               f"u 0.95): met in {t['met']} of {t['of']} cells.", ""]
     lines += [f"- {name}: " + "; ".join(c["misses"][:6]) + (" ..." if len(c["misses"]) > 6 else "")
               + (f"; {c['failures']} failed" if c["failures"] else "") for name, c in t["cells"].items() if not c["met"]]
-    lines += ["", "**Worst feature groups** (n >= 10; median / p90 |err| %)", "",
-              "| axis = value | n | TTFT p90 | TPOT p90 | attain. |", "|---|---|---|---|---|"]
+    lines += ["", "**Worst feature groups** (n >= 10; median / p90 |err| %; signed: the median of the signed error, "
+              "+ analytic high)", "",
+              "| axis = value | n | TTFT p90 | signed | TPOT p90 | signed | attain. | signed |", "|---|---|---|---|---|---|---|---|"]
     for axis, v, g in worst_groups(out):
         cell = lambda m: f"{g[m]['median_abs_rel_error'] * 100:.1f}/{g[m]['p90_abs_rel_error'] * 100:.1f}"  # noqa: E731
-        lines.append(f"| {axis} = {v} | {g['n']} | {cell('ttft_p90')} | {cell('tpot_p90')} | "
-                     f"{g['attainment']['median_abs_rel_error']:.3f} |")
+        sgn = signed_medians([r for r in out["scenarios"] if r["features"].get(axis) == v])
+        lines.append(f"| {axis} = {v} | {g['n']} | {cell('ttft_p90')} | {sgn['ttft_p90'] * 100:+.1f} | "
+                     f"{cell('tpot_p90')} | {sgn['tpot_p90'] * 100:+.1f} | {g['attainment']['median_abs_rel_error']:.3f} | "
+                     f"{sgn['attainment']:+.3f} |")
     lines += ["", f"**Failures** ({len(s['failures'])}):", ""] + [f"- {f}" for f in s["failures"]]
     return "\n".join(lines) + "\n"
 

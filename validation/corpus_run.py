@@ -36,7 +36,7 @@ from qmodel.validation.suites import Suite
 
 __all__ = ["METRICS", "STRATA", "LOOP_REQUESTS", "replay_requests", "TARGET_MEDIAN", "TARGET_P90", "TARGET_ATTAINMENT", "TARGET_MAX_U", "RUN_LENGTHS",
            "TABLE_HEADERS", "run_corpus_case", "run_corpus", "summarize_corpus", "markdown_tables", "group_rows",
-           "table_rows", "sections", "replay_saturated"]
+           "table_rows", "sections", "replay_saturated", "keep_case", "rescore_corpus"]
 
 METRICS = LATENCY_METRICS + ["attainment", "throughput"]
 #: strata (axis, value) whose rows are also tabled by topology and load band
@@ -84,6 +84,41 @@ def run_corpus_case(case: CorpusCase, lengths: Suite, reuse: dict[str, Any] | No
 
 def _job(item: tuple[CorpusCase, Suite]) -> dict[str, Any]:
     return run_corpus_case(*item)
+
+
+def keep_case(features: dict[str, str], where: Iterable[str]) -> bool:
+    """Whether a case's feature values pass every ``axis=value`` / ``axis!=value`` filter."""
+    for w in where:
+        neg = "!=" in w
+        axis, value = w.split("!=" if neg else "=", 1)
+        if (features.get(axis) == value) == neg:
+            return False
+    return True
+
+
+def _rescore_job(item: tuple[CorpusCase, dict[str, Any] | None]) -> dict[str, Any]:
+    return run_corpus_case(item[0], RUN_LENGTHS["full"], reuse=item[1])
+
+
+def rescore_corpus(base: dict[str, Any], where: Iterable[str] = (), jobs: int = 1,
+                   corpus: Corpus | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(BASE's rows, new rows) of the selected cases of a corpus run re-scored with this code: the
+    corpus regenerated from BASE's n, seed and data flag, each case solved again and BASE's replay
+    of the case reused where :func:`~qmodel.validation.harness.compare_scenario` allows (same
+    scenario, rate, requests and seeds; the new row says ``replay_reused``), replayed otherwise
+    (``full`` lengths, as BASE's). ``corpus``: BASE's, already regenerated."""
+    from qmodel.validation.corpus import generate
+
+    rows = {r["id"]: r for r in base["scenarios"]}
+    if corpus is None:
+        corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
+    items = [(c, rows.get(c.id)) for c in corpus.cases if keep_case(dict(c.features), where)]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            new = list(ex.map(_rescore_job, items))
+    else:
+        new = [_rescore_job(i) for i in items]
+    return [r for _, r in items if r is not None], new
 
 
 def replay_saturated(row: dict) -> bool:
