@@ -5,16 +5,32 @@ All times are seconds, rates requests per second, bandwidths bytes per second.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-__all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result", "ClosedLoop",
-           "Goodput", "SweepRow", "Sweep", "ConcurrencyRow", "ConcurrencySweep"]
+__all__ = ["OmitUnset", "DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result",
+           "ClosedLoop", "Goodput", "SweepRow", "Sweep", "ConcurrencyRow", "ConcurrencySweep"]
 
 
 class _Out(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schema built on first use
+
+
+class OmitUnset(BaseModel):
+    """Mixin of output models that gained optional fields after their JSON was first pinned: the
+    fields named in ``OMIT_WHEN_NONE`` stay out of the JSON while unset, so an unchanged scenario
+    answers byte-identically (the output-side twin of the scenario's ``Strict.OMIT_WHEN_NONE``)."""
+
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
+        out = handler(self)
+        for name in self.OMIT_WHEN_NONE:
+            if getattr(self, name) is None and isinstance(out, dict):
+                out.pop(name, None)
+        return out
 
 
 class DistSummary(_Out):
@@ -118,7 +134,7 @@ class Validity(_Out):
     text: str = Field(description="the same in one line, as the CLI prints it")
 
 
-class Result(_Out):
+class Result(_Out, OmitUnset):
     scenario: str
     topology: Literal["colocated", "chunked", "disaggregated"]
     rate_per_s: float
@@ -142,14 +158,7 @@ class Result(_Out):
     rejected_fraction: float | None = Field(default=None, description="share of offered requests refused for "
                                             "exceeding the context window (counted as SLO misses); absent when none")
 
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
-        """Fields added later stay out of the JSON while unset, so unchanged scenarios answer byte-identically."""
-        out = handler(self)
-        for name in ("tbt", "rejected_fraction"):
-            if getattr(self, name) is None and isinstance(out, dict):
-                out.pop(name, None)
-        return out
+    OMIT_WHEN_NONE = ("tbt", "rejected_fraction")
 
 
 class ClosedLoop(_Out):

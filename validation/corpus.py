@@ -53,7 +53,7 @@ from qmodel.topology import topology_named
 from qmodel.validation.corpus_closed import THINK_VALUES, place_loop
 
 __all__ = ["AXES", "LOAD_BANDS", "FAMILIES", "FAMILY_OF", "GPUS", "CorpusCase", "Corpus", "generate", "load_band", "case_json",
-           "fit_layout", "draw_lengths", "draw_arrivals", "draw_slo", "Decks"]
+           "fit_layout", "draw_lengths", "draw_arrivals", "draw_slo", "Decks", "DATA_VALUES"]
 
 #: load bands of the corpus: (name, lower, upper) of u = rate / analytic limit; u is uniform inside
 LOAD_BANDS: tuple[tuple[str, float, float], ...] = (
@@ -114,7 +114,8 @@ AXES: dict[str, tuple[str, ...]] = {
     "pd_gpus": ("same", "hetero"),
     "think_time": THINK_VALUES,
 }
-_DATA_VALUES = {"arrivals": {"trace"}, "lengths": {"empirical"}}
+#: axis values that need the data folder (left out of a data-free draw)
+DATA_VALUES = {"arrivals": {"trace"}, "lengths": {"empirical"}}
 
 
 class CorpusCase(BaseModel):
@@ -363,7 +364,7 @@ def generate(n: int, seed: int = 0, data: bool | None = None) -> Corpus:
         tables += [t for t, v in _TABLES.items() if v[3] != "distserve"]
     else:
         why = "no data folder (QMODEL_DATA_DIR)" if d is None else "data strata turned off"
-        for axis, vals in _DATA_VALUES.items():
+        for axis, vals in DATA_VALUES.items():
             axes[axis] = tuple(v for v in axes[axis] if v not in vals)
             skipped += [f"{axis}={v}: {why}" for v in sorted(vals)]
         skipped.append(f"perf=table splitwise-sim (llama-2-70b, bloom-176b): {why}")

@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict
 
 from qmodel.errors import InputError
 from qmodel.scenario import Scenario, parse_scenario
-from qmodel.validation.corpus import FAMILIES, GPUS, Decks, draw_arrivals, draw_lengths, draw_slo, fit_layout
+from qmodel.validation.corpus import (DATA_VALUES, FAMILIES, GPUS, Decks, draw_arrivals, draw_lengths, draw_slo,
+                                     fit_layout)
 
 __all__ = ["RANK_AXES", "BUDGETS", "DISPATCH", "RankCandidate", "RankGroup", "RankCorpus", "generate_groups",
            "group_json"]
@@ -65,7 +66,6 @@ RANK_AXES: dict[str, tuple[str, ...]] = {
     "arrivals": ("poisson", "gamma-cv0.5-1", "gamma-cv1-4", "trace"),
     "lengths": ("fixed", "lognormal", "preset", "empirical"),
 }
-_DATA_VALUES = {"arrivals": {"trace"}, "lengths": {"empirical"}}
 
 
 class RankCandidate(BaseModel):
@@ -223,7 +223,7 @@ def generate_groups(n: int, seed: int = 0, data: bool | None = None) -> RankCorp
     skipped: list[str] = []
     if not use_data:
         why = "no data folder (QMODEL_DATA_DIR)" if d is None else "data strata turned off"
-        for axis, vals in _DATA_VALUES.items():
+        for axis, vals in DATA_VALUES.items():
             axes[axis] = tuple(v for v in axes[axis] if v not in vals)
             skipped += [f"{axis}={v}: {why}" for v in sorted(vals)]
     rng = np.random.default_rng([seed, _STREAM])

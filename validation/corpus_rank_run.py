@@ -29,12 +29,12 @@ and the share of groups with τ >= 0.9, top-1 agreements, regret median / max, g
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
 from qmodel.validation.corpus_rank import RankCandidate, RankCorpus, RankGroup
+from qmodel.validation.corpus_run import map_rows
 from qmodel.validation.harness import GOODPUT_WITHIN, abs_error_stats, compare_goodput
 from qmodel.validation.suites import Suite
 
@@ -137,18 +137,7 @@ def run_rank(corpus: RankCorpus, lengths: Suite | None = None, jobs: int = 1,
     """Every candidate of every group (``jobs`` > 1: a process pool; rows keep the corpus order);
     ``lengths``: the replays' lengths (default :data:`RANK_LENGTHS`)."""
     lengths = RANK_LENGTHS if lengths is None else lengths
-    items = [(g, c, lengths) for g in corpus.groups for c in g.candidates]
-    ex = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
-    results: Iterable[dict] = ex.map(_job, items) if ex is not None else map(_job, items)
-    rows: list[dict] = []
-    try:
-        for rec in results:
-            rows.append(rec)
-            if progress is not None:
-                progress(rec)
-    finally:
-        if ex is not None:
-            ex.shutdown()
+    rows = map_rows(_job, [(g, c, lengths) for g in corpus.groups for c in g.candidates], jobs, progress)
     groups = [_group_result(g, [x for x in rows if x["group"] == g.id]) for g in corpus.groups]
     return {"suite": "corpus-rank", "seed": corpus.seed, "n": len(corpus.groups), "data": corpus.data,
             "skipped_strata": list(corpus.skipped),

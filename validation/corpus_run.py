@@ -36,7 +36,7 @@ from qmodel.validation.suites import Suite
 
 __all__ = ["METRICS", "STRATA", "LOOP_REQUESTS", "replay_requests", "TARGET_MEDIAN", "TARGET_P90", "TARGET_ATTAINMENT", "TARGET_MAX_U", "RUN_LENGTHS",
            "TABLE_HEADERS", "run_corpus_case", "run_corpus", "summarize_corpus", "markdown_tables", "group_rows",
-           "table_rows", "sections", "replay_saturated", "keep_case", "rescore_corpus"]
+           "table_rows", "sections", "replay_saturated", "keep_case", "rescore_corpus", "map_rows"]
 
 METRICS = LATENCY_METRICS + ["attainment", "throughput"]
 #: strata (axis, value) whose rows are also tabled by topology and load band
@@ -82,6 +82,24 @@ def run_corpus_case(case: CorpusCase, lengths: Suite, reuse: dict[str, Any] | No
     return rec
 
 
+def map_rows(job: Callable[[Any], dict[str, Any]], items: list[Any], jobs: int = 1,
+             progress: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """``job`` over ``items`` in order (``jobs`` > 1: a process pool, ``job`` picklable), calling
+    ``progress`` with each row as it arrives: the one runner of the corpus suites."""
+    ex = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    results: Iterable[dict[str, Any]] = ex.map(job, items) if ex is not None else map(job, items)
+    rows: list[dict[str, Any]] = []
+    try:
+        for rec in results:
+            rows.append(rec)
+            if progress is not None:
+                progress(rec)
+    finally:
+        if ex is not None:
+            ex.shutdown()
+    return rows
+
+
 def _job(item: tuple[CorpusCase, Suite]) -> dict[str, Any]:
     return run_corpus_case(*item)
 
@@ -113,11 +131,7 @@ def rescore_corpus(base: dict[str, Any], where: Iterable[str] = (), jobs: int = 
     if corpus is None:
         corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
     items = [(c, rows.get(c.id)) for c in corpus.cases if keep_case(dict(c.features), where)]
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            new = list(ex.map(_rescore_job, items))
-    else:
-        new = [_rescore_job(i) for i in items]
+    new = map_rows(_rescore_job, items, jobs)
     return [r for _, r in items if r is not None], new
 
 
@@ -201,19 +215,7 @@ def summarize_corpus(rows: list[dict]) -> dict[str, Any]:
 def run_corpus(corpus: Corpus, lengths: Suite, jobs: int = 1,
                progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Every case of ``corpus``; ``jobs`` > 1 uses a process pool (rows keep the corpus order)."""
-    items = [(c, lengths) for c in corpus.cases]
-    results: Iterable[dict]
-    ex = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
-    results = ex.map(_job, items) if ex is not None else map(_job, items)
-    rows: list[dict] = []
-    try:
-        for rec in results:
-            rows.append(rec)
-            if progress is not None:
-                progress(rec)
-    finally:
-        if ex is not None:
-            ex.shutdown()
+    rows = map_rows(_job, [(c, lengths) for c in corpus.cases], jobs, progress)
     return {"suite": "corpus", "seed": corpus.seed, "n": len(corpus.cases), "data": corpus.data,
             "skipped_strata": list(corpus.skipped),
             "definition": {"utilization": "rate / Solver(scenario).max_stable_rate() (the smallest station limit); "

@@ -9,11 +9,11 @@ run length. Nothing depends on the wall clock: the same inputs give byte-identic
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
-from qmodel.result import DistSummary
+from qmodel.result import DistSummary, OmitUnset
 
 __all__ = ["ReplayHeader", "ReplayStation", "Conservation", "Precision", "ReplayResult"]
 
@@ -79,7 +79,7 @@ class Precision(_Out):
     attainment_se: float
 
 
-class ReplayResult(_Out):
+class ReplayResult(_Out, OmitUnset):
     header: ReplayHeader
     scenario: str
     topology: Literal["colocated", "chunked", "disaggregated"]
@@ -105,10 +105,4 @@ class ReplayResult(_Out):
     tbt: DistSummary | None = Field(default=None, description="TBT = (e2e - TTFT)/L over the requests with L >= 2 "
                                     "(shown when the scenario sets slo.tpot_definition)")
 
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
-        out = handler(self)
-        for name in ("rejected_fraction", "tbt"):
-            if getattr(self, name) is None and isinstance(out, dict):
-                out.pop(name, None)
-        return out
+    OMIT_WHEN_NONE = ("rejected_fraction", "tbt")
