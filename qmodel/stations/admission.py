@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
+
 __all__ = ["KVWall", "kv_wall"]
 
 
@@ -120,7 +122,7 @@ def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_toke
         return None
     held = np.asarray(held_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
-    size = held + (L if reserved_output is None else np.asarray(reserved_output, dtype=float))
+    size = held + reserved_tokens("decode", L, reserved_output)
     c = float(np.sum(L * size) / np.sum(L))
     v = max(float(np.sum(L * size * size) / np.sum(L)) - c * c, 0.0)
     return KVWall(centre=float(resident_mean), sd=math.sqrt(kv_capacity_tokens * v / c**3), cap=int(cap))

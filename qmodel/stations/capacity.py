@@ -33,6 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
+from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
 __all__ = ["saturated_rate_per_s", "saturated_schedule", "heavy_traffic_batch", "heavy_traffic_onset"]
 
@@ -105,7 +106,7 @@ def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_token
     p = np.asarray(prompt_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
     hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
-    need = hold + (L if reserved_output is None else np.asarray(reserved_output, dtype=float))
+    need = hold + reserved_tokens("decode", L, reserved_output)
     kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
     slots = math.inf if max_batch is None else int(max_batch)
     passes = max(1, -(-_MIN_REQUESTS // len(p)))
