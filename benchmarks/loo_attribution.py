@@ -1,6 +1,8 @@
 """Where the leave-one-GPU-out misses of the borrowed architectures come from (issue 17).
 
-    .venv/bin/python benchmarks/loo_attribution.py --aic-points aic_points.csv   # needs qmodel[aic]
+    .venv/bin/python benchmarks/loo_attribution.py --aic-points aic_points.csv
+
+(the points file from ``benchmarks/_aic_points.py``; table 2 also reads the optional extra qmodel[aic]).
 
 An architecture measured on one AIC system only (blackwell = B200, ampere = A100, ada = L40S) has
 no curves of its own when that system is left out, so it borrows hopper's fractions of its own
@@ -119,6 +121,11 @@ def clock_rule(rows: list[dict[str, str]], raw: dict[str, Any], system: str) -> 
 
 
 def moe_fixed(raw: dict[str, Any]) -> None:
+    try:
+        import aiconfigurator_core  # noqa: F401  (the kernel tables ship inside the optional extra)
+    except ImportError:
+        print("\nnote: MoE fixed-time table skipped: it reads the kernel tables of the optional extra qmodel[aic]")
+        return
     print("\n### bf16 MoE at one token: time beyond streaming k experts (us, median; E <= 16 / E >= 128)\n")
     print("| system | kernel_source | tp | rows | fixed E <= 16 | fixed E >= 128 |")
     print("|---|---|---|---|---|---|")
