@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_tables({"summary": summarize_corpus(rs)}).split("**by load band**")[0])
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({**{k: base[k] for k in ("schema_version", "suite", "seed", "n", "data") if k in base},
+            json.dump({**{k: base[k] for k in ("schema_version", "suite", "seed", "n", "data", "definition",
+                                                "skipped_strata") if k in base},
                        "where": a.where, "summary": summarize_corpus(new), "scenarios": new}, f, indent=1)
     return 0
 
