@@ -98,7 +98,7 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
     tables = grid_tables(queue, dx)
     n_s = tables.n_s
     groups, unit, r_max = _age_weights(queue, pis, n_st, tables)
-    ys = _residual_laws(groups, unit, r_max, lam * tables.ages, n_s, n_q, dx, tables)
+    ys = _residual_laws(groups, unit, r_max, lam * tables.ages, n_s, n_q, dx)
     busy_mass = 1.0 - p_idle
     ys, n_q = _normalised(ys, busy_mass)
     length, valid, size = _drain_length(queue, tables, n_q, n_st, heavy, horizon, dx)
@@ -174,9 +174,7 @@ def _time_step(queue: BulkQueue, dx: float | None, eta: float) -> tuple[float, f
     return dx, horizon
 
 
-#: per regime: (batch-time laws, their leftover-count laws ω(r), where each law sits in the
-#: rate-independent cut tables, (f, k − 1) of ``GridTables.fc``, or None for a rate-dependent one)
-Groups = list[tuple[list[np.ndarray], list[np.ndarray], list[tuple[int, int] | None]]]
+Groups = list[tuple[list[np.ndarray], list[np.ndarray]]]
 
 
 def _age_weights(queue: BulkQueue, pis: np.ndarray, n_st: int, tables: GridTables) -> tuple[Groups, np.ndarray, int]:
@@ -188,7 +186,7 @@ def _age_weights(queue: BulkQueue, pis: np.ndarray, n_st: int, tables: GridTable
     mix = queue.mix_pi
     cyc = queue.cycle["cycle_s"]
     ff, fc = tables.ff, tables.fc
-    groups: Groups = [([], [], []) for _ in range(nr)]
+    groups: Groups = [([], []) for _ in range(nr)]
     # the cut entries of the states kept (rows j < n_st: the first cut_upto[n_st], row-major)
     n_cut = [int(mx.cut_upto[n_st]) for mx in mix]
     r_max = max([1] + [int(mx.cut_rmax[m - 1]) + 1 for mx, m in zip(mix, n_cut) if m])
@@ -197,7 +195,6 @@ def _age_weights(queue: BulkQueue, pis: np.ndarray, n_st: int, tables: GridTable
         w_fit = (pi @ mx.pfit[:n_st]) / cyc  # leftover 0, next batch fresh
         groups[0][0].append(w_fit @ ff[f])
         groups[0][1].append(unit)
-        groups[0][2].append(None)
         if m:
             # ω[k−1, r] = Σ_j π_j P_cut(k | j) [j − k = r] / cycle (bincount adds in np.add.at's order)
             flat = mx.cut_k[:m] * r_max + mx.cut_r[:m]
@@ -207,24 +204,21 @@ def _age_weights(queue: BulkQueue, pis: np.ndarray, n_st: int, tables: GridTable
                 g = regs[f].next_after_cut(k, nr - 1)
                 groups[g][0].append(fc[f][k - 1])
                 groups[g][1].append(omega[k - 1])
-                groups[g][2].append((f, k - 1))
     return groups, unit, r_max
 
 
 def _residual_laws(groups: Groups, unit: np.ndarray, r_max: int, lam_ages: np.ndarray, n_s: int, n_q: int,
-                   dx: float, tables: GridTables) -> list[np.ndarray]:
+                   dx: float) -> list[np.ndarray]:
     """Per regime Y[v, n] = Σ Σ_r ω(r) Σ_a f[v + a] P(Poisson(λa) = n − r) dx, the (residual, count
     ahead) law: a linear convolution in the count axis and a cross-correlation in time, both by one
     2-D FFT of the age table (``lam_ages`` = λ × the bin mid-points); a few laws (a plain cap) by
-    one time correlation each, shifted adds where a law is a few bins. The time transforms of the
-    cut laws (rate-independent given dx) are kept with ``tables`` across solves: a row's FFT does
-    not depend on the rows transformed with it, so the kept rows are the same numbers."""
+    one time correlation each, shifted adds where a law is a few bins."""
     p_age = poisson_matrix(lam_ages, n_q)
     lt = fast_len(2 * n_s + 1)
     lq_ = fast_len(n_q + r_max)
     pa = None
     ys = []
-    for lf, lw, keys in groups:
+    for lf, lw in groups:
         if not lf:
             ys.append(np.zeros((n_s, n_q)))
             continue
@@ -257,9 +251,7 @@ def _residual_laws(groups: Groups, unit: np.ndarray, r_max: int, lam_ages: np.nd
             continue
         if pa is None:  # reversed in age: the correlation becomes a convolution
             pa = np.fft.rfft2(p_age[::-1], s=(lt, lq_))
-        fh = np.empty((len(lf), lt), dtype=complex)  # (L, lt)
-        for i, (law, key) in enumerate(zip(lf, keys)):
-            fh[i] = np.fft.fft(law, lt) if key is None else _cut_fft(tables, key[0], lt)[key[1]]
+        fh = np.fft.fft(np.array(lf), lt, axis=1)  # (L, lt)
         wh = np.fft.rfft(np.array(lw), lq_, axis=1)  # (L, lq_/2+1)
         # the 2-D inverse as its two passes (what irfft2 does), the count-axis pass only on the
         # rows kept: lags v = 1..n_s
@@ -267,12 +259,6 @@ def _residual_laws(groups: Groups, unit: np.ndarray, r_max: int, lam_ages: np.nd
         y = np.fft.irfft(lag, lq_, axis=1)[:, :n_q] * dx
         ys.append(np.maximum(y, 0.0, out=y))
     return ys
-
-
-def _cut_fft(tables: GridTables, f: int, n: int) -> np.ndarray:
-    """Complex FFT of every cut law of regime ``f`` at length ``n`` (kept with the tables)."""
-    fc = tables.fc[f]
-    return tables.kept(("cut_fft", id(fc), n), lambda: np.fft.fft(fc, n, axis=1))
 
 
 def _normalised(ys: list[np.ndarray], busy_mass: float) -> tuple[list[np.ndarray], int]:
