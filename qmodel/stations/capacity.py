@@ -233,9 +233,11 @@ def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity
     if mark is None:
         return _fixed(math.inf, math.inf)
     ra = runs[mark[1]:]
-    return Iterations(np.asarray(pre[mark[0]:], dtype=float).reshape(-1, 3),
-                      np.array([r[0] for r in ra], dtype=float), np.array([r[1] for r in ra], dtype=float),
-                      np.array([r[2] for r in ra], dtype=np.int64), done - mark[2])
+    arrays = (np.asarray(pre[mark[0]:], dtype=float).reshape(-1, 3), np.array([r[0] for r in ra], dtype=float),
+              np.array([r[1] for r in ra], dtype=float), np.array([r[2] for r in ra], dtype=np.int64))
+    for a in arrays:  # kept and shared: read-only
+        a.flags.writeable = False
+    return Iterations(*arrays, done - mark[2])
 
 
 def heavy_traffic_batch(lam: float, rho: float, k: float, decode_s: float, lam_max: float, b_max: float,
