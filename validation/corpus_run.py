@@ -219,7 +219,8 @@ def run_corpus(corpus: Corpus, lengths: Suite, jobs: int = 1,
     return {"suite": "corpus", "seed": corpus.seed, "n": len(corpus.cases), "data": corpus.data,
             "skipped_strata": list(corpus.skipped),
             "definition": {"utilization": "rate / Solver(scenario).max_stable_rate() (the smallest station limit); "
-                                          "closed loops: the analytic throughput X(N) / that limit",
+                                          "closed loops: the fluid load N / (limit x (T0 + Z)), T0 the unloaded latency "
+                                          "(validation/corpus_closed.py); rate_per_s is the analytic X(N)",
                            "rel_error": "(analytic - replay) / replay; attainment: analytic - replay",
                            "replay_noise": "standard error of the mean over seeds, relative to the mean",
                            "replay_requests": f"{lengths.base_requests}/(1-u)^2 clipped to [{lengths.min_requests}, "
