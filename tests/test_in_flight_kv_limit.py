@@ -38,3 +38,32 @@ def test_the_limit_includes_the_in_flight_reservation():
         assert 0.0 <= r.attainment <= 1.0
     with pytest.raises(UnstableError, match="decode"):
         s.solve(lam * 1.001)
+
+
+def test_in_flight_reservation_counts_max_tokens():
+    # exact (Little, closed form): with the decode pool's kv_reservation = max_tokens, a transfer in
+    # flight holds its prompt's KV plus its reserved output's (the replay reserves prompt + R on the
+    # decode side before the transfer starts), so the in-flight bytes are lam E[(X + b R) X / C]
+    # (b bytes per token); with `actual` they stay lam E[X X / C] (main: prompt bytes only for both).
+    import copy
+
+    import numpy as np
+
+    d = copy.deepcopy(C0020)
+    d["deployment"]["link_sharing"] = "fcfs"
+    d["deployment"]["decode"]["kv_reservation"] = "max_tokens"
+    s = Solver(parse_scenario(d))
+    r = s.resolved
+    link = s.station("kv_transfer")
+    x = r.kv_bytes_per_token * r.lengths.prompt.astype(float) + r.pools["prefill"].model.state_bytes_per_sequence()
+    reserved = r.reserved_output("decode")
+    assert reserved is not None and np.all(reserved >= r.lengths.output)
+    occupancy = x / link.bandwidth_bytes_per_s
+    rate = 0.5
+    want = rate * float(np.mean((x + r.kv_bytes_per_token * reserved) * occupancy))
+    assert link.in_flight(rate)[1] == pytest.approx(want, rel=1e-12)
+    actual = Solver(parse_scenario({**d, "deployment": {**d["deployment"], "decode": {
+        **d["deployment"]["decode"], "kv_reservation": "actual"}}}))
+    assert actual.station("kv_transfer").in_flight(rate)[1] == pytest.approx(
+        rate * float(np.mean(x * occupancy)), rel=1e-12)
+    assert want > 1.4 * actual.station("kv_transfer").in_flight(rate)[1]  # 1.436x here

@@ -242,3 +242,87 @@ def test_kv_wall_ttft_round_robin_smooth_arrivals_against_replay():
     for got, key in ((a.ttft.mean, "ttft_mean"), (a.ttft.p90, "ttft_p90"), (a.ttft.p99, "ttft_p99")):
         want = float(np.mean([r[key] for r in reps]))
         assert got == pytest.approx(want, rel=0.35), (key, got, want)
+
+
+def test_wall_count_centred_so_its_truncation_has_the_schedules_mean():
+    # exact (bisection to 1e-12 of the centre): M = min(max(N, 1), cap) has E[M] = the saturated
+    # schedule's mean; where that mean is the cap (max_batch binds before KV) M is the cap. Before,
+    # N was centred on the mean itself, so a max_batch-bound pool (mean = cap) put ~half of M's mass
+    # below the cap (P(M < cap) = 0.40 at sd 2) and waited for memory it never lacks.
+    from qmodel.stations.admission import KVWall, truncated_centre
+
+    for mean, sd, cap in ((15.0, 2.0, 20), (19.5, 2.0, 20), (4.55, 1.28, 64), (6.26, 0.52, 64)):
+        c = truncated_centre(mean, sd, cap)
+        pm = KVWall(centre=c, sd=sd, cap=cap).pmf()
+        assert float(np.dot(np.arange(cap + 1), pm)) == pytest.approx(mean, abs=1e-9)
+    pm = KVWall(centre=truncated_centre(20.0, 2.0, 20), sd=2.0, cap=20).pmf()
+    assert pm[20] > 1.0 - 1e-12
+    assert KVWall(centre=20.0, sd=2.0, cap=20).pmf()[:20].sum() == pytest.approx(0.40, abs=0.01)
+
+
+def test_wall_blocked_states_run_at_the_limit_and_the_rest_free():
+    # exact: the states with a queue behind the full memory (n > M) complete at the station's limit,
+    # so the conditional wait's rate is (limit - lam)/factor whatever the free-running rate; with the
+    # limit equal to the free-running full rate (s = 1) the chain is the unscaled one. A limit below
+    # the free-running rate (the full memory admits one prompt per departure: more prefill) lengthens
+    # only the blocked states: P(wait) rises, but less than when every state ran at the limit (main).
+    from qmodel.stations.admission import KVWall
+    from qmodel.stations.decode import GPSChain
+
+    chain = GPSChain(lambda n: 0.02 + 0.0005 * n, cap=40)
+    g = chain.g(40)
+    wall = KVWall(centre=30.0, sd=3.0, cap=40)
+    cap_frac, mean_l, cv2 = 0.8, 200.0, 0.3
+    pm = wall.pmf()
+    k = np.arange(1, 41, dtype=float)
+    free_full = float(np.dot(pm[1:], k / g[1:41])) * cap_frac / mean_l  # completions/s, memory full, free
+    lam = 0.85 * free_full
+    tok = lam * mean_l / cap_frac
+    p0, r0 = wall.slot_wait(g, tok, cap_frac, mean_l, cv2)
+    same = wall.slot_wait(g, tok, cap_frac, mean_l, cv2, full_rate_per_s=free_full)
+    assert same == pytest.approx((p0, r0), rel=1e-12)
+    limit = 0.9 * free_full
+    p1, r1 = wall.slot_wait(g, tok, cap_frac, mean_l, cv2, full_rate_per_s=limit)
+    assert r1 == pytest.approx((limit - lam) / ((1.0 + cv2) / 2.0), rel=1e-12)
+    assert p1 > p0
+    # every state at the limit (the form before): the chain sits at the wall more often
+    logw = np.concatenate([[0.0], np.cumsum(np.log(tok) - np.log(
+        (np.concatenate([[0.0], np.cumsum(pm[1:] * k / g[1:41])[:-1]])
+         + np.maximum(1.0 - np.cumsum(pm)[:-1], 0.0) * k / g[1:41]) * limit / free_full))])
+    w = np.exp(logw - logw.max())
+    rc = lam / limit
+    tail = w[-1] * rc / (1.0 - rc)
+    p_all = (float(np.dot(w, np.cumsum(pm))) + tail) / (w.sum() + tail)
+    assert p0 < p1 < p_all - 0.1, (p0, p1, p_all)  # 0.238 < 0.439 < 0.626
+
+
+def test_kv_wall_ttft_lognormal_gamma_against_replay_without_data():
+    # Corpus case c0136 (seed 0; data-free): OPT-66B colocated on 4 x MI300X TP2 (roofline), random
+    # dispatch, Gamma cv 0.857 arrivals, lognormal prompts/outputs (medians 2559/55), KV fraction
+    # 0.0948 (binding), max_batch 32, at 0.49 of the limit. The corpus replay (2 seeds x 11565
+    # requests): TTFT p90 0.2325 s (noise 0.8%), p99 0.4267 s (noise 7%). Wall with its normal
+    # centred on the schedule's mean and every state at the limit (main): p90 0.412 (+77%), p99
+    # 3.44 s (+707%); now 0.247 (+6%), 0.404 (-5%). Band +-25%: ~3.5 standard errors of the replay's
+    # p99 (7%), far inside the old miss.
+    from qmodel.scenario import parse_scenario
+    from qmodel.solver import Solver
+    from qmodel.validation.harness import latency_metrics
+    from qmodel.validation.replay import replay
+
+    sc = parse_scenario({
+        "name": "corpus-0136", "model": "opt-66b",
+        "workload": {"arrivals": {"kind": "gamma", "rate_per_s": 1.0, "cv": 0.857},
+                     "lengths": {"kind": "lognormal", "correlation": 0.0, "prompt_median_tokens": 2558.9,
+                                 "prompt_sigma": 0.744, "prompt_max_tokens": 16384, "output_median_tokens": 55.4,
+                                 "output_sigma": 0.937, "output_max_tokens": 2048}},
+        "slo": {"ttft_s": 1.801, "tpot_s": 0.03612, "attainment_goal": 0.9},
+        "deployment": {"topology": "colocated", "max_batch_tokens": 512,
+                       "pool": {"gpu": "mi300x", "tp": 2, "instances": 4, "kv_memory_fraction": 0.0948,
+                                "max_batch": 32, "dispatch": "random"}},
+        "perf": {"kind": "roofline", "efficiency": "curves", "prefill_per_request_s": 0.0}}, source="c0136")
+    sc = sc.with_rate(0.4907 * Solver(sc).max_stable_rate()[0])
+    a = Solver(sc).solve()
+    reps = [latency_metrics(replay(sc, n_requests=11565, seed=sd)) for sd in (0, 1)]
+    for got, key in ((a.ttft.p90, "ttft_p90"), (a.ttft.p99, "ttft_p99")):
+        want = float(np.mean([r[key] for r in reps]))
+        assert got == pytest.approx(want, rel=0.25), (key, got, want)

@@ -125,7 +125,8 @@ class ColocatedLimits:
         schedule's mean batch; None without a KV capacity."""
         if self.kv_capacity_tokens is None or self.n_max is None:
             return None
-        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1], self.R)
+        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1], self.R,
+                       max_batch=self.max_batch)
 
     def max_stable_rate_per_s(self) -> float:
         """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""

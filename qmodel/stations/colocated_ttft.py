@@ -245,7 +245,9 @@ class ColocatedTTFT:
             pool = self.instances if pooled else 1
             ca2 = (self.ca2 if pooled else
                    split_arrival_scv(self.ca2, self.instances, cyclic=self.dispatch == "round_robin"))
-            soft = self._wall.slot_wait(g, tok, capacity, self.mean_output, self.cv2_output, pool,
+            # the wall's own cap (max_batch, or where its count has no mass left): may pass the chain's
+            soft = self._wall.slot_wait(self.chain.g(self._wall.cap), tok, capacity, self.mean_output,
+                                        self.cv2_output, pool,
                                         full_rate_per_s=self._lam_sat, arrival_scv=ca2)
             if soft is not None:
                 return wait_law(*soft, dx)

@@ -108,10 +108,12 @@ class DisaggregatedTopology(Topology):
         svc = r.pools["prefill"].service
         # what a layer-wise transfer hides behind: the batch's time until it leaves the instance
         own_prefill_s = np.asarray(svc.prefill_exit_s(svc.prefill_one_s(r.uncached_prompt)), dtype=float)
+        # the whole prompt's KV, and a hybrid model's recurrent state once per request
+        x = r.kv_bytes_per_token * r.lengths.prompt.astype(float) + r.pools["prefill"].model.state_bytes_per_sequence()
+        reserved = r.reserved_output("decode")  # max_tokens: the decode side holds prompt + R from before the transfer
         return KVTransferStation(
-            # the whole prompt's KV, and a hybrid model's recurrent state once per request
-            bytes_per_request=(r.kv_bytes_per_token * r.lengths.prompt.astype(float)
-                               + r.pools["prefill"].model.state_bytes_per_sequence()),
+            bytes_per_request=x,
+            reserved_bytes_per_request=None if reserved is None else x + r.kv_bytes_per_token * reserved,
             bandwidth_bytes_per_s=r.link_bandwidth_bytes_per_s,
             latency_s=r.link.latency_s,
             paths=r.link_paths,

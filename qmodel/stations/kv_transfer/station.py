@@ -27,8 +27,10 @@ approximate). The layerwise-with-queueing combination assumes the link wait adds
 time (the wait cannot overlap the prefill it follows): conservative.
 
 Little's law gives what the decode side must reserve while transfers are in flight:
-``extra["in_flight_mean"]`` = λ E[link time] and ``extra["in_flight_bytes_mean"]`` = λ E[X · link time]
-(bytes held in flight on average, size-biased), the link time counted from transfer start.
+``extra["in_flight_mean"]`` = λ E[link time] and ``extra["in_flight_bytes_mean"]`` = λ E[B · link time]
+(bytes held in flight on average, size-biased), the link time counted from transfer start, B the
+decode-side bytes a transfer reserves: its own X, or X plus its reserved output's KV where the decode
+pool reserves ``max_tokens`` (prompt + R for the request's whole life, from before its transfer).
 
 Grid: the wait, the exposed time and their sum share one step, ``dx`` if given, else 1/400 of the
 mean delay, coarse enough that the support (largest exposed time + the wait's 1 − 1e-9 quantile,
@@ -113,6 +115,9 @@ class KVTransferStation(StationModel):
     batch_size_pmf: np.ndarray | None = None
     dx: float | None = None
     dx_floor: float | None = None
+    #: decode-side bytes each transfer reserves while in flight, aligned with ``bytes_per_request``
+    #: (None: its own bytes; ``kv_reservation = max_tokens``: prompt + reserved output)
+    reserved_bytes_per_request: np.ndarray | None = None
 
     name: str = field(default="kv_transfer", init=False)
 
@@ -161,9 +166,15 @@ class KVTransferStation(StationModel):
 
     @cached_property
     def _mean_occupancy(self) -> tuple[float, float]:
-        """(E[X/C], E[X · X/C]): the link time from transfer start when the link is not shared."""
+        """(E[X/C], E[B · X/C]): the link time from transfer start when the link is not shared; B the
+        decode-side bytes it reserves (``reserved_bytes_per_request``, else X)."""
         occupancy = self.x / self.bandwidth_bytes_per_s
-        return float(np.mean(occupancy)), float(np.mean(self.x * occupancy))
+        held = self.x if self.reserved_bytes_per_request is None else \
+            np.asarray(self.reserved_bytes_per_request, dtype=float).ravel()
+        if held.shape != self.x.shape or not np.all(np.isfinite(held)) or np.any(held < self.x):
+            raise InputError("kv_transfer.reserved_bytes", f"{held.size} values",
+                             f"{self.x.size} finite byte counts >= each transfer's own")
+        return float(np.mean(occupancy)), float(np.mean(held * occupancy))
 
     @cached_property
     def distinct_bytes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +228,7 @@ class KVTransferStation(StationModel):
     # ---- solve --------------------------------------------------------------------------
     def in_flight(self, rate_per_s: float) -> tuple[float, float]:
         """(mean transfers in flight, mean KV bytes they hold) per path set at ``rate_per_s``, by
-        Little's law over the link time from transfer start: λ E[X/C'] and λ E[X · X/C'], with
+        Little's law over the link time from transfer start: λ E[X/C'] and λ E[B · X/C'], with
         C' = C (dedicated, fcfs) or C(1 − ρ) (fair). Closed forms: no grid is built."""
         mean_occ, mean_x_occ = self._mean_occupancy
         if self.sharing == "fair":
