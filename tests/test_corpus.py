@@ -252,3 +252,19 @@ def test_band_fit_refuses_rows_of_other_draws(tmp_path, capsys):
     assert band_fit_main([str(path)]) == 2
     err = capsys.readouterr().err
     assert "c0001" in err and "re-run the corpus" in err and err.count("\n") == 1
+
+
+def test_corpus_report_cli_errors_are_one_line(tmp_path, capsys):
+    """--help prints usage (exit 0); a missing file or a JSON that is not a corpus run is one line, exit 2."""
+    from qmodel.validation.corpus_report import main
+    assert main(["--help"]) == 0
+    assert "corpus" in capsys.readouterr().out
+    assert main([str(tmp_path / "absent.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: corpus: cannot read") and err.count("\n") == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"scenarios": []}')
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a corpus run's JSON" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main([]) == 2

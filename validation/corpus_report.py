@@ -11,6 +11,7 @@ come from ``python -m qmodel.validation.band_fit corpus.json`` (:mod:`qmodel.val
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -72,11 +73,25 @@ def report(out: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m qmodel.validation.corpus_report CORPUS.json\n")
+    """Print the report of one corpus JSON; a missing, unreadable or non-corpus file is one line, exit 2."""
+    parser = argparse.ArgumentParser(prog="python -m qmodel.validation.corpus_report",
+                                     description="Tables of a corpus run's JSON (qmodel validate --suite corpus --json F).")
+    parser.add_argument("corpus", help="the corpus run's JSON file")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help exits 0; a usage error exits 2 after argparse's one line
+        return int(exc.code or 0)
+    try:
+        out = json.loads(Path(args.corpus).read_text(encoding="utf-8"))
+        text = report(out)
+    except OSError as exc:
+        sys.stderr.write(f"error: corpus: cannot read {args.corpus!r}: {exc.strerror or exc}\n")
         return 2
-    sys.stdout.write(report(json.loads(Path(args[0]).read_text(encoding="utf-8"))))
+    except (ValueError, KeyError, TypeError) as exc:
+        sys.stderr.write(f"error: corpus: {args.corpus!r} is not a corpus run's JSON "
+                         f"(qmodel validate --suite corpus --json F): {type(exc).__name__} {exc}\n")
+        return 2
+    sys.stdout.write(text)
     return 0
 
 
