@@ -91,6 +91,7 @@ class WhatIfSession:
         self._edits = StationCache(size=cache_size)
         self._shared = StationCache(size=variant_cache_size)  # the heatmap's P x D grid builds P + D stations
         self._lock = threading.Lock()  # a cancelled worker may still be finishing while the next one starts
+        self._last_goodput: float | None = None  # the goodput stage's last answer: the next search's warm start
 
     # ---- helpers ------------------------------------------------------------------------------
     @staticmethod
@@ -118,7 +119,8 @@ class WhatIfSession:
                 self._remember(self._cache, key, s, self._size)
         return s
 
-    def _goodput(self, sc: Scenario, check: Check, variant: bool = True) -> tuple[float, float, Any]:
+    def _goodput(self, sc: Scenario, check: Check, variant: bool = True,
+                 guess: float | None = None) -> tuple[float, float, Any]:
         from qmodel.goodput import goodput_search
 
         solver = self.solver(sc, variant=variant)
@@ -129,7 +131,7 @@ class WhatIfSession:
                 raise Cancelled
             return solver.attainment(rate)
 
-        g, _ = goodput_search(att, lam_max, sc.slo.attainment_goal)
+        g, _ = goodput_search(att, lam_max, sc.slo.attainment_goal, guess=guess)
         return g, lam_max, solver
 
     # ---- stages -------------------------------------------------------------------------------
@@ -162,7 +164,9 @@ class WhatIfSession:
 
         t0 = time.perf_counter()
         sc = a.scenario
-        g, lam_max, solver = self._goodput(sc, check, variant=False)
+        # warm-started from the last edit's goodput (most edits move it little or not at all)
+        g, lam_max, solver = self._goodput(sc, check, variant=False, guess=self._last_goodput)
+        self._last_goodput = g or None
         station = a.max_stable[1] if a.max_stable else ""
         gpus = solver.resolved.gpus
         cost = solver.resolved.cost_per_hour_usd
@@ -282,7 +286,7 @@ class WhatIfSession:
 
         sc = a.scenario
         base = a.goodput.goodput_rps if a.goodput else self._goodput(sc, check, variant=False)[0]
-        out = sensitivities(sc, base, goodput_of=lambda s: self._goodput(s, check)[0])
+        out = sensitivities(sc, base, goodput_of=lambda s: self._goodput(s, check, guess=base or None)[0])
         return dataclasses.replace(a, sensitivities=tuple(out))
 
     # ---- replay -------------------------------------------------------------------------------
