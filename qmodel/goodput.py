@@ -153,8 +153,9 @@ def _bracket_near(attainment: Callable[[float], float], lam_max: float, goal: fl
 
     The first step is REL_TOL·guess (an unchanged answer is bracketed at once); each later one
     aims past the secant root of log(1 − A) through the last two rates by half the distance again,
-    and is at least twice and at most eight times the step before (a secant that points the wrong
-    way, as grid noise can make it, is overruled by the doubling)."""
+    and is at least twice and at most 64 times the step before (a secant that points the wrong
+    way, as grid noise can make it, is overruled by the doubling); upwards, no step closes more
+    than two thirds of the gap to λmax."""
     top, bottom = _CLIMB[-1] * lam_max, 1e-4 * lam_max
     x0, a0 = guess, attainment(guess)
     seen.append((x0, a0))
@@ -162,7 +163,9 @@ def _bracket_near(attainment: Callable[[float], float], lam_max: float, goal: fl
     step = REL_TOL * guess
     y_goal = _y(goal)
     while True:
-        x1 = min(x0 + step, top) if up else max(x0 - step, bottom)
+        # upwards, at most two thirds of the way to saturation at a time (as the cold climb): a solve
+        # costs about 1/(1 − ρ), and one at 0.999 load can cost a thousand at 0.75
+        x1 = min(x0 + step, top, lam_max - (lam_max - x0) / 3.0) if up else max(x0 - step, bottom)
         a1 = attainment(x1)
         seen.append((x1, a1))
         if (a1 < goal) == up:  # crossed: bracketed
@@ -232,9 +235,10 @@ def _check_monotone(seen: list[tuple[float, float]], goal: float) -> None:
 
 
 def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
-            progress: ProgressFn | None = None) -> Goodput:
+            progress: ProgressFn | None = None, guess: float | None = None) -> Goodput:
     """Goodput of a scenario, or of the scenario file at a path (its own arrival rate is ignored;
-    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity.
+    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity;
+    ``guess``: the search's warm start (:func:`goodput_search`; the same answer within REL_TOL).
 
     A closed-loop scenario's goodput is the throughput of the most clients (its think time kept)
     whose SLO attainment meets the goal, that loop in ``closed_loop``
@@ -259,7 +263,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
         cache = StationCache()
     solver = Solver(scenario) if cache is None else cache.solver(scenario)
     lam_max, station = solver.max_stable_rate()
-    g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
+    g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal, guess=guess)
     from qmodel.binding import binding_at
 
     loop = None
@@ -318,8 +322,9 @@ def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None =
                   goodput_of: Callable[[Scenario], float] | None = None) -> list[Sensitivity]:
     """Elasticity of goodput to each input; inputs whose perturbation is invalid are reported, not skipped.
 
-    ``goodput_of``: the goodput of a perturbed scenario (default :func:`goodput`); the TUI passes its
-    cached solvers and a cancel check (an exception other than QmodelError ends the loop)."""
+    ``goodput_of``: the goodput of a perturbed scenario (default :func:`goodput` warm-started from
+    ``base``, as the callers' own are); the TUI passes its cached solvers and a cancel check (an
+    exception other than QmodelError ends the loop)."""
     from qmodel.errors import QmodelError
     from qmodel.scenario import apply_overrides, parse_scenario
 
@@ -331,7 +336,7 @@ def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None =
             progress(i, len(todo), "sensitivities")
         try:
             sc = parse_scenario(apply_overrides(raw, sets))
-            g = goodput_of(sc) if goodput_of is not None else goodput(sc).goodput_rps
+            g = goodput_of(sc) if goodput_of is not None else goodput(sc, guess=base or None).goodput_rps
         except QmodelError as err:
             out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
             continue

@@ -91,7 +91,6 @@ class WhatIfSession:
         self._edits = StationCache(size=cache_size)
         self._shared = StationCache(size=variant_cache_size)  # the heatmap's P x D grid builds P + D stations
         self._lock = threading.Lock()  # a cancelled worker may still be finishing while the next one starts
-        self._last_goodput: float | None = None  # the goodput stage's last answer: the next search's warm start
 
     # ---- helpers ------------------------------------------------------------------------------
     @staticmethod
@@ -164,9 +163,9 @@ class WhatIfSession:
 
         t0 = time.perf_counter()
         sc = a.scenario
-        # warm-started from the last edit's goodput (most edits move it little or not at all)
-        g, lam_max, solver = self._goodput(sc, check, variant=False, guess=self._last_goodput)
-        self._last_goodput = g or None
+        # cold, not warm-started from the last edit's goodput: the figure shown must not depend on
+        # the edit history (it is `qmodel goodput`'s, bit for bit); the sensitivities start warm
+        g, lam_max, solver = self._goodput(sc, check, variant=False)
         station = a.max_stable[1] if a.max_stable else ""
         gpus = solver.resolved.gpus
         cost = solver.resolved.cost_per_hour_usd
