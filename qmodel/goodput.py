@@ -76,7 +76,8 @@ def _brent(f: Callable[[float], float], a: float, b: float, fa: float, fb: float
         fb = f(b)
 
 
-def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: float) -> tuple[float, float]:
+def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: float,
+                   guess: float | None = None) -> tuple[float, float]:
     """(goodput, attainment at goodput): the root of A(λ) = goal on (0, lam_max), bracketed.
 
     The bracket [lo, hi] (A(lo) >= goal > A(hi)) shrinks until hi − lo <= REL_TOL·hi, as plain
@@ -88,9 +89,24 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     a bracket of at most REL_TOL·b between evaluated rates; any rest is finished by
     bisection. The result is the bracket's lower end, as before, so it differs from bisection's
     by less than REL_TOL.
+
+    ``guess``: a warm start where the caller has a nearby answer (the base goodput for the
+    sensitivities' perturbed scenarios, the TUI's last goodput): the bracket is then grown from
+    the guess (:func:`_bracket_near`) instead of from half load, and an unchanged answer costs two
+    solves. The answer has the same contract either way: the lower end of an evaluated bracket of
+    width <= REL_TOL·hi, so a warm and a cold search differ by less than REL_TOL (0.1 %).
     """
     if not (lam_max > 0 and math.isfinite(lam_max)):
         return 0.0, 0.0
+    if guess is not None and 1e-4 * lam_max < guess < _CLIMB[-1] * lam_max:
+        seen: list[tuple[float, float]] = []
+        near = _bracket_near(attainment, lam_max, goal, guess, seen)
+        if near is None:  # as the cold search's ends: met up to 0.999·λmax, or missed even near idle
+            x_end, a_end = seen[-1]
+            _check_monotone(seen, goal)
+            return (x_end if a_end >= goal else 0.0), a_end
+        (lo, a_lo), (hi, a_hi) = near
+        return _finish(attainment, lo, a_lo, hi, a_hi, goal, seen)
     # Half load first: solves near saturation are the dearest (the chains' grids grow like
     # 1/(1 − ρ)), and when the goodput lies below half load the search never needs one; when it
     # lies above, A(λ) >= goal below half load follows from monotonicity and is not solved for.
@@ -127,6 +143,44 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
         else:
             _check_monotone(seen, goal)
             return lo, a_lo
+    return _finish(attainment, lo, a_lo, hi, a_hi, goal, seen)
+
+
+def _bracket_near(attainment: Callable[[float], float], lam_max: float, goal: float, guess: float,
+                  seen: list[tuple[float, float]]) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """A bracket ((lo, A(lo)), (hi, A(hi))) with A(lo) >= goal > A(hi), grown from ``guess``, or
+    None when the goal holds up to 0.999·λmax or fails down to 1e-4·λmax (the cold search's ends).
+
+    The first step is REL_TOL·guess (an unchanged answer is bracketed at once); each later one
+    aims past the secant root of log(1 − A) through the last two rates by half the distance again,
+    and is at least twice and at most 64 times the step before (a secant that points the wrong
+    way, as grid noise can make it, is overruled by the doubling); upwards, no step closes more
+    than two thirds of the gap to λmax."""
+    top, bottom = _CLIMB[-1] * lam_max, 1e-4 * lam_max
+    x0, a0 = guess, attainment(guess)
+    seen.append((x0, a0))
+    up = a0 >= goal
+    step = REL_TOL * guess
+    y_goal = _y(goal)
+    while True:
+        # upwards, at most two thirds of the way to saturation at a time (as the cold climb): a solve
+        # costs about 1/(1 − ρ), and one at 0.999 load can cost a thousand at 0.75
+        x1 = min(x0 + step, top, lam_max - (lam_max - x0) / 3.0) if up else max(x0 - step, bottom)
+        a1 = attainment(x1)
+        seen.append((x1, a1))
+        if (a1 < goal) == up:  # crossed: bracketed
+            return ((x0, a0), (x1, a1)) if up else ((x1, a1), (x0, a0))
+        if x1 in (top, bottom):
+            return None
+        slope = (_y(a1) - _y(a0)) / (x1 - x0)  # log(1 − A) rises with λ; noise can flatten or flip it
+        aim = 1.25 * abs((y_goal - _y(a1)) / slope) if slope > 0 else math.inf
+        step = min(max(aim, 2.0 * step), 64.0 * step)
+        x0, a0 = x1, a1
+
+
+def _finish(attainment: Callable[[float], float], lo: float, a_lo: float, hi: float, a_hi: float, goal: float,
+            seen: list[tuple[float, float]]) -> tuple[float, float]:
+    """Shrink the bracket [lo, hi] (A(lo) >= goal > A(hi)) to REL_TOL·hi by Brent, then bisection."""
     y_goal = _y(goal)
 
     def g(a: float) -> float:
@@ -181,9 +235,10 @@ def _check_monotone(seen: list[tuple[float, float]], goal: float) -> None:
 
 
 def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
-            progress: ProgressFn | None = None) -> Goodput:
+            progress: ProgressFn | None = None, guess: float | None = None) -> Goodput:
     """Goodput of a scenario, or of the scenario file at a path (its own arrival rate is ignored;
-    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity.
+    the workload's shape is kept); ``progress(done, total, what)`` after each sensitivity;
+    ``guess``: the search's warm start (:func:`goodput_search`; the same answer within REL_TOL).
 
     A closed-loop scenario's goodput is the throughput of the most clients (its think time kept)
     whose SLO attainment meets the goal, that loop in ``closed_loop``
@@ -208,7 +263,7 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
         cache = StationCache()
     solver = Solver(scenario) if cache is None else cache.solver(scenario)
     lam_max, station = solver.max_stable_rate()
-    g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)
+    g, a = goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal, guess=guess)
     from qmodel.binding import binding_at
 
     loop = None
@@ -228,7 +283,9 @@ def goodput(scenario: Scenario | str | Path, with_sensitivities: bool = False,
     from qmodel.cost import token_prices
 
     tok = token_prices(cost, g, solver.resolved.mean_prompt_tokens, solver.resolved.mean_output_tokens)
-    sens = sensitivities(scenario, g, progress, goodput_of=cache.goodput_rps) if cache is not None else []
+    # the perturbed goodputs start from this one (a warm start: the same answer within REL_TOL)
+    sens = (sensitivities(scenario, g, progress, goodput_of=lambda s: cache.goodput_rps(s, guess=g or None))
+            if cache is not None else [])
     return Goodput(
         scenario=scenario.name,
         topology=scenario.deployment.topology,
@@ -265,8 +322,9 @@ def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None =
                   goodput_of: Callable[[Scenario], float] | None = None) -> list[Sensitivity]:
     """Elasticity of goodput to each input; inputs whose perturbation is invalid are reported, not skipped.
 
-    ``goodput_of``: the goodput of a perturbed scenario (default :func:`goodput`); the TUI passes its
-    cached solvers and a cancel check (an exception other than QmodelError ends the loop)."""
+    ``goodput_of``: the goodput of a perturbed scenario (default :func:`goodput` warm-started from
+    ``base``, as the callers' own are); the TUI passes its cached solvers and a cancel check (an
+    exception other than QmodelError ends the loop)."""
     from qmodel.errors import QmodelError
     from qmodel.scenario import apply_overrides, parse_scenario
 
@@ -278,7 +336,7 @@ def sensitivities(scenario: Scenario, base: float, progress: ProgressFn | None =
             progress(i, len(todo), "sensitivities")
         try:
             sc = parse_scenario(apply_overrides(raw, sets))
-            g = goodput_of(sc) if goodput_of is not None else goodput(sc).goodput_rps
+            g = goodput_of(sc) if goodput_of is not None else goodput(sc, guess=base or None).goodput_rps
         except QmodelError as err:
             out.append(Sensitivity(input=name, elasticity=0.0, note=f"not evaluated: {err}"))
             continue

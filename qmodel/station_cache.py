@@ -134,11 +134,11 @@ class StationCache:
             stations[role] = st
         return Solver(scenario, resolved, stations=stations)
 
-    def goodput_rps(self, scenario: Scenario) -> float:
+    def goodput_rps(self, scenario: Scenario, guess: float | None = None) -> float:
         """:func:`qmodel.goodput.goodput`'s figure for ``scenario`` by :meth:`solver` (the search alone:
-        no binding explanation or prices)."""
+        no binding explanation or prices); ``guess``: the search's warm start (a nearby goodput)."""
         from qmodel.goodput import goodput_search
 
         solver = self.solver(scenario)
         lam_max, _ = solver.max_stable_rate()
-        return goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal)[0]
+        return goodput_search(solver.attainment, lam_max, scenario.slo.attainment_goal, guess=guess)[0]

@@ -118,7 +118,8 @@ class WhatIfSession:
                 self._remember(self._cache, key, s, self._size)
         return s
 
-    def _goodput(self, sc: Scenario, check: Check, variant: bool = True) -> tuple[float, float, Any]:
+    def _goodput(self, sc: Scenario, check: Check, variant: bool = True,
+                 guess: float | None = None) -> tuple[float, float, Any]:
         from qmodel.goodput import goodput_search
 
         solver = self.solver(sc, variant=variant)
@@ -129,7 +130,7 @@ class WhatIfSession:
                 raise Cancelled
             return solver.attainment(rate)
 
-        g, _ = goodput_search(att, lam_max, sc.slo.attainment_goal)
+        g, _ = goodput_search(att, lam_max, sc.slo.attainment_goal, guess=guess)
         return g, lam_max, solver
 
     # ---- stages -------------------------------------------------------------------------------
@@ -162,6 +163,8 @@ class WhatIfSession:
 
         t0 = time.perf_counter()
         sc = a.scenario
+        # cold, not warm-started from the last edit's goodput: the figure shown must not depend on
+        # the edit history (it is `qmodel goodput`'s, bit for bit); the sensitivities start warm
         g, lam_max, solver = self._goodput(sc, check, variant=False)
         station = a.max_stable[1] if a.max_stable else ""
         gpus = solver.resolved.gpus
@@ -282,7 +285,7 @@ class WhatIfSession:
 
         sc = a.scenario
         base = a.goodput.goodput_rps if a.goodput else self._goodput(sc, check, variant=False)[0]
-        out = sensitivities(sc, base, goodput_of=lambda s: self._goodput(s, check)[0])
+        out = sensitivities(sc, base, goodput_of=lambda s: self._goodput(s, check, guess=base or None)[0])
         return dataclasses.replace(a, sensitivities=tuple(out))
 
     # ---- replay -------------------------------------------------------------------------------
