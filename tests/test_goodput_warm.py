@@ -7,8 +7,10 @@ a plain bisection of the same attainment function to 1e-6 relative (the referenc
 search gave the same contract, so any two answers differ by less than REL_TOL); the comparison
 allows that bisection's own 1e-6.
 
-Cost: the number of attainment evaluations per search. Cold: at most 7 (main's search, measured:
-5-7 on these examples). Warm from the root itself (an edit that leaves the goodput alone): at most
+Cost: the number of attainment evaluations per search. Cold: at most 8 (the cold search is
+unchanged; measured 5-7 on these examples, and 8 on llama3-8b-colocated-h100 once the colocated
+KV wall's blocked-state model moved its goodput to 0.95 of the stability limit, where the climb
+takes four probes before Brent starts). Warm from the root itself (an edit that leaves the goodput alone): at most
 3. Warm from 10 % off (a sensitivity's perturbation): at most 9.
 """
 
@@ -25,7 +27,7 @@ from qmodel.goodput import REL_TOL, goodput_search
 
 EXAMPLES = sorted(p for p in (Path(__file__).resolve().parent.parent / "examples").iterdir()
                   if p.suffix in (".yaml", ".json", ".toml"))
-COLD_MAX, SAME_MAX, NEAR_MAX = 7, 3, 9
+COLD_MAX, SAME_MAX, NEAR_MAX = 8, 3, 9
 
 
 def _bisect_root(att, lam_max: float, goal: float) -> tuple[float, float]:
