@@ -21,6 +21,7 @@ from typing import Callable
 from qmodel.errors import NumericalError
 from qmodel.progress import ProgressFn
 from qmodel.result import Goodput, Sensitivity
+from qmodel.roots import brent
 from qmodel.scenario import Scenario, scenario_sha256
 
 __all__ = ["elasticity", "goodput", "goodput_search", "perturbations", "sensitivities"]
@@ -36,46 +37,6 @@ def _y(a: float) -> float:
     return math.log(max(1.0 - a, 1e-12))
 
 
-def _brent(f: Callable[[float], float], a: float, b: float, fa: float, fb: float, rel_tol: float,
-           max_iter: int = 100) -> None:
-    """Brent's root finder (Brent 1973; the zbrent form of Numerical Recipes §9.3) on a bracket
-    with fa >= 0 > fb, stopped when the bracket [b, c] satisfies |c − b| <= 2·rel_tol·|b|.
-    The caller reads the bracket from the points ``f`` recorded."""
-    c, fc = b, fb
-    d = e = b - a
-    for _ in range(max_iter):
-        if (fb > 0 and fc > 0) or (fb < 0 and fc < 0):  # keep the root between b and c
-            c, fc = a, fa
-            d = e = b - a
-        if abs(fc) < abs(fb):
-            a, b, c = b, c, b
-            fa, fb, fc = fb, fc, fb
-        tol1 = rel_tol * abs(b)
-        xm = 0.5 * (c - b)
-        if abs(xm) <= tol1 or fb == 0:
-            return
-        if abs(e) >= tol1 and abs(fa) > abs(fb):
-            s = fb / fa
-            if a == c:  # secant
-                p, q = 2.0 * xm * s, 1.0 - s
-            else:  # inverse quadratic interpolation
-                q, r = fa / fc, fb / fc
-                p = s * (2.0 * xm * q * (q - r) - (b - a) * (r - 1.0))
-                q = (q - 1.0) * (r - 1.0) * (s - 1.0)
-            if p > 0:
-                q = -q
-            p = abs(p)
-            if 2.0 * p < min(3.0 * xm * q - abs(tol1 * q), abs(e * q)):
-                e, d = d, p / q
-            else:  # interpolation would not shrink the bracket fast enough: bisect
-                d = e = xm
-        else:
-            d = e = xm
-        a, fa = b, fb
-        b += d if abs(d) > tol1 else math.copysign(tol1, xm)
-        fb = f(b)
-
-
 def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: float,
                    guess: float | None = None) -> tuple[float, float]:
     """(goodput, attainment at goodput): the root of A(λ) = goal on (0, lam_max), bracketed.
@@ -83,7 +44,7 @@ def goodput_search(attainment: Callable[[float], float], lam_max: float, goal: f
     The bracket [lo, hi] (A(lo) >= goal > A(hi)) shrinks until hi − lo <= REL_TOL·hi, as plain
     bisection would, but by Brent's method on log(1 − A(λ)) − log(1 − goal) (inverse quadratic
     interpolation and secant steps, with bisection whenever they do not shrink the bracket fast
-    enough; :func:`_brent`): 4-8 solves instead of 14 on the shipped examples. The bracket comes
+    enough; :func:`qmodel.roots.brent`): 4-8 solves instead of 14 on the shipped examples. The bracket comes
     from half load, then steps up (0.75, 0.9, ... of λmax) or down (0.25, 0.05, 1e-4) to the first
     rate on the other side of the goal. Brent stops with
     a bracket of at most REL_TOL·b between evaluated rates; any rest is finished by
@@ -192,7 +153,7 @@ def _finish(attainment: Callable[[float], float], lo: float, a_lo: float, hi: fl
         seen.append((x, a))
         return g(a)
 
-    _brent(f, lo, hi, g(a_lo), g(a_hi), 0.5 * REL_TOL)
+    brent(f, lo, hi, g(a_lo), g(a_hi), 0.5 * REL_TOL)
     lo = max(x for x, a in seen if a >= goal)
     a_lo = max(a for x, a in seen if x == lo)
     hi = min(x for x, a in seen if a < goal)

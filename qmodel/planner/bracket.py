@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from qmodel.roots import brent
+
 __all__ = ["SEARCH_REL_TOL", "FINAL_REL_TOL", "Bracket", "root_bracket", "goodput_bracket", "bisect_goodput"]
 
 SEARCH_REL_TOL = 3e-2  # goodput bracket during the search; the ranked plans are refined to 1e-3
@@ -35,16 +37,14 @@ def root_bracket(f: Callable[[float], float], lo: float, f_lo: float, hi: float,
     """(x_lo, f(x_lo), x_hi, f(x_hi), calls): the tightest evaluated bracket of the root of a
     non-increasing f with f(lo) >= 0 > f(hi).
 
-    Brent's method (scipy.optimize.brentq: inverse quadratic interpolation, secant and bisection,
-    always bracketing) on [lo, hi] with the end values given, so the ends cost no call; it stops
-    when the bracket is within ``rel_tol`` of the root, so x_lo (the largest evaluated point with
-    f >= 0) is within that of the root and never above it. A smooth f takes 4-7 calls for 1e-3
-    where bisection takes ~10-13.
+    Brent's method (:func:`qmodel.roots.brent`, the goodput search's own: inverse quadratic
+    interpolation, secant and bisection, always bracketing) on [lo, hi] with the end values
+    given, so the ends cost no call; it stops when the bracket is within ``rel_tol`` of the root,
+    so x_lo (the largest evaluated point with f >= 0) is within that of the root and never above
+    it. A smooth f takes 4-7 calls for 1e-3 where bisection takes ~10-13.
     """
-    from scipy.optimize import brentq
-
     if f_lo == 0.0:
-        f_lo = 1e-15  # brentq returns an end whose value is exactly 0; lo is known feasible
+        f_lo = 1e-15  # Brent stops on an end whose value is exactly 0; lo is known feasible
     br = [lo, f_lo, hi, f_hi]
     calls = [0]
 
@@ -61,7 +61,7 @@ def root_bracket(f: Callable[[float], float], lo: float, f_lo: float, hi: float,
             br[2], br[3] = x, v
         return v
 
-    brentq(g, lo, hi, xtol=1e-9 * hi, rtol=0.5 * rel_tol, maxiter=200)
+    brent(g, lo, hi, f_lo, f_hi, 0.5 * rel_tol, max_iter=200)
     return br[0], br[1], br[2], br[3], calls[0]
 
 
