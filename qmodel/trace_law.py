@@ -50,6 +50,10 @@ overloaded periods, the PSFFA of Massey & Whitt; docs/methods.md "Trace arrivals
   mean requests, so Q/μ is still the wait. One pool keeps e_w = 1 (its demand mixes both).
   The FIFO stage passes on its served work mapped to the next stage's demand by arrival position
   (:func:`pass_on`), not window by window: a backlog drains requests of earlier windows.
+* **Decode pool** (:func:`decode_law`, :mod:`qmodel.trace_decode`): where a disaggregated
+  deployment's decode slots set its second stage's limit, the pool absorbs bursts into free slots
+  (token-clock M_t/G/∞): its TPOT is solved per class of the rate its requests experience, and
+  its admission stage is fed the pool's departures unless the slots fill (docs/methods.md).
 * **Mixture**: class k's TTFT (TPOT) is the stations' at its rate with its windows' backlog waits
   added (independent; FFT). TTFT and TPOT laws are the arrival-weighted mixtures over classes;
   attainment, its bracket and the per-metric attainments are the arrival-weighted means of the
@@ -73,7 +77,7 @@ from qmodel.arrays import distinct
 from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, mixture, pow2_grid
 
 __all__ = ["LOAD_CAP", "RATE_CLASSES", "WINDOW_GAPS", "TraceLaw", "backlog_delay", "compose_windows", "fluid_backlog",
-           "pass_on", "trace_law", "trace_law_of"]
+           "pass_on", "rate_classes", "trace_law", "trace_law_of"]
 
 #: window length in mean inter-arrival times (see the module doc)
 WINDOW_GAPS = 100
@@ -135,23 +139,30 @@ def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: 
     if np.any(ok) and np.all(mean_g[ww[ok]] > 0):
         ca2 = float(np.mean((gw[ok] / mean_g[ww[ok]] - 1.0) ** 2))
     ca2 = min(max(ca2, 0.0), ca2_cap)
-    # rate classes: one per distinct rate if there are at most `classes`, else equal-width bins of r
-    # (empty ones dropped)
-    lo, hi = float(r.min()), float(r.max())
-    if len(distinct(r)) <= classes:
-        raw = r  # one class per distinct window rate
-    else:
-        raw = np.minimum(((r - lo) / (hi - lo) * classes).astype(np.int64), classes - 1)
-    used, cls = np.unique(raw, return_inverse=True)
     weight = n / m
-    cw = np.bincount(cls, weights=weight, minlength=len(used))
-    levels = np.bincount(cls, weights=weight * r, minlength=len(used)) / np.where(cw > 0, cw, 1.0)
+    cls, levels, cw = rate_classes(r, weight, classes)
     rel: list[np.ndarray | None] = [None, None]
     if prompt is not None and output is not None:
         for j, x in enumerate((prompt, output)):
             x = np.asarray(x, dtype=float)[order]
             rel[j] = np.bincount(w, weights=x, minlength=len(n)) / np.maximum(n, 1.0) / float(x.mean())
     return TraceLaw(r, length, weight, ca2, cls, levels, cw, rel[0], rel[1])
+
+
+def rate_classes(r: np.ndarray, weight: np.ndarray, classes: int = RATE_CLASSES,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class of each window, class level, class weight) of per-window rates ``r`` with arrival
+    weights ``weight``: one class per distinct rate if there are at most ``classes``, else
+    equal-width bins of r (empty ones dropped); a class's level is its windows' weighted mean r."""
+    lo, hi = float(r.min()), float(r.max())
+    if len(distinct(r)) <= classes:
+        raw = r  # one class per distinct window rate
+    else:
+        raw = np.minimum(((r - lo) / (hi - lo) * classes).astype(np.int64), classes - 1)
+    used, cls = np.unique(raw, return_inverse=True)
+    cw = np.bincount(cls, weights=weight, minlength=len(used))
+    levels = np.bincount(cls, weights=weight * r, minlength=len(used)) / np.where(cw > 0, cw, 1.0)
+    return cls, levels, cw
 
 
 def trace_law_of(path: str, format: str, jitter_seed: int | None, paired: bool = False) -> TraceLaw:
@@ -237,10 +248,10 @@ def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarr
     out: list[GridDist | None] = []
     for k in range(len(law.levels)):
         sel = (law.cls == k) & (busy > 0) & (np.maximum(q0, q1) > 0)
-        if not np.any(sel) or c <= 0:
+        wk = law.weight[law.cls == k].sum()
+        if not np.any(sel) or c <= 0 or wk <= 0:  # (a class of windows without arrivals waits for nothing)
             out.append(None)
             continue
-        wk = law.weight[law.cls == k].sum()
         om = law.weight[sel] / wk * busy[sel]  # share of the class's arrivals in each backlogged stretch
         a = np.where(q1[sel] > 0, np.minimum(q0[sel], q1[sel]), 0.0) * c
         b = np.maximum(q0[sel], q1[sel]) * c
@@ -277,9 +288,13 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     """The :class:`~qmodel.topology.Composition` of a trace-driven scenario at mean rate ``rate``
     (below the limit, checked by the solver): the stations solved per rate class, the backlog
     delays of the fluid stages added (:func:`_stages`: each stage fed by the one before it), and
-    the classes mixed by arrivals (module doc). Its ``stations`` are those at the mean rate (what
-    the reports and the binding explanation describe)."""
+    the classes mixed by arrivals (module doc). A disaggregated deployment's TPOT is solved per
+    class of the decode pool's experienced rate g_w instead, and its second stage fed m_w when the
+    decode pool limits it (:func:`decode_law`; a window's attainment pairs its TTFT class with its
+    TPOT class). Its ``stations`` are those at the mean rate (what the reports and the binding
+    explanation describe)."""
     from qmodel.topology.base import Composition
+    from qmodel.trace_decode import decode_law, stretched, window_ttft_attainment
 
     law: TraceLaw = solver.resolved.arrival_law
     topo = solver.topology
@@ -289,45 +304,78 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     # each delay's finest step: that of the wait it is added to (read off the solutions, not the
     # lazily composed laws)
     step = {"ttft": base.stations[0].delay.dx, "handoff": (base.stations[-1].wait or base.stations[-1].delay).dx}
-    delays: dict[str, list[list[GridDist]]] = {"ttft": [[] for _ in law.levels], "handoff": [[] for _ in law.levels]}
+    dlaw, pool = law, None  # the classes the TPOT is solved in; the slot model's pool
+    delays: dict[str, list[list[GridDist]]] = {"ttft": [], "handoff": []}
+    ttft_backlogs: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []  # for window_ttft_attainment
     before: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray] | None = None  # the last stage's
     for stage_lim, metric, demand in _stages(solver, rate):
-        if not math.isfinite(stage_lim) or stage_lim <= rate:
-            continue
         if before is None:
             fed = law.rel_rate if demand is None else law.rel_rate * demand
         else:
             fed = pass_on(law, *before, demand)
+            dec = decode_law(solver, law, rate, base, pass_on(law, *before, law.output_rel), stage_lim)
+            if dec is not None:  # the slot model: the pool's departures feed its admission
+                fed, dlaw, pool = dec
+        if not math.isfinite(stage_lim) or stage_lim <= rate:
+            continue
         q0, q1, busy, out = fluid_backlog(law, rate / stage_lim, fed)
         before = (q0, q1, demand, out)
-        for k, d in enumerate(backlog_delay(law, (q0, q1, busy), stage_lim, dx=step[metric])):
-            if d is not None:
-                delays[metric][k].append(d)
+        if metric == "ttft":
+            ttft_backlogs.append((q0, q1, busy, stage_lim))
+        delays[metric].append(backlog_delay(law if metric == "ttft" else dlaw, (q0, q1, busy), stage_lim, dx=step[metric]))
     ttfts, tpots, rows = [], [], []
-    for k, level in enumerate(law.levels):
+    composed: dict[float, Any] = {}
+
+    def at(level: float) -> Any:
         rk = min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
-        c = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
+        if rk not in composed:
+            composed[rk] = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
+        return composed[rk]
+
+    for k, level in enumerate(law.levels):
+        c = at(level)
         ttft, tpot, a, b = c.ttft, c.tpot, c.ttft_attainment, c.tpot_attainment
-        if delays["ttft"][k]:
-            ttft = convolve(c.ttft, *delays["ttft"][k])
+        extra = [d[k] for d in delays["ttft"] if d[k] is not None]
+        if extra:
+            ttft = convolve(c.ttft, *extra)
             a = float(ttft.cdf(slo.ttft_s))
-        if delays["handoff"][k]:
+        ttfts.append(ttft)
+        rows.append((a, b))
+    tpot_rows = []
+    for j, level in enumerate(dlaw.levels):
+        c = at(level)
+        tpot, b = c.tpot, c.tpot_attainment
+        extra = [d[j] for d in delays["handoff"] if d[j] is not None]
+        # past the rate the stations are solved at, the slot model's steps are longer by the ratio
+        # of its fluid steps (trace_decode.stretched)
+        longer = 1.0 if dlaw is law else pool.fluid_step(float(level)) / pool.fluid_step(c.rate_per_s / rate)
+        if extra or longer > 1.0:
             # the backlog waits in the decode admission, after token 1: the handoff's wait, spread
             # over each request's L - 1 later tokens as the topology spreads it
             sp, st, sd = c.stations
-            sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *delays["handoff"][k]))
+            sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *extra) if extra else sd.wait,
+                                     tpot=stretched(sd.tpot, longer))
             terms = solver.latency_terms(sp, st, sd)[1]
             tpot = convolve(*terms) if len(terms) > 1 else terms[0]
             b = solver.tpot_attainment(tpot)
-        lo, hi = topo.attainment_bounds(a, b)
-        ttfts.append(ttft)
         tpots.append(tpot)
-        rows.append((a, b, a * b, lo, hi))
-    w = law.class_weight / law.class_weight.sum()
-    a, b, att, lo, hi = (float(np.dot(w, col)) for col in zip(*rows))
+        tpot_rows.append(b)
+    if dlaw is law:
+        cells = [(a, tpot_rows[k]) for k, (a, _) in enumerate(rows)]
+        w = law.class_weight / law.class_weight.sum()
+    else:  # per window: its TTFT attainment with its TPOT class's
+        a_w = window_ttft_attainment(law, [at(x).ttft for x in law.levels], ttft_backlogs, slo.ttft_s)
+        if a_w is None:
+            a_w = np.array([rows[k][0] for k in law.cls])
+        cells = [(float(x), tpot_rows[j]) for x, j in zip(a_w, dlaw.cls)]
+        w = law.weight / law.weight.sum()
+    tab = [(a, b, a * b, *topo.attainment_bounds(a, b)) for a, b in cells]
+    a, b, att, lo, hi = (float(np.dot(w, col)) for col in zip(*tab))
+    wt = law.class_weight / law.class_weight.sum()
+    wd = dlaw.class_weight / dlaw.class_weight.sum()
     if laws:
-        ttft_mix, tpot_mix = mixture(ttfts, w), mixture(tpots, w)
+        ttft_mix, tpot_mix = mixture(ttfts, wt), mixture(tpots, wd)
     else:
-        ttft_mix = LazyGridDist(lambda: mixture(ttfts, w))
-        tpot_mix = LazyGridDist(lambda: mixture(tpots, w))
+        ttft_mix = LazyGridDist(lambda: mixture(ttfts, wt))
+        tpot_mix = LazyGridDist(lambda: mixture(tpots, wd))
     return Composition(rate, base.stations, ttft_mix, tpot_mix, a, b, att, (lo, hi))
