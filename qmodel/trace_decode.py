@@ -130,16 +130,20 @@ def _survival_kernel(output: np.ndarray, dg: float, n: int) -> np.ndarray:
 
 
 def _circular_convolution(a: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """The circular convolution of ``a`` and ``k`` (one length n): their linear convolution on a
-    5-smooth transform length >= 2n - 1 (:func:`~qmodel.convolution.fast_len`), its tail folded
-    back. The same sums as a length-n transform (to FFT round-off), but a period of the trace in
-    mean gaps is often a product of large primes (19366 = 2·23·421 on the bundled Azure example),
-    where one length-n transform cost ~10x a 5-smooth one twice as long."""
+    """The circular convolution of ``a`` and ``k`` (one length n): their linear convolution, ``k``
+    cut after its last nonzero cell (m cells), on a 5-smooth transform length >= n + m - 1
+    (:func:`~qmodel.convolution.fast_len`), its tail folded back. The same sums as a length-n
+    transform (to FFT round-off), but a period of the trace in mean gaps is often a product of
+    large primes (19366 = 2·23·421 on the bundled Azure example), where one length-n transform
+    cost ~10x a 5-smooth one twice as long; and a sequence's stay is mostly far shorter than the
+    period (m << n), so the transform is barely longer than n."""
     n = len(a)
-    size = fast_len(2 * n - 1)
-    lin = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(k, size), n=size)
+    nz = np.flatnonzero(k)
+    m = int(nz[-1]) + 1 if nz.size else 1
+    size = fast_len(n + m - 1)
+    lin = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(k[:m], size), n=size)
     out = lin[:n].copy()
-    out[: n - 1] += lin[n: 2 * n - 1]
+    out[: m - 1] += lin[n: n + m - 1]
     return out
 
 
