@@ -55,20 +55,23 @@ def test_a_pool_that_fills_keeps_the_handoffs():
     assert m is fed
 
 
-def test_constant_step_gives_the_mt_g_infinity_count():
+@pytest.mark.parametrize("period", [400, 421, 322])
+def test_constant_step_gives_the_mt_g_infinity_count(period: int):
     """β ≈ 0: S = L · a · λ mean gaps for every request (L = 40, a = 0.05 s, λ = 10/s: 20 gaps).
-    Input 2 per gap in [0, 100), 0.5 in [100, 400) of a 400-gap period: N(s) = ∫_{s-20}^{s} f."""
+    Input 2 per gap in [0, 100), 0.5 in [100, period): N(s) = ∫_{s-20}^{s} f. The prime (421) and
+    2·7·23 periods check the circular convolution's 5-smooth padding and fold (a trace's period
+    in mean gaps need not be 5-smooth: 19366 = 2·23·421 on the bundled Azure example)."""
     pool = DecodePool(0.05, 1e-15, 1, None, 10.0, np.array([40.0]))
-    f = np.where(np.arange(400) < 100, 2.0, 0.5)
+    f = np.where(np.arange(period) < 100, 2.0, 0.5)
     N, _ = occupancy(pool, f)
-    s = np.arange(400) + 0.5
+    s = np.arange(period) + 0.5
     F = np.concatenate(([0.0], np.cumsum(f)))
     period_total = F[-1]
 
-    def integral(a: float, b: float) -> float:  # ∫_a^b f over the periodic input, a < b, |b - a| < 400
+    def integral(a: float, b: float) -> float:  # ∫_a^b f over the periodic input, a < b, |b - a| < period
         def I(x: float) -> float:
-            k = math.floor(x / 400.0)
-            return k * period_total + float(np.interp(x - 400.0 * k, np.arange(401), F))
+            k = math.floor(x / period)
+            return k * period_total + float(np.interp(x - period * k, np.arange(period + 1), F))
         return I(b) - I(a)
 
     expect = np.array([integral(x - 20.0, x) for x in s])
