@@ -261,7 +261,6 @@ def _first_error_line(err: ValidationError, source: str) -> InputError:
     return InputError(loc or source, value, msg)
 
 
-# Discriminator values pydantic puts into error locations; they are not field names.
 def parse_scenario(data: dict[str, Any], source: str = "scenario") -> Scenario:
     """Validate a dict into a :class:`Scenario`, raising a one-line :class:`InputError`."""
     try:

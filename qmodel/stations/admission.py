@@ -122,6 +122,7 @@ class KVWall:
         factor = (min(max(arrival_scv, 0.0), 1.0) + cv2_output) / 2.0
         return min(p_wait, 1.0), (mu * (1.0 - rc) / factor if factor > 0 else math.inf)
 
+
 def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,
             resident_mean: float, reserved_output: np.ndarray | None = None,
             max_batch: int | None = None) -> KVWall | None:
