@@ -263,7 +263,9 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "a positive finite arrival rate")
         lam_max = self.max_stable_rate_per_s()
-        lam = rate_per_s / self.instances
+        scale = self.load_scale  # the queueing pieces at the offered load against the schedule's capacity
+        rate_in = rate_per_s * scale
+        lam = rate_in / self.instances
         rho_fp, k_fp = self.prefill_share(lam)
         rho_p, kbar = self._regulated_batch(lam, rho_fp, k_fp)
         load = rate_per_s / lam_max
@@ -320,7 +322,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         wait, age = self._gated_wait(rho_p, kbar, busy_dec, gd, wd)
         ttft, full = self._cobatched_ttft(wait, age, lam)
         if full > _FULL_SHARE:
-            ttft = self._with_overflow(ttft, rate_per_s)
+            ttft = self._with_overflow(ttft, rate_in)
         if m_burst > 1.0:
             grid = self._ttft_grid
             dxs, marginal = grid.dx, grid.marginal
@@ -399,7 +401,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             delay=ttft,
             wait=resid,
             tpot=tpot,
-            mean_in_system=(mean_n + lam * (ttft.mean_s)) * self.instances,
+            mean_in_system=(mean_n + lam * (ttft.mean_s)) * self.instances / scale,  # Little at the offered rate
             method="prefill-priority: GPS at capacity 1-rho_p + compound-Poisson stalls (FFT)",
             exact=False,
             notes=tuple(lam_notes),
