@@ -179,6 +179,9 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
     max_batch: int | None = None
     dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
     ca2: float = 1.0
+    #: the arrivals are a renewal stream (Poisson, Gamma gaps); False for a trace, whose within-window
+    #: SCV comes from clumped, correlated gaps: its KV-wall wait keeps the Poisson form (ca2 <= 1)
+    renewal_arrivals: bool = True
     name: str = "colocated"
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
     cached_tokens: np.ndarray | None = None
