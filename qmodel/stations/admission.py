@@ -53,7 +53,7 @@ exact for one exponential server (P = sigma, Exp(mu (1 - sigma))), the factor (1
 c_L^2) turning its exponential-service wait into the Allen–Cunneen one; continuous at c_a^2 = 1, and
 as rc -> 1 the mean tends to the Allen–Cunneen (c_a^2 + c_L^2)/2 over mu (1 - rc). Before, c_a^2 was
 taken at most 1 here, and the corpus's bursty colocated cases ran far low at 0.8-0.95 of the limit
-(docs/validation.md, "Bursty arrivals at the colocated KV wall"). The caller passes c_a^2 <= 1 for a
+(docs/validation.md, "Colocated limit: the saturated schedule alone"). The caller passes c_a^2 <= 1 for a
 trace, whose within-window SCV comes from clumped, correlated gaps rather than a renewal stream.
 """
 

@@ -385,7 +385,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if self.n_max is not None:
             lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for memory or a slot "
                              + (f"(KV soft wall: the pool holds {self._wall.centre:.1f} +- {self._wall.sd:.1f} residents; "
-                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (c_a^2 + c_L^2)/2, c_a^2 <= 1)" if self._wall is not None
+                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (c_a^2 + c_L^2)/2; bursty renewal "
+                                "arrivals: the Gamma GI/M/1 root)" if self._wall is not None
                                 else "(M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)"))
         if self.instances > 1 and self.dispatch == "least_loaded":
             lam_notes.append(f"{self.instances} instances, least_loaded (outstanding tokens): idle instances first, "

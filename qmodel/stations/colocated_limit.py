@@ -71,9 +71,11 @@ class ColocatedLimits:
 
     @cached_property
     def _limit_parts(self) -> tuple[float, bool]:
-        """(per-instance limit, regulated): where KV or slots cap the batch, the saturated schedule's
-        capacity (docs/methods.md, "Colocated stability limit"), at most the full-budget bound, with
-        the heavy-traffic batch of :meth:`_regulated_batch`; else the fixed point's own limit."""
+        """(the queueing pieces' per-instance limit lam_in, regulated): where KV or slots cap the batch,
+        the saturated schedule's capacity (docs/methods.md, "Colocated stability limit") at most the
+        full-budget bound 1/(E[L] d + T(b)/b) of those pieces, with the heavy-traffic batch of
+        :meth:`_regulated_batch`; else the fixed point's own limit. The station's limit is the
+        schedule's (:attr:`load_scale`)."""
         sat = self.saturated_rate_per_s
         if not math.isfinite(sat):
             return self._lam_max, False
