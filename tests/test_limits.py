@@ -310,3 +310,37 @@ def test_c0028_replay_limit_is_the_phase_locked_schedule():
                    "every mixed iteration while the slot cap admits one or two (analytic 17.92, replay 12.84)")
 def test_c0028_analytic_limit_within_5pct_of_the_replay():
     assert Solver(_c0028()).max_stable_rate()[0] == pytest.approx(12.84, rel=0.05)
+
+
+# ---- colocated: the saturated schedule's capacity alone (issue 18, 0.95-0.97 of the limit) ---------
+# The limit was min(schedule, 1/(E[L] d + T(b)/b)), d at the slot cap KV/E[P + L]. Where the residents
+# are length-biased (the memory holds more of the short-output requests than KV/E[P + L]) the bound
+# sat below the schedule and the replay: corpus c0170 (this scenario with 2 instances) -19.0%, and 30
+# of the 158 open colocated corpus rows more than 3% low (docs/validation.md, "Colocated limit: the
+# saturated schedule alone"). Measured on this one-instance case: main 9.636 vs sustained 11.89
+# (-18.9%) -> 11.82 (-0.7%). Tolerance 3%: the examples' (the sustained rate's ~1% plus the model's).
+KV_BIASED = {"name": "kv-length-biased", "model": "opt-13b",
+             "workload": {"arrivals": {"kind": "poisson", "rate_per_s": 1.0},
+                          "lengths": {"kind": "lognormal", "prompt_median_tokens": 1688.2, "prompt_sigma": 1.131,
+                                      "prompt_max_tokens": 16384, "output_median_tokens": 21.4, "output_sigma": 0.422,
+                                      "output_max_tokens": 2048}},
+             "slo": {"ttft_s": 0.2, "tpot_s": 0.035},
+             "deployment": {"topology": "colocated", "pool": {"gpu": "h100-sxm", "instances": 1,
+                                                              "kv_memory_fraction": 0.0838},
+                            "max_batch_tokens": 2048},
+             "perf": {"kind": "roofline"}}
+
+
+def test_colocated_limit_is_the_schedule_where_residents_are_length_biased():
+    scn = parse_scenario(KV_BIASED)
+    lim, sus = _compare(scn)
+    assert abs(lim / sus - 1) <= 0.03, (lim, sus)
+    # the queueing pieces are read at the load against that limit: finite and growing up to it
+    sol = Solver(scn)
+    prev = 0.0
+    for u in (0.5, 0.9, 0.97, 0.995):
+        r = sol.solve(u * lim)
+        assert np.isfinite([r.ttft.p90, r.ttft.p99, r.tpot.p90]).all()
+        assert r.ttft.p90 > prev
+        prev = r.ttft.p90
+

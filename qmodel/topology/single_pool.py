@@ -121,7 +121,7 @@ class ColocatedTopology(SinglePoolTopology):
         from qmodel.stations.colocated import ColocatedStation
 
         return ColocatedStation(max_batch_tokens=scenario.deployment.max_batch_tokens,
-                                **self._common(scenario, resolved))
+                                renewal_arrivals=resolved.arrival_law is None, **self._common(scenario, resolved))
 
     def prefill_token_budget(self, deployment: Any) -> int:
         return deployment.max_batch_tokens
