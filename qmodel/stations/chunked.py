@@ -177,6 +177,12 @@ class ChunkedStation(StationModel):
         self.mean_X = self.mean_S - self.mean_p / c * self.td
         self.mean_X[0] = self.mean_S[0]
         self.lam_fluid = self._fluid_limit(n, c)
+        if self.kv_capacity_tokens is not None or self.max_batch is not None:
+            from qmodel.stations.chunked_capacity import chunked_saturated_rate_per_s
+
+            self.lam_fluid = min(self.lam_fluid, chunked_saturated_rate_per_s(
+                sv, p, L, self.kv_capacity_tokens, self.max_batch, self.chunk_tokens, cached_tokens=self.cached_tokens,
+                reserved_output=self.reserved_output_tokens))
         self.multi = L >= 2
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
