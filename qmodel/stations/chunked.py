@@ -58,7 +58,12 @@ X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode
 remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
 lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
 "Single-pool stability limits"; against the replay's sustained rate +1.1..+1.8% over budgets
-256-16384; the KV slot cap is the decode-only saturated schedule's mean batch).
+256-16384; the KV slot cap is the decode-only saturated schedule's mean batch). Where KV or
+``max_batch`` caps the slots, lam_max is also at most the engine's saturated schedule under those
+caps (:func:`qmodel.stations.chunked_capacity.chunked_saturated_rate_per_s`): a request holds its
+slot from its prefill's start, so a saturated mixed iteration carries only the prompts the last
+departures made room for, not the budget's worth cost_n assumes (+13..+52% -> within the replay's
+seed spread where a slot cap binds; docs/validation.md, "Chunked limit with a binding slot cap").
 """
 
 from __future__ import annotations
