@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from qmodel.cli.common import add_scenario_args, gc_paused, resolved_scenario_from_args
-from qmodel.cli.output import print_json, print_table, say, to_plain
+from qmodel.cli.output import print_json, print_latencies, print_table, say, to_plain
 from qmodel.errors import InputError
 from qmodel.units import format_bandwidth, format_duration, parse_duration, parse_rate
 
@@ -115,13 +115,7 @@ def _print_text(res, goal: float) -> None:
     limit = min(s.max_stable_rate_per_s for s in res.stations) / (1.0 - (res.rejected_fraction or 0.0))
     say(f"{res.scenario}: {res.topology} on {res.gpus} GPUs at {res.rate_per_s:.4g} req/s "
         f"({res.rate_per_s / limit:.2f} of the largest stable rate, {limit:.4g} req/s)\n")
-    rows = [["TTFT"] + [format_duration(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")],
-            ["TPOT"] + [format_duration(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")]]
-    if res.tbt is not None:  # TBT = (e2e - TTFT)/L, shown when the scenario names a TPOT definition
-        rows.append(["TBT"] + [format_duration(getattr(res.tbt, k)) for k in ("mean", "p50", "p90", "p99")])
-    print_table(["metric", "mean", "p50", "p90", "p99"], rows)
-    if res.rejected_fraction:
-        say(f"rejected: {res.rejected_fraction:.2%} of requests exceed the context window (counted as SLO misses)")
+    print_latencies(res)
     lo, hi = res.attainment_bounds
     verdict = f">= goal {goal:.0%}: met" if res.attainment >= goal else f"< goal {goal:.0%}: not met"
     say(f"\nSLO attainment {res.attainment * 100:.2f}% {verdict} (TTFT alone {res.ttft_attainment * 100:.2f}%, "

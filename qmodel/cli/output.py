@@ -16,6 +16,7 @@ import textwrap
 from typing import Any, Sequence
 
 __all__ = ["DEFAULT_WIDTH", "set_width", "text_width", "say", "say_command", "to_plain", "print_json",
+           "print_latencies",
            "print_table", "set_markdown", "add_progress_option", "progress_on", "add_width_option", "add_set_option"]
 
 #: columns of text output by default (``--wide``: no limit)
@@ -123,6 +124,21 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], stream=No
                                    for i, (c, w) in enumerate(zip(line, widths))).rstrip() + "\n")
         if j == 0:
             stream.write("  ".join("-" * w for w in widths) + "\n")
+
+
+def print_latencies(res: Any, extra: Sequence[tuple[str, Any]] = (), stream=None) -> None:
+    """The mean/p50/p90/p99 table of a result's TTFT, TPOT, TBT (when the scenario names a TPOT
+    definition: (e2e - TTFT)/L) and ``extra`` rows, then the share of requests refused beyond the
+    context window, if any: what ``solve`` and ``replay`` print alike."""
+    from qmodel.units import format_duration
+
+    rows = [("TTFT", res.ttft), ("TPOT", res.tpot)] + ([("TBT", res.tbt)] if res.tbt is not None else [])
+    print_table(["metric", "mean", "p50", "p90", "p99"],
+                [[name] + [format_duration(getattr(d, k)) for k in ("mean", "p50", "p90", "p99")]
+                 for name, d in (*rows, *extra)], stream)
+    if res.rejected_fraction:
+        say(f"rejected: {res.rejected_fraction:.2%} of requests exceed the context window (counted as SLO misses)",
+            stream)
 
 
 def _print_markdown(cells: list[list[str]], stream) -> None:
