@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.chunked_capacity import chunked_saturated_rate_per_s
+from qmodel.stations.chunked_capacity import chunked_saturated_rate_per_s, chunked_saturation
 
 ALPHA, GAMMA, ETA, PER_REQ = 0.02, 1e-5, 1e-9, 1e-3
 A, B_SEQ, C_CTX = 0.01, 2e-4, 1e-7
@@ -90,3 +90,22 @@ def test_no_cap_and_nothing_fits():
     sv = Affine()
     assert chunked_saturated_rate_per_s(sv, *_fixed(300, 5), None, None, 512) == math.inf
     assert chunked_saturated_rate_per_s(sv, *_fixed(300, 5), 304.0, None, 512) == 0.0
+
+
+def test_two_slots_schedule_statistics():
+    # the cycle of test_two_slots_mix_one_prompt_with_the_decodes: every mixed iteration carries one
+    # prompt of 100 tokens and one decode, and takes T_p(101, 100^2, 1)
+    sat = chunked_saturation(Affine(ctx=0.0), *_fixed(100, 3), None, 2, 512)
+    assert sat.prompts_per_mixed == pytest.approx(1.0, rel=1e-12)
+    assert sat.prompt_tokens_per_mixed == pytest.approx(100.0, rel=1e-12)
+    assert sat.decodes_per_mixed == pytest.approx(1.0, rel=1e-12)
+    assert sat.mixed_time_s == pytest.approx(ALPHA + GAMMA * 101 + ETA * 100**2 + PER_REQ, rel=1e-12)
+
+
+def test_schedule_is_kept_by_its_inputs():
+    # rate-independent: a second station over the same samples, caps and service reuses it
+    sv = Affine()
+    first = chunked_saturation(sv, *_fixed(300, 5), None, 1, 512)
+    assert chunked_saturation(sv, *_fixed(300, 5), None, 1, 512) is first
+    assert chunked_saturation(sv, *_fixed(300, 5), None, 2, 512) is not first
+

@@ -28,35 +28,115 @@ keeps its start's groups forever; the replay's limit is the fully staggered one 
 the backlog empties and arrivals are admitted one at a time, which splits groups). With random
 lengths the start is forgotten within the warm-up. The sample is taken in a seeded permutation
 (several passes, at least 8,192 admissions), the first fifth discarded as warm-up.
+
+Returned with the rate (:class:`ChunkedSaturation`): the mixed iterations' mean prompts, prompt
+tokens, decodes and time (c0028: 1 prompt of 512 tokens with 3 decodes, where the budget's packing
+puts 1 + 4092/512 prompts; docs/validation.md, "Chunked limit with a binding slot cap"). The schedule
+is rate-independent, so it is kept by its samples and caps (timed answers by the service object): a
+goodput search, and every station over the same inputs, computes it once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
+from qmodel.stations.capacity import sample_digest
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["chunked_saturated_rate_per_s"]
+__all__ = ["ChunkedSaturation", "chunked_saturated_rate_per_s", "chunked_saturation"]
 
 _MIN_REQUESTS = 8192
 _WARMUP = 0.2
+_EMPTY_MIXED = np.zeros((0, 5))
+_EMPTY_RUNS = np.zeros((0, 3))
+
+
+@dataclass(frozen=True)
+class ChunkedSaturation:
+    """The saturated schedule's rate and its mixed iterations' means (after the warm-up).
+
+    ``prompts_per_mixed`` k_s: prompts chunked in a mixed iteration; ``prompt_tokens_per_mixed``
+    c_s: their prompt tokens; ``decodes_per_mixed`` n_s: the sequences decoding in it;
+    ``mixed_time_s``: its mean time. NaN statistics where there are no mixed iterations
+    (an uncapped instance: ``rate_per_s`` inf, the fluid limit applies)."""
+
+    rate_per_s: float
+    prompts_per_mixed: float = math.nan
+    prompt_tokens_per_mixed: float = math.nan
+    decodes_per_mixed: float = math.nan
+    mixed_time_s: float = math.nan
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """The iterations after the warm-up (service-independent): mixed rows (tokens incl. decodes,
+    attention, chunks, n, S), decode runs (n, S at the first step, steps), completions."""
+
+    mixed: np.ndarray
+    runs: np.ndarray
+    completed: int
+    rate: float | None = None
+
+
+# schedules by the samples and caps, and their timed answers by the service object (an entry
+# holds the service, so its id is not reused): the schedule is rate-independent, so a goodput
+# search, and every station over the same samples and caps, computes it once
+_SCHEDULES: OrderedDict[tuple, _Schedule] = OrderedDict()
+_TIMED: OrderedDict[tuple, tuple[ServiceTimeModel, ChunkedSaturation]] = OrderedDict()
+_MAX_SCHEDULES = 32
 
 
 def chunked_saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                                  kv_capacity_tokens: float | None, max_batch: int | None, budget: int,
                                  seed: int = 0, cached_tokens: np.ndarray | None = None,
                                  reserved_output: np.ndarray | None = None) -> float:
-    """Requests per second one chunked instance completes under an endless backlog (module doc).
+    """Requests per second one chunked instance completes under an endless backlog (module doc);
+    :func:`chunked_saturation`'s ``rate_per_s``."""
+    return chunked_saturation(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, budget, seed,
+                              cached_tokens, reserved_output).rate_per_s
+
+
+def chunked_saturation(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                       kv_capacity_tokens: float | None, max_batch: int | None, budget: int,
+                       seed: int = 0, cached_tokens: np.ndarray | None = None,
+                       reserved_output: np.ndarray | None = None) -> ChunkedSaturation:
+    """The saturated schedule of one chunked instance (module doc), kept by its inputs.
 
     ``prompt_tokens`` are the computed (uncached) ones; ``cached_tokens`` (a prefix hit per request)
-    are held in KV and in the decode context, not computed. ``inf`` when neither KV nor a slot cap
-    bounds the decode batch (the fluid limit then applies); 0 when no request fits the KV."""
+    are held in KV and in the decode context, not computed. Rate ``inf`` when neither KV nor a slot
+    cap bounds the decode batch (the fluid limit then applies); 0 when no request fits the KV."""
+    key = (sample_digest(prompt_tokens), sample_digest(output_tokens), sample_digest(cached_tokens),
+           kv_capacity_tokens, max_batch, int(budget), seed, sample_digest(reserved_output))
+    hit = _TIMED.get((id(service), *key))
+    if hit is not None and hit[0] is service:
+        _TIMED.move_to_end((id(service), *key))
+        return hit[1]
+    sched = _SCHEDULES.get(key)
+    if sched is None:
+        sched = _SCHEDULES[key] = _schedule(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, budget,
+                                            seed, cached_tokens, reserved_output)
+    _SCHEDULES.move_to_end(key)
+    out = _timed(service, sched)
+    _TIMED[(id(service), *key)] = (service, out)
+    for kept in (_SCHEDULES, _TIMED):
+        if len(kept) > _MAX_SCHEDULES:
+            kept.popitem(last=False)
+    return out
+
+
+def _schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float | None,
+              max_batch: int | None, budget: int, seed: int, cached_tokens: np.ndarray | None,
+              reserved_output: np.ndarray | None) -> _Schedule:
+    """The iteration sequence under an endless backlog (module doc), apart from its times."""
     if kv_capacity_tokens is None and max_batch is None:
-        return math.inf
+        return _Schedule(_EMPTY_MIXED, _EMPTY_RUNS, 0, math.inf)
     p = np.asarray(prompt_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
     cached = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
@@ -69,7 +149,7 @@ def chunked_saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.nd
     order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
     total = len(order)
     if total == 0:
-        return 0.0
+        return _Schedule(_EMPTY_MIXED, _EMPTY_RUNS, 0, 0.0)
     pl, cl, nl = p.tolist(), cached.tolist(), need.tolist()
     last = [int(x) - 1 for x in L.tolist()]   # decode steps after the prefill's token
     c0l = [x + 1.0 for x in hold.tolist()]    # context at the first decode step
@@ -156,22 +236,35 @@ def chunked_saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.nd
         if mark is None and qi >= warm:
             mark = (len(mixed), len(runs), done)
     if mark is None:
-        return math.inf
-    ma = np.asarray(mixed[mark[0]:], dtype=float).reshape(-1, 5)
+        return _Schedule(_EMPTY_MIXED, _EMPTY_RUNS, 0, math.inf)
+    return _Schedule(np.asarray(mixed[mark[0]:], dtype=float).reshape(-1, 5),
+                     np.asarray(runs[mark[1]:], dtype=float).reshape(-1, 3), done - mark[2])
+
+
+
+def _timed(service: ServiceTimeModel, sched: _Schedule) -> ChunkedSaturation:
+    """The schedule's iterations timed by ``service``: a mixed iteration
+    T_p(tokens + n, attention, k) + t_d(n, S) - t_d(n, 0); a decode run of k steps from context sum S
+    with n sequences, S + n j at step j (one step-time call over all steps)."""
+    if sched.rate is not None:
+        return ChunkedSaturation(sched.rate)
+    ma = sched.mixed
     t = 0.0
+    stats = ChunkedSaturation(math.nan)
     if len(ma):
         n_m = np.maximum(ma[:, 3], 1.0)
         dec = np.where(ma[:, 3] > 0, np.asarray(service.decode_step_time_s(n_m, ma[:, 4]), dtype=float)
                        - np.asarray(service.decode_step_time_s(n_m, 0.0), dtype=float), 0.0)
-        t += float(np.sum(np.asarray(service.prefill_time_s(ma[:, 0], ma[:, 1], ma[:, 2]), dtype=float) + dec))
-    ra = runs[mark[1]:]
-    if ra:
-        n_r = np.array([r[0] for r in ra], dtype=float)
-        s_r = np.array([r[1] for r in ra], dtype=float)
-        k_r = np.array([r[2] for r in ra], dtype=np.int64)
+        t_mix = np.asarray(service.prefill_time_s(ma[:, 0], ma[:, 1], ma[:, 2]), dtype=float) + dec
+        t += float(np.sum(t_mix))
+        stats = ChunkedSaturation(math.nan, float(ma[:, 2].mean()), float((ma[:, 0] - ma[:, 3]).mean()),
+                                  float(ma[:, 3].mean()), float(t_mix.mean()))
+    ra = sched.runs
+    if len(ra):
+        k_r = ra[:, 2].astype(np.int64)
         start = np.repeat(np.cumsum(k_r) - k_r, k_r)
-        n_s = np.repeat(n_r, k_r)
+        n_s = np.repeat(ra[:, 0], k_r)
         j = np.arange(int(k_r.sum())) - start
-        t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(s_r, k_r) + n_s * j)))
-    completed = done - mark[2]
-    return completed / t if t > 0 else math.inf
+        t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(ra[:, 1], k_r) + n_s * j)))
+    rate = sched.completed / t if t > 0 else math.inf
+    return dataclasses.replace(stats, rate_per_s=rate)
