@@ -36,8 +36,8 @@ import numpy as np
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["Iterations", "iterations", "saturated_rate_per_s", "saturated_schedule", "timed", "heavy_traffic_batch",
-           "heavy_traffic_onset"]
+__all__ = ["Iterations", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
+           "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
 _WARMUP = 0.2
@@ -79,7 +79,8 @@ _MAX_SCHEDULES = 32
 _TIMED: OrderedDict[tuple, tuple[ServiceTimeModel, tuple[float, float]]] = OrderedDict()
 
 
-def _digest(a: np.ndarray | None) -> bytes | None:
+def sample_digest(a: np.ndarray | None) -> bytes | None:
+    """A short digest of a length sample (a cache key part; None for None)."""
     if a is None:
         return None
     arr = np.ascontiguousarray(a, dtype=float)
@@ -97,8 +98,8 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
     ``reserved_output``: the output tokens each request's KV reservation counts (a ``max_tokens``
     reservation, :func:`qmodel.workload.reserved_output_tokens`); None: its own output.
     """
-    key = (_digest(prompt_tokens), _digest(output_tokens), _digest(cached_tokens),
-           kv_capacity_tokens, max_batch, max_batch_tokens, seed, _digest(reserved_output))
+    key = (sample_digest(prompt_tokens), sample_digest(output_tokens), sample_digest(cached_tokens),
+           kv_capacity_tokens, max_batch, max_batch_tokens, seed, sample_digest(reserved_output))
     hit = _TIMED.get((id(service), *key))
     if hit is not None and hit[0] is service:
         _TIMED.move_to_end((id(service), *key))

@@ -58,7 +58,12 @@ X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode
 remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
 lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
 "Single-pool stability limits"; against the replay's sustained rate +1.1..+1.8% over budgets
-256-16384; the KV slot cap is the decode-only saturated schedule's mean batch).
+256-16384; the KV slot cap is the decode-only saturated schedule's mean batch). Where KV or
+``max_batch`` caps the slots, lam_max is also at most the engine's saturated schedule under those
+caps (:func:`qmodel.stations.chunked_capacity.chunked_saturated_rate_per_s`): a request holds its
+slot from its prefill's start, so a saturated mixed iteration carries only the prompts the last
+departures made room for, not the budget's worth cost_n assumes (+13..+52% -> within the replay's
+seed spread where a slot cap binds; docs/validation.md, "Chunked limit with a binding slot cap").
 """
 
 from __future__ import annotations
@@ -177,6 +182,12 @@ class ChunkedStation(StationModel):
         self.mean_X = self.mean_S - self.mean_p / c * self.td
         self.mean_X[0] = self.mean_S[0]
         self.lam_fluid = self._fluid_limit(n, c)
+        if self.kv_capacity_tokens is not None or self.max_batch is not None:
+            from qmodel.stations.chunked_capacity import chunked_saturated_rate_per_s
+
+            self.lam_fluid = min(self.lam_fluid, chunked_saturated_rate_per_s(
+                sv, p, L, self.kv_capacity_tokens, self.max_batch, self.chunk_tokens, cached_tokens=self.cached_tokens,
+                reserved_output=self.reserved_output_tokens))
         self.multi = L >= 2
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
