@@ -247,6 +247,20 @@ class ChunkedStation(StationModel):
     def max_stable_rate_per_s(self) -> float:
         return self._lam_max * self.instances
 
+    def _decode_chain(self, lam: float) -> tuple[np.ndarray, float, float]:
+        """(pi[0..m], tail beyond the cap, tail ratio) of one instance's decode chain at rate lam."""
+        step, _ = self._step(lam)
+        return GPSChain(step, cap=self.cap, slope_inf=0.0).solve(lam * self.mean_output, self.cap)
+
+    def occupancy(self, rate_per_s: float) -> dict[str, np.ndarray | int]:
+        """One instance's modelled occupancy law at pool rate ``rate_per_s``: ``decode`` pi[0..cap]
+        (sequences decoding, the mass beyond the cap folded into it) and the slot ``cap``; read by
+        ``benchmarks/chunked_occupancy.py`` against the replay's time-average histograms."""
+        pi, tail, _ = self._decode_chain(rate_per_s / self.instances)
+        pi = pi.copy()
+        pi[-1] += tail
+        return {"decode": pi, "cap": self.cap}
+
     # ---- solve -----------------------------------------------------------------------------
     def solve(self, rate_per_s: float) -> StationSolution:
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
@@ -256,10 +270,8 @@ class ChunkedStation(StationModel):
         load = rate_per_s / lam_max
         if load >= 1.0:
             raise UnstableError(self.name, load, rate_per_s, lam_max, "prompt + decode tokens per iteration budget")
-        step, g_tab = self._step(lam)
-        chain = GPSChain(step, cap=self.cap, slope_inf=0.0)
-        tok = lam * self.mean_output
-        pi, tail, rc = chain.solve(tok, self.cap)
+        g_tab = self._step(lam)[1]
+        pi, tail, rc = self._decode_chain(lam)
         # KV admission: at the slot cap (KV, max_batch or the budget) a prompt waits for a free slot
         # before its first chunk; independent of the backlog wait, added to TTFT below
         adm = admission_wait(pi, tail, rc, self.cap, float(g_tab[self.cap]), self.mean_output, self.cv2_output,
