@@ -79,3 +79,18 @@ def test_example_ttft_against_replay_half_load():
     rep = latency_metrics(replay(sc.with_rate(rate), n_requests=20000, seed=0))
     for k in ("ttft_p50", "ttft_p90", "ttft_p99"):
         assert an[k] == pytest.approx(rep[k], rel=0.15), k
+
+
+@pytest.mark.parametrize("c,cap,a", [(2, 4, 6.0), (4, 8, 30.0), (3, 1, 1.5)])
+def test_pooled_slot_chain_constant_step_is_erlang_c(c, cap, a):
+    """jsq's pooled slot chain with a constant step time g is M/M/(c cap): P(n >= c cap) is
+    Erlang C(c cap, a) with a = c lam E[L] g offered sequences, exactly (float tolerance)."""
+    from qmodel.stations.chunked import pooled_slot_chain
+    from qmodel.stations.fcfs import erlang_c
+
+    g = 0.02
+    pi, tail, rc = pooled_slot_chain(np.full(cap + 1, g), c, a / (c * g))
+    assert len(pi) == c * cap + 1
+    assert rc == pytest.approx(a / (c * cap), rel=1e-12)
+    assert float(pi[-1]) + tail == pytest.approx(erlang_c(c * cap, a), rel=1e-9)
+    assert float(pi.sum()) + tail == pytest.approx(1.0, abs=1e-12)
