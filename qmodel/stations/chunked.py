@@ -41,8 +41,8 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   TTFT p50/p90/p99 median |error| 25.3/18.4/15.3% with the Erlang-C/c JSQ wait -> 8.4/7.6/9.1%).
   jsq pools (fewest requests, waiting plus holding a slot): the backlog as least_loaded's, but the
   slot wait of the c instances' slots as one pool (:func:`pooled_slot_chain`): an arrival waits for
-  a slot only when every instance is full (12 open chunked jsq corpus cases: TTFT p90 median |error|
-  73 -> 24%; docs/validation.md, "JSQ by count").
+  a slot only when every instance is full (12 open chunked jsq corpus cases: TTFT p50/p90/p99 median
+  |error| 41/73/78 -> 26/24/21%; docs/validation.md, "JSQ by count").
 
 Bursty arrivals (``ca2`` > 1): batch-Poisson stand-in with geometric batches of mean m from the
 Gamma renewal-function excess over the mean backlog busy period
