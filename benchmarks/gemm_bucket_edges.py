@@ -9,6 +9,12 @@ Llama-3.1-70B TP1 shapes the catalog curve's error against the table at M = 2^k 
 On Hopper FP8 the step is 1.3-2.2x while BF16 has none; AIC's composed step estimates sit at the
 edges (power-of-two prompts), so a smooth curve fitted to the whole table reads them high
 (docs/step_times.md, "FP8 Llama-3.1-70B prefill on H200 TP1").
+
+Also printed: t(e + 1) / t(next sampled M) for the bucket edges e in :data:`WITHIN` (the next
+sampled M is 256 rows or more further), the median over shapes and the share of shapes above 1.
+A tile or bucket quantisation of M (time of ceil(M / tile) tiles) is non-decreasing in M, so that
+ratio is at most 1; above 1 the time *falls* as rows are added within a bucket, which no
+quantisation of M reproduces.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ AIC_DTYPE = {"bf16": ("bfloat16", 2.0), "fp8": ("fp8", 1.0), "fp4": ("nvfp4", 0.
 EDGES = (128, 256, 512, 1024, 2048)
 #: Llama-3.1-70B at TP1: QKV, attention output, FFN gate/up (closest table width), FFN down (closest depth)
 SHAPES_70B = ((10240, 8192), (8192, 8192), (51200, 8192), (8192, 16384))
+#: (just past an edge, the next M the table samples)
+WITHIN = ((129, 256), (257, 512), (513, 768), (769, 1024), (1025, 1280), (2049, 2304))
 
 
 def main() -> None:
@@ -47,6 +55,14 @@ def main() -> None:
                 if m in t.index.levels[0] and m + 1 in t.index.levels[0]:
                     ratios.append(f"{m}: {float((t.xs(m + 1, level='m') / t.xs(m, level='m')).median()):.2f}")
             print(f"{system} {dtype}: t(2^k+1)/t(2^k) median over shapes  " + "  ".join(ratios))
+            within = []
+            for a, b in WITHIN:
+                if a not in t.index.levels[0] or b not in t.index.levels[0]:
+                    continue  # A100's table has no rows just past the edges
+                r = t.xs(a, level="m") / t.xs(b, level="m")
+                within.append(f"{a}/{b}: {float(r.median()):.2f} ({100 * float((r > 1).mean()):.0f}% > 1)")
+            if within:
+                print("    t(e+1)/t(next M) median over shapes (share > 1)  " + "  ".join(within))
             curve = load_curves().resolve(gpu, dtype).gemm
             for n, k in SHAPES_70B:
                 if (n, k) not in {(a, b) for _, a, b in t.index}:

@@ -25,13 +25,14 @@ from qmodel.scenario import (DecodePool, Deployment, DisaggregatedDeployment, Em
                              PrefixTraceHashes, RooflinePerf, Scenario, TraceArrivals)
 from qmodel.specs import GPUSpec, LinkSpec, ModelSpec
 from qmodel.trace_law import TraceLaw, trace_law_of
-from qmodel.workload import LengthMix, arrival_stats, fit_context, length_mix
+from qmodel.workload import (LengthMix, arrival_stats, fit_context, length_mix, max_output_support, over_context,
+                             reserved_output_tokens)
 
 if TYPE_CHECKING:  # the replay's trace type; build imports the validation package only when a trace is read
     from qmodel.validation.trace_types import Trace
 
 __all__ = ["PREFILL_MEMORY_FRACTION", "PoolRuntime", "PoolFactory", "Resolved", "WorkloadParts", "pool_memory_fraction",
-           "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "pool_reserve_bytes", "prefix_law",
+           "context_tokens", "pipeline_warnings", "pool_compute_dtype", "pool_model", "pool_perf", "pool_reserve_bytes", "prefix_law",
            "resolve", "resolve_link", "resolve_pool", "resolve_workload", "trace_hash_uncached", "trace_with_hashes"]
 
 #: share of a prefill instance's memory after weights counted as its KV (it holds no long-lived KV
@@ -68,6 +69,11 @@ class WorkloadParts:
     warnings: tuple[str, ...]
     #: a trace's windows and rate classes (:mod:`qmodel.trace_law`); None for other arrivals
     arrival_law: TraceLaw | None = None
+    #: the share of requests refused for exceeding the context window (``context_overflow = reject``)
+    rejected_fraction: float = 0.0
+    #: the serving engine's context window (tokens) and the requests' maximum output (max_tokens)
+    context_tokens: int = 0
+    max_output_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,22 @@ class Resolved:
     #: trace arrivals' windows and rate classes (:mod:`qmodel.trace_law`): the solver mixes its
     #: answer over them; None for renewal arrivals
     arrival_law: TraceLaw | None = None
+    #: the share of offered requests refused for exceeding the context window (``workload.context_overflow =
+    #: reject``): the stations see the rest, at (1 - rejected_fraction) of the offered rate
+    rejected_fraction: float = 0.0
+    #: the context window (tokens) and the requests' maximum output (:func:`qmodel.workload.max_output_support`)
+    context_tokens: int = 0
+    max_output_tokens: int = 0
+
+    def reserved_output(self, role: str) -> np.ndarray | None:
+        """Output tokens per request that the KV reservation of pool ``role`` counts: None (each its own
+        output) unless the pool's ``kv_reservation`` is ``max_tokens``, then
+        :func:`qmodel.workload.reserved_output_tokens` (docs/methods.md, "KV reservation")."""
+        cfg = self.pools[role].config
+        if getattr(cfg, "kv_reservation", None) != "max_tokens":
+            return None
+        return reserved_output_tokens(self.lengths.prompt, self.lengths.output, self.max_output_tokens,
+                                      self.context_tokens)
 
     @property
     def gpus(self) -> int:
@@ -241,7 +263,8 @@ def resolve(scenario: Scenario, *, model: ModelSpec | None = None, workload: Wor
     if isinstance(scenario.workload.prefix_cache, PrefixTraceHashes):
         uncached = trace_hash_uncached(scenario, w.lengths, sender)
     return Resolved(scenario, model, w.lengths, uncached, w.base_rate_per_s, w.ca2, pools, link, link_bw,
-                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools), w.arrival_law)
+                    sender.model.kv_bytes_per_token(), w.warnings + pipeline_warnings(dep, pools), w.arrival_law,
+                    w.rejected_fraction, w.context_tokens, w.max_output_tokens)
 
 
 def pipeline_warnings(dep: Deployment, pools: dict[str, PoolRuntime]) -> tuple[str, ...]:
@@ -267,16 +290,40 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
     for trace arrivals, the trace's windows (:func:`qmodel.trace_law.trace_law_of`)."""
     mix = length_mix(scenario.workload)
     warnings: list[str] = []
-    p, o, cut = fit_context(mix.prompt, mix.output, model.max_context_tokens)
+    ctx = context_tokens(scenario, model)
+    w = scenario.workload
+    max_out = max_output_support(w, mix.output)
+    if w.max_output_tokens is not None and np.any(mix.output > max_out):
+        # the client's max_tokens stops longer generations there
+        mix = LengthMix(mix.prompt, np.minimum(mix.output, max_out), hashlib.sha256(f"{mix.sha256}<={max_out}".encode()).hexdigest())
+    rejected = 0.0
+    if w.context_overflow == "reject":
+        over = over_context(mix.prompt, mix.output, ctx)
+        if np.all(over):
+            raise InputError("workload.context_overflow", "reject", f"some requests within the {ctx}-token context "
+                             "(every one exceeds it)")
+        if w.arrivals.kind == "closed" and np.any(over):
+            raise InputError("workload.context_overflow", "reject", "truncate with closed-loop arrivals (a refused "
+                             "request's client would send again at once: not modelled)")
+        if isinstance(w.prefix_cache, PrefixTraceHashes) and np.any(over):
+            raise InputError("workload.context_overflow", "reject", "truncate with prefix_cache trace_hashes (the block "
+                             "LRU replays every trace request in order)")
+        if np.any(over):
+            rejected = float(np.mean(over))
+            warnings.append(f"warning: {int(over.sum())} of {len(mix)} requests exceed the {ctx}-token context and "
+                            f"are rejected ({rejected:.2%} of requests, counted as SLO misses)")
+            keep = ~over
+            mix = LengthMix(mix.prompt[keep], mix.output[keep], hashlib.sha256(f"{mix.sha256}|{ctx}".encode()).hexdigest())
+    p, o, cut = fit_context(mix.prompt, mix.output, ctx)
     if cut and not np.any(o > 1) and np.any(mix.output > 1):
         # Truncation left every request one output token: no TPOT exists, and the prompt is the cause.
         field = "workload.lengths.prompt_tokens" if scenario.workload.lengths.kind == "fixed" else "workload.lengths"
         raise InputError(field, int(mix.prompt.max()), f"prompts that leave room for output in {model.name}'s "
-                                                       f"{model.max_context_tokens}-token context")
+                                                       f"{ctx}-token context")
     if cut:
         # Traces can exceed a small model's window; the engine would truncate, so do we, and say so.
         warnings.append(f"warning: {cut} of {len(mix)} requests exceed {model.name}'s "
-                        f"{model.max_context_tokens}-token context and are truncated to it")
+                        f"{ctx}-token context and are truncated to it")
         mix = LengthMix(p, o, mix.sha256)
     mix, uncached = prefix_law(scenario, mix)
     rate, ca2 = arrival_stats(scenario.workload)
@@ -288,9 +335,25 @@ def resolve_workload(scenario: Scenario, model: ModelSpec) -> WorkloadParts:
     if isinstance(a, TraceArrivals):
         # a trace is read as windows of its own rate (qmodel.trace_law); the stations take the
         # gap SCV within a window, not the whole trace's (whose drift and bursts the windows hold)
-        law = trace_law_of(a.path, a.format, a.jitter_seed)
+        from qmodel.validation.synth import same_trace_file
+
+        lg = scenario.workload.lengths
+        law = trace_law_of(a.path, a.format, a.jitter_seed,
+                           paired=isinstance(lg, EmpiricalLengths) and same_trace_file(a, lg))
         ca2 = law.ca2
-    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings), law)
+    return WorkloadParts(mix, uncached, rate, ca2, tuple(warnings), law, rejected, ctx, max_out)
+
+
+def context_tokens(scenario: Scenario, model: ModelSpec) -> int:
+    """The serving engine's context window: ``deployment.max_context_tokens`` (vLLM --max-model-len) when
+    set, else the model's; a window beyond the model's is one InputError (vLLM refuses it too)."""
+    own = scenario.deployment.max_context_tokens
+    if own is None:
+        return int(model.max_context_tokens)
+    if own > model.max_context_tokens:
+        raise InputError("deployment.max_context_tokens", own, f"at most {model.name}'s {model.max_context_tokens}-token "
+                         "context")
+    return int(own)
 
 
 def prefix_law(scenario: Scenario, mix: LengthMix) -> tuple[LengthMix, np.ndarray]:

@@ -19,7 +19,7 @@ change; another shape becomes the disaggregated layout above).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from qmodel.scenario import ChunkedDeployment, ColocatedDeployment, DecodePool, DisaggregatedDeployment, PrefillPool, Scenario
@@ -44,6 +44,8 @@ class IsoGpuLayouts:
     #: the link fields a disaggregated layout takes
     link: dict[str, Any]
     prefill_dispatch: str
+    #: the deployment's context window override, if any (kept by every layout)
+    window: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu(self) -> str:
@@ -62,11 +64,11 @@ class IsoGpuLayouts:
 
     def colocated(self) -> Scenario:
         whole = self.pool.model_copy(update={"instances": self.instances})
-        return self._with(ColocatedDeployment(pool=whole, max_batch_tokens=self.prefill_budget_tokens))
+        return self._with(ColocatedDeployment(pool=whole, max_batch_tokens=self.prefill_budget_tokens, **self.window))
 
     def chunked(self) -> Scenario:
         whole = self.pool.model_copy(update={"instances": self.instances})
-        return self._with(ChunkedDeployment(pool=whole, chunk_tokens=self.chunk_tokens))
+        return self._with(ChunkedDeployment(pool=whole, chunk_tokens=self.chunk_tokens, **self.window))
 
     def disaggregated(self, prefill: int, decode: int | None = None) -> Scenario:
         """``prefill`` prefill instances and ``decode`` (default: the rest of the n) decode instances."""
@@ -75,13 +77,14 @@ class IsoGpuLayouts:
         dep = DisaggregatedDeployment(
             prefill=PrefillPool(gpu=pool.gpu, tp=pool.tp, pp=pool.pp, instances=prefill,
                                 max_batch_tokens=self.prefill_budget_tokens, dispatch=self.prefill_dispatch),
-            decode=pool.model_copy(update={"instances": d}), **self.link)
+            decode=pool.model_copy(update={"instances": d}), **self.link, **self.window)
         return self._with(dep)
 
 
 def iso_gpu_layouts(scenario: Scenario) -> IsoGpuLayouts:
     """The scenario's GPUs as colocated, chunked and every disaggregated P:D split."""
     from qmodel.topology import topology_named
+    from qmodel.topology.base import deployment_settings
 
     dep = scenario.deployment
     topo = topology_named(dep.topology)
@@ -95,7 +98,7 @@ def iso_gpu_layouts(scenario: Scenario) -> IsoGpuLayouts:
         dispatch = PrefillPool.model_fields["dispatch"].default
     return IsoGpuLayouts(scenario=scenario, pool=pool, instances=dep.gpus // pool.gpus,
                          prefill_budget_tokens=topo.prefill_token_budget(dep), chunk_tokens=topo.chunk_budget(dep),
-                         link=link, prefill_dispatch=dispatch)
+                         link=link, prefill_dispatch=dispatch, window=deployment_settings(dep))
 
 
 def pd_split(scenario: Scenario, prefill: int, decode: int) -> Scenario:

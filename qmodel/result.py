@@ -5,9 +5,9 @@ All times are seconds, rates requests per second, bandwidths bytes per second.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 __all__ = ["DistSummary", "StationReport", "LinkReport", "Sensitivity", "MetricBand", "Validity", "Result", "ClosedLoop",
            "Goodput", "SweepRow", "Sweep", "ConcurrencyRow", "ConcurrencySweep"]
@@ -137,6 +137,19 @@ class Result(_Out):
     validity: Validity | None = Field(default=None, description="expected agreement with the replay: an error band "
                                       "per metric fitted on the validation corpus, and the envelope flag")
     warnings: list[str] = Field(default_factory=list)
+    tbt: DistSummary | None = Field(default=None, description="TBT = (e2e - TTFT)/L over requests of L >= 2 tokens "
+                                    "(qmodel.tbt), shown when the scenario sets slo.tpot_definition")
+    rejected_fraction: float | None = Field(default=None, description="share of offered requests refused for "
+                                            "exceeding the context window (counted as SLO misses); absent when none")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
+        """Fields added later stay out of the JSON while unset, so unchanged scenarios answer byte-identically."""
+        out = handler(self)
+        for name in ("tbt", "rejected_fraction"):
+            if getattr(self, name) is None and isinstance(out, dict):
+                out.pop(name, None)
+        return out
 
 
 class ClosedLoop(_Out):

@@ -152,12 +152,18 @@ Lengths = Annotated[Union[FixedLengths, LognormalLengths, EmpiricalLengths, Pres
 
 
 class Workload(Strict):
-    OMIT_WHEN_NONE = ("prefix_cache",)  # absent stays absent: unchanged scenarios keep their sha256
+    OMIT_WHEN_NONE = ("prefix_cache", "max_output_tokens", "context_overflow")  # absent stays absent (same sha256)
 
     arrivals: Arrivals
     lengths: Lengths
     prefix_hit_ratio: Real = Field(default=0.0, ge=0, lt=1, description="fraction of prompt tokens served from a prefix cache")
     prefix_cache: PrefixCache | None = Field(default=None, description="a hit/miss mixture or the trace's block hashes")
+    max_output_tokens: Count | None = Field(
+        default=None, ge=1, le=MAX_TOKENS, description="the requests' max_tokens (as `vllm bench` passes it): outputs "
+        "longer are cut to it, and a max_tokens KV reservation reserves it; default: the length law's upper support")
+    context_overflow: Literal["truncate", "reject"] | None = Field(
+        default=None, description="a request whose prompt + output exceeds the context window: truncate (default: "
+        "the prompt keeps <= window - 1 tokens, the output what is left) or reject (not served: an SLO miss)")
 
     @field_validator("prefix_cache")
     @classmethod
@@ -167,7 +173,6 @@ class Workload(Strict):
         return v
 
 
-
 class SLO(Strict):
     """Latency targets. Attainment = P(TTFT <= ttft_s and TPOT <= tpot_s); goodput needs it >= attainment_goal."""
 
@@ -175,6 +180,10 @@ class SLO(Strict):
     tpot_s: Seconds = Field(ge=1e-5, le=3600, description="10 us to an hour")
     percentile: Real = Field(default=90.0, ge=1, lt=100, description="percentile reported against the targets")
     attainment_goal: Real = Field(default=0.9, ge=0.01, lt=1)
+    tpot_definition: Literal["per_interval", "per_token"] | None = Field(
+        default=None, description="what tpot_s bounds: per_interval (default) TPOT = (e2e - TTFT)/(L - 1), as vLLM's "
+        "bench reports it; per_token TBT = (e2e - TTFT)/L")
+    OMIT_WHEN_NONE = ("tpot_definition",)
 
 
 # ---- deployment: pools and shapes live in qmodel.scenario_deployment (imported above) -----------

@@ -17,7 +17,7 @@ from qmodel.scenario_base import MAX_TOKENS, Strict
 from qmodel.units import Bytes, BytesPerSecond, Count, Real
 
 __all__ = ["ChunkedDeployment", "ColocatedDeployment", "DecodePool", "Deployment", "DisaggregatedDeployment",
-           "Dispatch", "DISPATCH_HELP", "PoolConfig", "PrefillPool"]
+           "Dispatch", "DISPATCH_HELP", "KVReservation", "PoolConfig", "PrefillPool"]
 
 #: how a pool hands each arrival to one of its instances
 Dispatch = Literal["random", "round_robin", "least_loaded", "jsq"]
@@ -74,18 +74,36 @@ class PrefillPool(PoolConfig):
     dispatch: Dispatch = Field(default="round_robin", description=DISPATCH_HELP)
 
 
+#: what a decoding pool's KV reservation counts per request (docs/methods.md, "KV reservation")
+KVReservation = Literal["actual", "max_tokens"]
+
+
 class DecodePool(PoolConfig):
+    OMIT_WHEN_NONE = ("memory_reserve_bytes", "kv_reservation")
+
     kv_memory_fraction: Real = Field(default=0.9, ge=0.01, le=1, description="fraction of memory left after weights given to KV")
     max_batch: Count = Field(default=256, ge=1, le=1_000_000, description="max concurrent sequences per instance")
     dispatch: Dispatch = Field(default="least_loaded", description=DISPATCH_HELP)
+    kv_reservation: KVReservation | None = Field(
+        default=None, description="actual (default): a request's KV reservation is its prompt + its own output, as "
+        "on-demand engines (vLLM, SGLang) end up holding; max_tokens: prompt + the workload's maximum output length "
+        "for its whole life (TensorRT-LLM / TGI static reservation), so fewer requests are resident")
+
+
+#: the deployment field that overrides the model's context window (vLLM --max-model-len)
+MAX_CONTEXT_HELP = ("the serving engine's context window in tokens (vLLM --max-model-len), prompt + output; default: "
+                    "the model's max_context_tokens from the catalog")
 
 
 class ColocatedDeployment(Strict):
     """Each instance does prefill and decode (vLLM-like, prefill-priority iterations)."""
 
+    OMIT_WHEN_NONE = ("max_context_tokens",)
+
     topology: Literal["colocated"] = "colocated"
     pool: DecodePool
     max_batch_tokens: Count = Field(default=8192, ge=1, le=MAX_TOKENS, description="token budget of a prefill iteration")
+    max_context_tokens: Count | None = Field(default=None, ge=2, le=MAX_TOKENS, description=MAX_CONTEXT_HELP)
 
     @property
     def gpus(self) -> int:
@@ -95,9 +113,12 @@ class ColocatedDeployment(Strict):
 class ChunkedDeployment(Strict):
     """Sarathi-style chunked prefill: every iteration mixes decode tokens and prefill chunks under a budget."""
 
+    OMIT_WHEN_NONE = ("max_context_tokens",)
+
     topology: Literal["chunked"] = "chunked"
     pool: DecodePool
     chunk_tokens: Count = Field(default=512, ge=16, le=MAX_TOKENS, description="per-iteration token budget (decode tokens + prefill chunk)")
+    max_context_tokens: Count | None = Field(default=None, ge=2, le=MAX_TOKENS, description=MAX_CONTEXT_HELP)
 
     @property
     def gpus(self) -> int:
@@ -106,6 +127,8 @@ class ChunkedDeployment(Strict):
 
 class DisaggregatedDeployment(Strict):
     """Separate prefill and decode pools joined by a KV-transfer link (one link path per prefill instance)."""
+
+    OMIT_WHEN_NONE = ("max_context_tokens",)
 
     topology: Literal["disaggregated"] = "disaggregated"
     prefill: PrefillPool
@@ -122,6 +145,7 @@ class DisaggregatedDeployment(Strict):
                     "spec sheet), before the link's efficiency, replacing the link's own, e.g. '200 Gbps'")
     first_token_from: Literal["prefill", "decode"] = Field(
         default="prefill", description="whether TTFT ends at the prefill pass or at the first decode step")
+    max_context_tokens: Count | None = Field(default=None, ge=2, le=MAX_TOKENS, description=MAX_CONTEXT_HELP)
 
     @field_validator("link")
     @classmethod

@@ -14,6 +14,7 @@ Stability is checked before anything is solved: a rate at or above any station's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from functools import cached_property
@@ -99,18 +100,47 @@ class Solver:
         so computed once."""
         return self.topology.limits(self)
 
-    def station_limits(self) -> list[tuple[float, str]]:
-        """(largest stable total rate, station name) per station (computed once)."""
+    @property
+    def served_fraction(self) -> float:
+        """The share of offered requests the deployment serves: 1 less those refused for exceeding the
+        context window (``workload.context_overflow = reject``); the stations see the offered rate
+        times this (docs/methods.md, "Context window")."""
+        return 1.0 - self.resolved.rejected_fraction
+
+    def served_limits(self) -> list[tuple[float, str]]:
+        """(largest stable served rate, station name) per station: the rates the stations see."""
         return list(self._limits)
 
+    def station_limits(self) -> list[tuple[float, str]]:
+        """(largest stable total offered rate, station name) per station (computed once)."""
+        s = self.served_fraction
+        return list(self._limits) if s == 1.0 else [(lim / s, name) for lim, name in self._limits]
+
     def max_stable_rate(self) -> tuple[float, str]:
-        """(largest stable total rate, the station that sets it)."""
-        return min(self._limits)
+        """(largest stable total offered rate, the station that sets it)."""
+        return min(self.station_limits())
 
     def _check_stable(self, rate: float) -> None:
-        for lim, name in self._limits:
+        for lim, name in self.station_limits():
             if rate >= lim:
                 raise UnstableError(name, rate / lim if lim > 0 else math.inf, rate, lim)
+
+    @cached_property
+    def tbt_factors(self):
+        """The (L - 1)/L factor law that turns TPOT into TBT (:func:`qmodel.tbt.tbt_factors`)."""
+        from qmodel.tbt import tbt_factors
+
+        return tbt_factors(self.resolved.lengths.output)
+
+    def tpot_attainment(self, tpot: GridDist) -> float:
+        """P(the TPOT target is met) from the TPOT law: P(TPOT <= tpot_s), or with
+        ``slo.tpot_definition = per_token`` P(TBT <= tpot_s) (:func:`qmodel.tbt.tbt_cdf`)."""
+        slo = self.scenario.slo
+        if slo.tpot_definition == "per_token":
+            from qmodel.tbt import tbt_cdf
+
+            return tbt_cdf(tpot, float(slo.tpot_s), self.tbt_factors)
+        return float(tpot.cdf(slo.tpot_s))
 
     # ---- solving -----------------------------------------------------------------------------
     def compose(self, rate: float, laws: bool = False) -> Composition:
@@ -122,12 +152,20 @@ class Solver:
         if not (rate > 0 and math.isfinite(rate)):
             raise InputError("rate", rate, "must be a positive finite number of requests per second")
         self._check_stable(rate)
-        rate = max(rate, LIGHT_LOAD * self.max_stable_rate()[0])
+        served = self.served_fraction
+        rate = max(rate * served, LIGHT_LOAD * min(self._limits)[0])
         if self.resolved.arrival_law is not None:
             from qmodel.trace_law import compose_windows
 
-            return compose_windows(self, rate, laws)  # a trace: its windows' rates mixed
-        return self.topology.compose(self, rate, laws)
+            c = compose_windows(self, rate, laws)  # a trace: its windows' rates mixed
+        else:
+            c = self.topology.compose(self, rate, laws)
+        if served == 1.0:
+            return c
+        # a refused request misses the SLO: every attainment is over the offered requests
+        return dataclasses.replace(c, attainment=c.attainment * served, ttft_attainment=c.ttft_attainment * served,
+                                   tpot_attainment=c.tpot_attainment * served,
+                                   bounds=(c.bounds[0] * served, c.bounds[1] * served))
 
     def latency_terms(self, sp: StationSolution, st: StationSolution,
                       sd: StationSolution) -> tuple[list[GridDist], list[GridDist]]:
@@ -196,10 +234,20 @@ class Solver:
             gpus=self.resolved.gpus,
             inputs_sha256=self._inputs_sha256,
             perf_sha256=self.resolved.perf_sha256,
-            validity=self.validity(c.rate_per_s),
+            validity=self.validity(c.rate_per_s / self.served_fraction),
+            tbt=self._tbt(c),
+            rejected_fraction=self.resolved.rejected_fraction or None,
             warnings=list(self.resolved.warnings)
             + [n for s in c.stations for n in s.notes if n.startswith("warning")],
         )
+
+    def _tbt(self, c: Composition) -> DistSummary | None:
+        """TBT's summary (:mod:`qmodel.tbt`) when the scenario names a TPOT definition, else None."""
+        if self.scenario.slo.tpot_definition is None:
+            return None
+        from qmodel.tbt import tbt_summary
+
+        return DistSummary(**tbt_summary(c.tpot, self.tbt_factors))
 
     @cached_property
     def _inputs_sha256(self) -> str:

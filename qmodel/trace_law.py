@@ -41,6 +41,15 @@ overloaded periods, the PSFFA of Massey & Whitt; docs/methods.md "Trace arrivals
   first stage's wait adds to TTFT; the second's too with the first token from decode, else it
   waits in the decode admission after token 1 and enters TPOT through the handoff, spread over
   each request's L - 1 later tokens as the topology spreads the handoff.
+* **Demand**: when the lengths are the trace's own, replayed in its order (``prompt_rel``,
+  ``output_rel``), a window's requests are not the mean request: the Azure conversation trace's
+  busy minutes carry longer prompts and shorter outputs (window mean prompt 0.58-1.40x the
+  trace's). A stage is then fed work, r_w e_w in mean requests per mean gap, with e_w its
+  window's mean prompt over the trace's for the prefill pool (and a binding link: bytes go with
+  the prompt), its mean output for the decode pool (one slot-step per token); its limit is in
+  mean requests, so Q/μ is still the wait. One pool keeps e_w = 1 (its demand mixes both).
+  The FIFO stage passes on its served work mapped to the next stage's demand by arrival position
+  (:func:`pass_on`), not window by window: a backlog drains requests of earlier windows.
 * **Mixture**: class k's TTFT (TPOT) is the stations' at its rate with its windows' backlog waits
   added (independent; FFT). TTFT and TPOT laws are the arrival-weighted mixtures over classes;
   attainment, its bracket and the per-metric attainments are the arrival-weighted means of the
@@ -64,7 +73,7 @@ from qmodel.arrays import distinct
 from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, convolve, mixture, pow2_grid
 
 __all__ = ["LOAD_CAP", "RATE_CLASSES", "WINDOW_GAPS", "TraceLaw", "backlog_delay", "compose_windows", "fluid_backlog",
-           "trace_law", "trace_law_of"]
+           "pass_on", "trace_law", "trace_law_of"]
 
 #: window length in mean inter-arrival times (see the module doc)
 WINDOW_GAPS = 100
@@ -87,13 +96,21 @@ class TraceLaw:
     cls: np.ndarray  # class index of each window
     levels: np.ndarray  # class rate over the mean rate (arrival-weighted mean r_w of its windows)
     class_weight: np.ndarray  # share of arrivals per class
+    # the window's mean prompt (output) tokens over the trace's mean, when the lengths are the
+    # trace's own (paired with its arrivals); None: the lengths do not drift with the windows
+    prompt_rel: np.ndarray | None = None
+    output_rel: np.ndarray | None = None
 
 
 def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: int = RATE_CLASSES,
-              ca2_cap: float = 400.0) -> TraceLaw:
+              ca2_cap: float = 400.0, prompt: np.ndarray | None = None,
+              output: np.ndarray | None = None) -> TraceLaw:
     """The windows and rate classes of a trace's arrival times (see the module doc). A window
-    shorter than half of ``window_gaps`` at the period's end joins the one before it."""
-    t = np.sort(np.asarray(arrival_s, dtype=float))
+    shorter than half of ``window_gaps`` at the period's end joins the one before it. ``prompt`` and
+    ``output`` (the requests' lengths in arrival order, both or neither) give each window's mean
+    lengths over the trace's (``prompt_rel``, ``output_rel``)."""
+    order = np.argsort(np.asarray(arrival_s, dtype=float), kind="stable")
+    t = np.asarray(arrival_s, dtype=float)[order]
     m = len(t)
     span = float(t[-1] - t[0]) if m > 1 else 0.0
     if span <= 0:
@@ -129,25 +146,34 @@ def trace_law(arrival_s: np.ndarray, window_gaps: float = WINDOW_GAPS, classes: 
     weight = n / m
     cw = np.bincount(cls, weights=weight, minlength=len(used))
     levels = np.bincount(cls, weights=weight * r, minlength=len(used)) / np.where(cw > 0, cw, 1.0)
-    return TraceLaw(r, length, weight, ca2, cls, levels, cw)
+    rel: list[np.ndarray | None] = [None, None]
+    if prompt is not None and output is not None:
+        for j, x in enumerate((prompt, output)):
+            x = np.asarray(x, dtype=float)[order]
+            rel[j] = np.bincount(w, weights=x, minlength=len(n)) / np.maximum(n, 1.0) / float(x.mean())
+    return TraceLaw(r, length, weight, ca2, cls, levels, cw, rel[0], rel[1])
 
 
-def trace_law_of(path: str, format: str, jitter_seed: int | None) -> TraceLaw:
+def trace_law_of(path: str, format: str, jitter_seed: int | None, paired: bool = False) -> TraceLaw:
     """:func:`trace_law` of a trace file's arrivals, cached by the trace's content (the loader
-    caches the file by name, time and size; the planner and goodput resolve one trace many times)."""
+    caches the file by name, time and size; the planner and goodput resolve one trace many times).
+    ``paired``: the workload's lengths are this trace's own, replayed in its order, so each window
+    carries its own mean lengths (:func:`trace_law`'s ``prompt``/``output``)."""
     from qmodel.validation.traces import load_trace, require_arrivals
 
     tr = require_arrivals(load_trace(path, format, jitter_seed=jitter_seed))
-    law = _LAWS.get(tr.sha256)
+    key = (tr.sha256, bool(paired))
+    law = _LAWS.get(key)
     if law is None:
-        law = _LAWS[tr.sha256] = trace_law(np.asarray(tr.arrival_s, dtype=float))
+        lengths = (tr.prompt_tokens, tr.output_tokens) if paired else (None, None)
+        law = _LAWS[key] = trace_law(np.asarray(tr.arrival_s, dtype=float), prompt=lengths[0], output=lengths[1])
         while len(_LAWS) > 16:
             _LAWS.pop(next(iter(_LAWS)))
     return law
 
 
-#: trace laws by the trace's sha256 (oldest dropped first)
-_LAWS: dict[str, TraceLaw] = {}
+#: trace laws by the trace's sha256 and whether its lengths are paired (oldest dropped first)
+_LAWS: dict[tuple[str, bool], TraceLaw] = {}
 
 
 def fluid_backlog(law: TraceLaw, u: float, rel_rate: np.ndarray | None = None,
@@ -171,6 +197,30 @@ def fluid_backlog(law: TraceLaw, u: float, rel_rate: np.ndarray | None = None,
                 q1[i] = max(end, 0.0)
             q = max(end, 0.0)
     return q0, q1, busy, (q0 + r * law.length - q1) / law.length
+
+
+def pass_on(law: TraceLaw, q0: np.ndarray, q1: np.ndarray, demand: np.ndarray | None, out: np.ndarray,
+            demand_next: np.ndarray | None) -> np.ndarray:
+    """The next stage's input per window (its mean requests' demand per mean gap) behind a FIFO fluid
+    stage that held ``q0``/``q1`` (at each window's start/end, in its own demand) and passed on
+    ``out`` (:func:`fluid_backlog`), the windows' relative demand per request being ``demand`` there
+    and ``demand_next`` next (None: 1). With the same demand it is ``out``. Else the stage has
+    served, by a window's edge, the work W(s) - Q its arrivals brought up to the position s of that
+    edge: the requests that arrived before the position s* where W(s*) = W(s) - Q, which bring the
+    next stage W'(s*). W and W' (cumulative r_w e_w L_w over the windows) are piecewise linear, so
+    s* is exact by interpolation; a backlog from the period before (W(s) - Q < 0) maps into the
+    previous copy of the trace. The input in window w is (W'(s*_end) - W'(s*_start)) / L_w."""
+    if demand is demand_next:
+        return out
+    r, L = law.rel_rate, law.length
+    ones = np.ones_like(r)
+    w = np.concatenate(([0.0], np.cumsum(r * (ones if demand is None else demand) * L)))
+    w2 = np.concatenate(([0.0], np.cumsum(r * (ones if demand_next is None else demand_next) * L)))
+    xs = np.concatenate((w[:-1] - w[-1], w))
+    ys = np.concatenate((w2[:-1] - w2[-1], w2))
+    start = np.interp(w[:-1] - q0, xs, ys)
+    end = np.interp(w[1:] - q1, xs, ys)
+    return (end - start) / L
 
 
 def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarray], limit_per_s: float,
@@ -204,18 +254,23 @@ def backlog_delay(law: TraceLaw, backlog: tuple[np.ndarray, np.ndarray, np.ndarr
     return out
 
 
-def _stages(solver: Any, rate: float) -> list[tuple[float, str]]:
-    """(stage limit, where its backlog waits: "ttft" or "handoff") in the order a request passes
-    the stages: one pool's station (TTFT); or a disaggregated deployment's prefill pool (TTFT),
-    then its link and decode pool, together, at the lower of their limits (TTFT with the first
-    token from decode; else the handoff after token 1, which TPOT spreads over L - 1 tokens)."""
-    limits = solver.station_limits()
+def _stages(solver: Any, rate: float) -> list[tuple[float, str, np.ndarray | None]]:
+    """(stage limit, where its backlog waits: "ttft" or "handoff", the windows' relative demand per
+    request or None) in the order a request passes the stages: one pool's station (TTFT); or a
+    disaggregated deployment's prefill pool (TTFT), then its link and decode pool, together, at the
+    lower of their limits (TTFT with the first token from decode; else the handoff after token 1,
+    which TPOT spreads over L - 1 tokens). With the trace's own lengths (``TraceLaw.prompt_rel``) a
+    request of window w asks the prefill pool (and the link) for e_w = its window's mean prompt
+    over the trace's, the decode pool for its mean output over the trace's (one slot-step per
+    output token); one pool's demand mixes both, so it keeps e_w = 1 (module doc, "Demand")."""
+    law: TraceLaw = solver.resolved.arrival_law
+    limits = solver.served_limits()
     if not solver.topology.separate_prefill:
-        return [(min(lim for lim, _ in limits), "ttft")]
+        return [(min(lim for lim, _ in limits), "ttft", None)]
     first = min(lim for lim, name in limits if name == "prefill")
-    rest = min((lim for lim, name in limits if name != "prefill"), default=math.inf)
+    rest, name = min(((lim, name) for lim, name in limits if name != "prefill"), default=(math.inf, ""))
     after = "ttft" if solver.scenario.deployment.first_token_from == "decode" else "handoff"
-    return [(first, "ttft"), (rest, after)]
+    return [(first, "ttft", law.prompt_rel), (rest, after, law.prompt_rel if name == "kv_transfer" else law.output_rel)]
 
 
 def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
@@ -229,17 +284,22 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     law: TraceLaw = solver.resolved.arrival_law
     topo = solver.topology
     slo = solver.scenario.slo
-    lim = solver.max_stable_rate()[0]
+    lim = min(solver.served_limits())[0]
     base = topo.compose(solver, min(rate, LOAD_CAP * lim), False)
     # each delay's finest step: that of the wait it is added to (read off the solutions, not the
     # lazily composed laws)
     step = {"ttft": base.stations[0].delay.dx, "handoff": (base.stations[-1].wait or base.stations[-1].delay).dx}
     delays: dict[str, list[list[GridDist]]] = {"ttft": [[] for _ in law.levels], "handoff": [[] for _ in law.levels]}
-    fed = law.rel_rate
-    for stage_lim, metric in _stages(solver, rate):
+    before: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray] | None = None  # the last stage's
+    for stage_lim, metric, demand in _stages(solver, rate):
         if not math.isfinite(stage_lim) or stage_lim <= rate:
             continue
-        q0, q1, busy, fed = fluid_backlog(law, rate / stage_lim, fed)
+        if before is None:
+            fed = law.rel_rate if demand is None else law.rel_rate * demand
+        else:
+            fed = pass_on(law, *before, demand)
+        q0, q1, busy, out = fluid_backlog(law, rate / stage_lim, fed)
+        before = (q0, q1, demand, out)
         for k, d in enumerate(backlog_delay(law, (q0, q1, busy), stage_lim, dx=step[metric])):
             if d is not None:
                 delays[metric][k].append(d)
@@ -258,7 +318,7 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
             sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *delays["handoff"][k]))
             terms = solver.latency_terms(sp, st, sd)[1]
             tpot = convolve(*terms) if len(terms) > 1 else terms[0]
-            b = float(tpot.cdf(slo.tpot_s))
+            b = solver.tpot_attainment(tpot)
         lo, hi = topo.attainment_bounds(a, b)
         ttfts.append(ttft)
         tpots.append(tpot)

@@ -25,7 +25,7 @@ from qmodel.scenario import (ClosedArrivals, EmpiricalLengths, FixedLengths, Gam
                              PresetLengths, TraceArrivals, Workload)
 
 __all__ = ["LengthMix", "length_mix", "arrival_stats", "lognormal_pairs", "lognormal_quadrature", "clipped_lognormal_mean",
-           "fit_context", "DEFAULT_SAMPLE"]
+           "fit_context", "over_context", "max_output_support", "reserved_output_tokens", "DEFAULT_SAMPLE"]
 
 DEFAULT_SAMPLE = 4096
 
@@ -140,6 +140,43 @@ def fit_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int)
     o = np.clip(output, 1, max_context_tokens - p)
     changed = int(np.count_nonzero((p != prompt) | (o != output)))
     return p.astype(np.int64), o.astype(np.int64), changed
+
+
+def over_context(prompt: np.ndarray, output: np.ndarray, max_context_tokens: int) -> np.ndarray:
+    """The requests whose prompt + output exceeds the context window (a boolean mask): what an engine
+    refuses under ``workload.context_overflow = reject`` (vLLM's server answers 400 when prompt +
+    max_tokens > max_model_len). The solver and the replay both call this."""
+    return (np.asarray(prompt, dtype=np.int64) + np.asarray(output, dtype=np.int64)) > int(max_context_tokens)
+
+
+def max_output_support(workload: Workload, output: np.ndarray) -> int:
+    """The requests' maximum output length (the ``max_tokens`` a client sends): ``workload.max_output_tokens``
+    when set, else the length law's upper support: a fixed law's output, a lognormal or preset law's
+    output cap, an empirical law's (or trace's) largest output in ``output``."""
+    if workload.max_output_tokens is not None:
+        return int(workload.max_output_tokens)
+    lg = workload.lengths
+    if isinstance(lg, FixedLengths):
+        return int(lg.output_tokens)
+    if isinstance(lg, LognormalLengths):
+        return int(lg.output_max_tokens)
+    if isinstance(lg, PresetLengths):
+        from qmodel.registry import get_workload
+
+        return int(get_workload(lg.name, "workload.lengths.name").lengths.output_max_tokens)
+    return int(np.max(output))
+
+
+def reserved_output_tokens(prompt: np.ndarray, output: np.ndarray, max_output_tokens: int,
+                           max_context_tokens: int) -> np.ndarray:
+    """Output tokens a ``max_tokens`` KV reservation holds per request for its whole life:
+    min(max_output_tokens, max_context_tokens - prompt) (an engine caps max_tokens at what the
+    window leaves, as vLLM does), never below the request's own output. The solver's stations and
+    the replay's admission both read this (docs/methods.md, "KV reservation")."""
+    p = np.asarray(prompt, dtype=np.int64)
+    o = np.asarray(output, dtype=np.int64)
+    r = np.minimum(int(max_output_tokens), int(max_context_tokens) - p)
+    return np.maximum(r, o).astype(np.int64)
 
 
 def length_mix(workload: Workload, n: int = DEFAULT_SAMPLE, seed: int = 0, iid: bool = False) -> LengthMix:

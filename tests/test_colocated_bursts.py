@@ -5,7 +5,7 @@ replay at Gamma cv 2 (docs/validation.md, "Bursty arrivals at least_loaded / jsq
 import numpy as np
 import pytest
 
-from qmodel.stations.burst_mates import burst_members
+from qmodel.stations.burst_mates import burst_members, burst_members_by_cap
 
 
 def test_burst_members_unthinned_is_two_geometric_counts():
@@ -70,6 +70,19 @@ def test_burst_members_capped_against_enumeration(cap):
                 probs[t] += pa * pb
     assert np.allclose(out.pmf[:200], probs[:200], atol=1e-12, rtol=0)
     assert out.mean_s == pytest.approx(float(np.dot(np.arange(400), probs)), rel=1e-9)
+
+
+def test_burst_members_by_cap_is_each_cap_alone():
+    """Exact (bit for bit): the laws of several caps from one grid and one pair of transforms are
+    each cap's law computed alone (the grid and the transforms of M and F do not depend on the cap)."""
+    rng = np.random.default_rng(3)
+    member, first = rng.random(40), rng.random(90)
+    member, first = member / member.sum(), first / first.sum()
+    caps = [None, 0, 2, 7, 40]
+    many = burst_members_by_cap(member, 0.01, 3.0, 0.25, join_prob=0.6, first=first, caps=caps)
+    for cap, got in zip(caps, many):
+        one = burst_members(member, 0.01, 3.0, 0.25, join_prob=0.6, first=first, cap=cap)
+        assert got.dx == one.dx and got.mean_s == one.mean_s and np.array_equal(got.pmf, one.pmf)
 
 
 @pytest.mark.parametrize("dispatch, u, bands", [

@@ -52,22 +52,23 @@ from qmodel.scenario import Scenario, parse_scenario
 from qmodel.topology import topology_named
 from qmodel.validation.corpus_closed import THINK_VALUES, place_loop
 
-__all__ = ["AXES", "LOAD_BANDS", "CorpusCase", "Corpus", "generate", "load_band", "case_json"]
+__all__ = ["AXES", "LOAD_BANDS", "FAMILIES", "FAMILY_OF", "GPUS", "CorpusCase", "Corpus", "generate", "load_band", "case_json",
+           "fit_layout", "draw_lengths", "draw_arrivals", "draw_slo", "Decks"]
 
 #: load bands of the corpus: (name, lower, upper) of u = rate / analytic limit; u is uniform inside
 LOAD_BANDS: tuple[tuple[str, float, float], ...] = (
     ("0.2-0.5", 0.2, 0.5), ("0.5-0.8", 0.5, 0.8), ("0.8-0.9", 0.8, 0.9), ("0.9-0.95", 0.9, 0.95),
     ("0.95-0.97", 0.95, 0.97))
 
-_FAMILIES: dict[str, tuple[str, ...]] = {
+FAMILIES: dict[str, tuple[str, ...]] = {
     "dense-mha": ("llama-2-7b", "llama-2-13b", "opt-13b", "opt-66b", "bloom-176b"),
     "gqa": ("llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "llama-3.1-70b", "qwen3-8b"),
     "mla": ("deepseek-v3", "kimi-k2"),
     "moe": ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "qwen3-235b-a22b"),
 }
 #: the table models' families (not drawn for roofline: their tables fix the GPU)
-_FAMILY_OF = {m: f for f, ms in _FAMILIES.items() for m in ms} | {"llama-2-70b": "gqa"}
-_GPUS = ("h100-sxm", "h200-sxm", "a100-80gb-sxm", "b200", "mi300x", "l40s")
+FAMILY_OF = {m: f for f, ms in FAMILIES.items() for m in ms} | {"llama-2-70b": "gqa"}
+GPUS = ("h100-sxm", "h200-sxm", "a100-80gb-sxm", "b200", "mi300x", "l40s")
 _LINKS: dict[str, tuple[str, ...]] = {
     "ethernet-slow": ("eth-10g-tcp", "eth-25g-tcp"),
     "datacenter": ("eth-100g-tcp", "ib-hdr-200", "ib-ndr-400", "roce-4x200", "roce-8x400"),
@@ -97,7 +98,7 @@ _MIN_KV_TOKENS = 65536
 AXES: dict[str, tuple[str, ...]] = {
     "topology": ("colocated", "chunked", "disaggregated"),
     "perf": ("roofline", "roofline", "table"),  # two roofline cards per table card
-    "model_family": tuple(_FAMILIES),
+    "model_family": tuple(FAMILIES),
     "arrivals": ("poisson", "gamma-cv0.5-1", "gamma-cv1-4", "trace", "closed"),
     "lengths": ("fixed", "lognormal", "preset", "empirical"),
     "budget": ("512", "1024", "2048", "4096", "8192", "16384"),
@@ -149,7 +150,7 @@ def case_json(case: CorpusCase) -> str:
     return json.dumps(case.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
-class _Decks:
+class Decks:
     """One shuffled, refilled deck of values per axis (see the module docstring)."""
 
     def __init__(self, rng: np.random.Generator, axes: dict[str, tuple[str, ...]]):
@@ -169,7 +170,7 @@ def _bundled_table(name: str) -> str:
     return str(Path(qmodel.catalog.__file__).resolve().parent / "tables" / "distserve" / name)
 
 
-def _fit_layout(model: str, gpu: str) -> tuple[int, int] | None:
+def fit_layout(model: str, gpu: str) -> tuple[int, int] | None:
     """Smallest (tp, pp) on ``gpu`` whose weights leave room for _MIN_KV_TOKENS of KV, or None."""
     from qmodel.perf.memory import memory_budget
     from qmodel.registry import get_gpu, get_model
@@ -184,7 +185,7 @@ def _fit_layout(model: str, gpu: str) -> tuple[int, int] | None:
     return None
 
 
-def _lengths(kind: str, rng: np.random.Generator, max_context: int) -> tuple[dict[str, Any], str]:
+def draw_lengths(kind: str, rng: np.random.Generator, max_context: int) -> tuple[dict[str, Any], str]:
     if kind == "fixed":  # a request that fits the model's context (no truncation of a fixed length)
         o = int(rng.choice([16, 64, 128, 256, 512]))
         p = int(rng.choice([x for x in (128, 512, 1024, 2048, 4096) if x + o <= max_context]))
@@ -201,7 +202,7 @@ def _lengths(kind: str, rng: np.random.Generator, max_context: int) -> tuple[dic
     return {"kind": "empirical", "path": f"data:{rel}", "format": fmt}, Path(rel).stem
 
 
-def _arrivals(kind: str, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
+def draw_arrivals(kind: str, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
     """The arrivals block (rate 1) and its source label; a closed loop is drawn as Poisson here and
     placed on its load band after the scenario is built (:mod:`qmodel.validation.corpus_closed`)."""
     if kind in ("poisson", "closed"):
@@ -226,7 +227,7 @@ def _perf(table: str | None) -> dict[str, Any]:
     return {"kind": "table", "path": f"data:{_DATA_TABLES[src]}", "format": "splitwise"}
 
 
-def _slo(sc: dict[str, Any], mean_p: float, mean_o: float, rng: np.random.Generator) -> dict[str, Any]:
+def draw_slo(sc: dict[str, Any], mean_p: float, mean_o: float, rng: np.random.Generator) -> dict[str, Any]:
     """SLO targets as multiples of the scenario's idle step times (module docstring)."""
     from qmodel.perf.service_time import service_model
     from qmodel.registry import get_gpu, get_model
@@ -246,7 +247,7 @@ def _slo(sc: dict[str, Any], mean_p: float, mean_o: float, rng: np.random.Genera
             "attainment_goal": 0.9}
 
 
-def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) -> CorpusCase:
+def _draw(i: int, decks: Decks, rng: np.random.Generator, tables: list[str]) -> CorpusCase:
     from qmodel.perf.memory import memory_budget
     from qmodel.registry import get_gpu, get_model
     from qmodel.workload import fit_context, length_mix
@@ -260,23 +261,23 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
         model, tgpus, tps, _ = _TABLES[table]
         gpu = str(rng.choice(tgpus))
         tp, pp = int(rng.choice(tps)), 1
-        f["model_family"] = _FAMILY_OF[model]
+        f["model_family"] = FAMILY_OF[model]
         f["table"] = table
     else:
         f["model_family"] = decks.draw("model_family")
         while True:  # a (model, GPU) pair that fits in at most 16 GPUs per instance
-            model = str(rng.choice(_FAMILIES[f["model_family"]]))
-            gpu = str(rng.choice(_GPUS))
-            lay = _fit_layout(model, gpu)
+            model = str(rng.choice(FAMILIES[f["model_family"]]))
+            gpu = str(rng.choice(GPUS))
+            lay = fit_layout(model, gpu)
             if lay is not None:
                 tp, pp = lay
                 break
     f["model"], f["gpu"] = model, gpu
-    arr, f["arrival_source"] = _arrivals(decks.draw("arrivals"), rng)
+    arr, f["arrival_source"] = draw_arrivals(decks.draw("arrivals"), rng)
     f["arrivals"] = "closed" if f["arrival_source"] == "closed" else "trace" if arr["kind"] == "trace" else (
         "poisson" if arr["kind"] == "poisson" else "gamma-cv0.5-1" if arr["cv"] <= 1.0 else "gamma-cv1-4")
     f["lengths"] = decks.draw("lengths")
-    lengths, f["length_source"] = _lengths(f["lengths"], rng, get_model(model).max_context_tokens)
+    lengths, f["length_source"] = draw_lengths(f["lengths"], rng, get_model(model).max_context_tokens)
     f["budget"] = decks.draw("budget")
     f["max_batch"] = decks.draw("max_batch")
     max_batch = int(rng.choice(_BATCHES[f["max_batch"]]))
@@ -303,11 +304,11 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
             if table is not None:
                 others = [g for g in _TABLES[table][1] if g != gpu]
             else:
-                others = [g for g in _GPUS if g != gpu and _fit_layout(model, g) is not None]
+                others = [g for g in GPUS if g != gpu and fit_layout(model, g) is not None]
             if others:
                 dec_gpu = str(rng.choice(others))
                 if table is None:
-                    dec_tp, dec_pp = _fit_layout(model, dec_gpu)  # type: ignore[misc]
+                    dec_tp, dec_pp = fit_layout(model, dec_gpu)  # type: ignore[misc]
             else:
                 f["pd_gpus"] = "same"
     cap1 = memory_budget(get_model(model), get_gpu(dec_gpu), dec_tp, dec_pp).kv_capacity_tokens
@@ -335,7 +336,7 @@ def _draw(i: int, decks: _Decks, rng: np.random.Generator, tables: list[str]) ->
                "decode": pool, "link": f["link"], "link_sharing": f["link_sharing"],
                "transfer_mode": f["transfer_mode"], "first_token_from": f["first_token_from"]}
     sc = {"name": f"corpus-{i:04d}", "model": model, "workload": workload, "deployment": dep, "perf": _perf(table)}
-    sc["slo"] = _slo(sc, mean_p, mean_o, rng)
+    sc["slo"] = draw_slo(sc, mean_p, mean_o, rng)
     scenario = parse_scenario(sc, source=f"corpus case {i}")
     if f["arrivals"] == "closed":
         scenario, u, f["think_time"] = place_loop(scenario, u, (lo, hi), decks.draw("think_time"), rng)
@@ -367,6 +368,6 @@ def generate(n: int, seed: int = 0, data: bool | None = None) -> Corpus:
             skipped += [f"{axis}={v}: {why}" for v in sorted(vals)]
         skipped.append(f"perf=table splitwise-sim (llama-2-70b, bloom-176b): {why}")
     rng = np.random.default_rng(seed)
-    decks = _Decks(rng, axes)
+    decks = Decks(rng, axes)
     cases = tuple(_draw(i, decks, rng, tables) for i in range(n))
     return Corpus(seed=seed, data=use_data, cases=cases, skipped=tuple(skipped))

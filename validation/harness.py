@@ -33,7 +33,7 @@ from qmodel.errors import QmodelError
 from qmodel.validation.suites import Case, Config, Suite
 
 __all__ = ["REPLAY_FIELDS", "LATENCY_METRICS", "SUMMARY_METRICS", "BANDS", "GOODPUT_REL_TOL", "band_of", "latency_metrics", "compare_scenario", "run_case", "run_goodput",
-           "replay_goodput", "abs_error_stats", "summarize", "run_suite", "round_sig"]
+           "compare_goodput", "replay_goodput", "abs_error_stats", "summarize", "run_suite", "round_sig"]
 
 LATENCY_METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"]
 SUMMARY_METRICS = LATENCY_METRICS + ["attainment", "goodput"]
@@ -239,16 +239,33 @@ def replay_goodput(attainment: Callable[[float], float], guess: float, goal: flo
 
 def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
     """Analytic vs replay goodput for one (config, arrivals)."""
-    from qmodel.solver import Solver
+    sc0 = config.scenario(arrivals, 1.0, suite.empirical)
+    rec: dict[str, Any] = {"name": f"{config.name}/{arrivals}", "config": config.name, "topology": config.topology,
+                           "arrivals": arrivals}
+    rec.update(compare_goodput(sc0, suite))
+    return rec
+
+
+def compare_goodput(sc0, suite: Suite, noise_seed: int | None = None) -> dict[str, Any]:
+    """Analytic goodput (:func:`qmodel.goodput.goodput_search`) against the replay bisection
+    (:func:`replay_goodput`, one seed ``suite.seeds[0]`` at every rate, bracket
+    :data:`GOODPUT_REL_TOL`) of the open scenario ``sc0`` (its own rate ignored); each replay is
+    max(goodput_requests, base/(1-u)^2 up to max_requests) long, u = min(rate / limit, 0.95).
+
+    ``noise_seed``: also replay at the replay goodput with seeds[0] and ``noise_seed``, and report
+    the attainment's standard error there (|a0 - a1| / 2, the two-seed mean's) and the goodput
+    noise it implies, that error over the attainment curve's slope (secant of seed 0's points, the
+    bisection's and the one at the goodput, straddling the goal, at least 5% of the rate apart where
+    there are such; :func:`_slope`), relative to the goodput (None without a straddling pair).
+    Failures become ``error`` (never a crash)."""
     from qmodel.goodput import goodput_search
+    from qmodel.solver import Solver
     from qmodel.validation.replay import replay
 
-    sc0 = config.scenario(arrivals, 1.0, suite.empirical)
     solver = Solver(sc0)
-    lam, _ = solver.max_stable_rate()
+    lam, station = solver.max_stable_rate()
     goal = sc0.slo.attainment_goal
-    rec: dict[str, Any] = {"name": f"{config.name}/{arrivals}", "config": config.name, "topology": config.topology,
-                           "arrivals": arrivals, "max_stable_rate_per_s": lam, "goal": goal}
+    rec: dict[str, Any] = {"max_stable_rate_per_s": lam, "limiting_station": station, "goal": goal}
     try:
         g_a, _ = goodput_search(solver.attainment, lam, goal)
         rec["analytic"] = {"goodput": g_a}
@@ -257,11 +274,15 @@ def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
         rec["analytic"] = None
         rec["error"] = f"analytic: {type(err).__name__}: {err}"
     seed = suite.seeds[0]
+    seen: list[tuple[float, float]] = []
 
-    def att(r: float) -> float:
+    def att(r: float, s: int = seed) -> float:
         u = min(r / lam, 0.95)
         n = max(suite.goodput_requests, int(min(suite.base_requests / (1 - u) ** 2, suite.max_requests)))
-        return replay(sc0.with_rate(r), n_requests=n, seed=seed).attainment
+        a = replay(sc0.with_rate(r), n_requests=n, seed=s).attainment
+        if s == seed:
+            seen.append((r, a))
+        return a
 
     try:
         g_r, lo, hi, calls = replay_goodput(att, g_a if math.isfinite(g_a) else 0.5 * lam, goal, lam)
@@ -270,9 +291,27 @@ def run_goodput(config: Config, arrivals: str, suite: Suite) -> dict[str, Any]:
         rec["error"] = "; ".join(filter(None, [rec.get("error"), f"replay: {err}"]))
         return rec
     rec["replay"] = {"goodput": g_r, "bracket": [lo, hi], "replays": calls, "seed": seed}
+    if noise_seed is not None and g_r > 0:
+        a0, a1 = att(g_r), att(g_r, noise_seed)
+        se, slope = abs(a0 - a1) / 2, _slope(seen, g_r, goal)
+        rec["replay"].update(attainment_noise=se, goodput_noise=None if slope is None else se / slope / g_r)
     if rec["analytic"] is not None:
         rec["error_rel"] = {"goodput": _rel(g_a, g_r)}
     return rec
+
+
+def _slope(seen: list[tuple[float, float]], g: float, goal: float) -> float | None:
+    """-dA/dλ near the goodput ``g``: the secant between the nearest evaluated rates that meet and
+    miss ``goal``, preferring a pair at least 5% of ``g`` apart (a narrower secant of one seed's
+    attainment is itself noisy); floored at 1e-9; None without a pair (a goodput at the bracket's
+    cap: no slope, no noise figure)."""
+    meet = sorted(((r, a) for r, a in seen if a >= goal), reverse=True)
+    miss = sorted((r, a) for r, a in seen if a < goal)
+    if not meet or not miss:
+        return None
+    wide = [(m, x) for m in meet for x in miss if x[0] - m[0] >= 0.05 * g]
+    (r0, a0), (r1, a1) = min(wide, key=lambda p: p[1][0] - p[0][0]) if wide else (meet[0], miss[0])
+    return max((a0 - a1) / max(r1 - r0, 1e-12), 1e-9)
 
 
 # ---- summary ------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.progress import ProgressFn
 from qmodel.prefix_cache import mixture_draws
+from qmodel.workload import reserved_output_tokens
 from qmodel.scenario import Scenario, TraceArrivals
 from qmodel.validation.replay_plan import ReplayPlan, build_plan, plan_from_resolved
 from qmodel.validation.replay_run import progress_marks, wiring_for
@@ -97,27 +98,48 @@ def replay_requests(scenario: Scenario, trace: Trace | None = None, *, n_request
     plan = build_plan(scenario, service_models)
     if trace is None:
         trace = load_replay_trace(scenario, n_requests, seed)
-    trace, cut = _fit_context(scenario, trace)
+    offered = len(trace)
+    trace, cut, rejected = _fit_context(scenario, trace, plan)
     result, req = simulate(plan, trace, seed=seed, warmup_fraction=warmup_fraction, progress=progress)
     if cut:
-        note = (f"warning: {cut} of {len(trace)} requests exceed {scenario.model}'s context and were truncated "
-                "to it (as the analytical engine does)")
+        note = (f"warning: {cut} of {len(trace)} requests exceed the {plan.context_tokens}-token context and were "
+                "truncated to it (as the analytical engine does)")
         result = result.model_copy(update={"warnings": [*result.warnings, note]})
+    if rejected:
+        # the refused requests never reach a station; each one misses the SLO (as the solver counts them)
+        f = rejected / offered
+        note = (f"warning: {rejected} of {offered} requests exceed the {plan.context_tokens}-token context and were "
+                "rejected (counted as SLO misses)")
+        result = result.model_copy(update={
+            "warnings": [*result.warnings, note], "rejected_fraction": f,
+            **{k: getattr(result, k) * (1.0 - f) for k in ("attainment", "ttft_attainment", "tpot_attainment")}})
     return result, req
 
 
-def _fit_context(scenario: Scenario, trace: Trace) -> tuple[Trace, int]:
-    """Truncate over-long requests to the model's window exactly as :func:`qmodel.build.resolve` does."""
-    import dataclasses
+def _fit_context(scenario: Scenario, trace: Trace, plan: ReplayPlan) -> tuple[Trace, int, int]:
+    """(the trace as served, requests truncated, requests rejected): outputs cut at the workload's
+    ``max_output_tokens``, then the requests over the context window rejected (``context_overflow =
+    reject``: removed from the trace, their arrivals thinned) or truncated, exactly as
+    :func:`qmodel.build.resolve_workload` does."""
+    from qmodel.workload import fit_context, over_context
 
-    from qmodel.registry import get_model
-    from qmodel.workload import fit_context
-
-    p, o, cut = fit_context(trace.prompt_tokens, trace.output_tokens, get_model(scenario.model).max_context_tokens)
-    if not cut:
-        return trace, 0
+    w = scenario.workload
+    p0 = np.asarray(trace.prompt_tokens, dtype=np.int64)
+    o0 = np.asarray(trace.output_tokens, dtype=np.int64)
+    if w.max_output_tokens is not None:
+        o0 = np.minimum(o0, int(w.max_output_tokens))
+    rejected = 0
+    if w.context_overflow == "reject":
+        keep = ~over_context(p0, o0, plan.context_tokens)
+        rejected = int(np.count_nonzero(~keep))
+        if rejected:
+            trace = trace.subset(keep)
+            p0, o0 = p0[keep], o0[keep]
+    p, o, cut = fit_context(p0, o0, plan.context_tokens)
+    if not cut and w.max_output_tokens is None:
+        return trace, 0, rejected
     return dataclasses.replace(trace, prompt_tokens=p, output_tokens=o,
-                               meta={**trace.meta, "truncated_to_context": cut}), cut
+                               meta={**trace.meta, "truncated_to_context": cut}), cut, rejected
 
 
 def request_table(req: Requests) -> dict[str, np.ndarray]:
@@ -193,6 +215,8 @@ def _run(plan: ReplayPlan, trace: Trace, arrival: np.ndarray, prompt: np.ndarray
     """One pass of the event loop over the requests (see :func:`simulate`)."""
     req = Requests(arrival, prompt, output)
     req.think = think
+    if plan.kv_reservation == "max_tokens":
+        req.reserve = reserved_output_tokens(prompt, output, plan.max_output_tokens, plan.context_tokens).tolist()
     if plan.prefix_law == "mixture":
         req.prefix_hit = mixture_draws(req.n, plan.prefix_hit_fraction, seed)
     sim = Sim()

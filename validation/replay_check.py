@@ -45,7 +45,10 @@ def _rel(a: float, r: float) -> float:
 def diff_metrics(analytic, replay) -> tuple[list[MetricDiff], list[MetricDiff]]:
     """Field-by-field differences of two results that share the Result metric names."""
     out: list[MetricDiff] = []
-    for m in METRICS:
+    # TBT where both sides report it (the scenario sets slo.tpot_definition)
+    tbt = [f"tbt_{k}" for k in ("mean", "p50", "p90", "p99")] if (
+        getattr(analytic, "tbt", None) is not None and getattr(replay, "tbt", None) is not None) else []
+    for m in METRICS + tbt:
         kind, stat = m.split("_")
         a = float(getattr(getattr(analytic, kind), stat))
         r = float(getattr(getattr(replay, kind), stat))

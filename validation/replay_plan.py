@@ -63,6 +63,13 @@ class ReplayPlan:
     closed_concurrency: int = 0
     think_time_s: float = 0.0
     think_time_dist: str = "exponential"
+    #: the decoding pool's KV reservation ("actual": prompt + own output; "max_tokens": prompt +
+    #: min(max_output_tokens, context_tokens - prompt), :func:`qmodel.workload.reserved_output_tokens`)
+    kv_reservation: str = "actual"
+    #: what the TPOT target bounds ("per_interval": /(L - 1), "per_token": TBT, /L); None: per_interval, no TBT shown
+    tpot_definition: str | None = None
+    max_output_tokens: int = 0
+    context_tokens: int = 0
 
 
 def _slo(scn: Scenario) -> dict:
@@ -70,12 +77,14 @@ def _slo(scn: Scenario) -> dict:
     closed = ({"closed_concurrency": a.concurrency, "think_time_s": float(a.think_time_s),
                "think_time_dist": a.think_time_dist} if isinstance(a, ClosedArrivals) else {})
     return {"slo_ttft_s": float(scn.slo.ttft_s), "slo_tpot_s": float(scn.slo.tpot_s), "name": scn.name,
+            "tpot_definition": scn.slo.tpot_definition,
             "scenario_sha256": scenario_sha256(scn), **closed}
 
 
 def _decode_part(pool: DecodePool, rt: PoolRuntime, model: ServiceTimeModel | None) -> dict:
     return {"decode_model": model or rt.service, "decode_instances": pool.instances, "decode_max_batch": pool.max_batch,
-            "decode_dispatch": pool.dispatch, "decode_kv_capacity_tokens": int(rt.kv_capacity_tokens)}
+            "decode_dispatch": pool.dispatch, "decode_kv_capacity_tokens": int(rt.kv_capacity_tokens),
+            "kv_reservation": pool.kv_reservation or "actual"}
 
 
 def _cache_blocks(kv_capacity_tokens: float, override: int | None) -> int:
@@ -117,6 +126,7 @@ def plan_from_resolved(r: Resolved, service_models: dict[str, ServiceTimeModel] 
     dep = scn.deployment
     base = _slo(scn)
     base["gpus"] = dep.gpus
+    base.update(max_output_tokens=r.max_output_tokens, context_tokens=r.context_tokens)
     base.update(_prefix_part(scn))
     topo = topology_named(dep.topology)
     if topo.has_link:

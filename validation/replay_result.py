@@ -9,9 +9,9 @@ run length. Nothing depends on the wall clock: the same inputs give byte-identic
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from qmodel.result import DistSummary
 
@@ -99,3 +99,16 @@ class ReplayResult(_Out):
     horizon_s: float
     events: int
     warnings: list[str] = Field(default_factory=list)
+    rejected_fraction: float | None = Field(default=None, description="share of the offered requests refused for "
+                                            "exceeding the context window (workload.context_overflow = reject); "
+                                            "the attainments count them as misses; absent when none")
+    tbt: DistSummary | None = Field(default=None, description="TBT = (e2e - TTFT)/L over the requests with L >= 2 "
+                                    "(shown when the scenario sets slo.tpot_definition)")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any):  # unannotated: the JSON Schema stays the fields' (an Any return would erase it)
+        out = handler(self)
+        for name in ("rejected_fraction", "tbt"):
+            if getattr(self, name) is None and isinstance(out, dict):
+                out.pop(name, None)
+        return out

@@ -163,7 +163,10 @@ def summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations:
     tpot = ((t_last - t_first) / np.maximum(out - 1, 1))[multi]
     e2e = (t_last - arrival)[measured]
     ok_ttft = ttft <= plan.slo_ttft_s
-    tpot_all = np.where(out > 1, (t_last - t_first) / np.maximum(out - 1, 1), 0.0)[measured]
+    # TBT = (e2e - TTFT)/L (slo.tpot_definition = per_token) next to TPOT = (e2e - TTFT)/(L - 1)
+    tbt = ((t_last - t_first) / out)[multi]
+    per = np.maximum(out - 1, 1) if plan.tpot_definition != "per_token" else out
+    tpot_all = np.where(out > 1, (t_last - t_first) / per, 0.0)[measured]
     ok_tpot = tpot_all <= plan.slo_tpot_s
     nm = int(measured.sum())
     span = window[1] - window[0]
@@ -204,4 +207,4 @@ def summarize(plan: ReplayPlan, trace: Trace, req: Requests, sim: Sim, stations:
         conservation=Conservation(arrived=req.n, completed=int(done.sum()), dropped=int(dropped.sum()),
                                   unfinished=unfinished, measured=nm, little_max_rel_error=_f(little, "little_max_rel_error")),
         gpus=plan.gpus, horizon_s=_f(np.nanmax(t_last) if done.any() else 0.0, "horizon_s"), events=sim.events,
-        warnings=warnings)
+        warnings=warnings, tbt=_dist(tbt, "tbt") if plan.tpot_definition else None)

@@ -60,3 +60,12 @@ class Trace:
         return Trace(self.arrival_s * time_scale, self.prompt_tokens, self.output_tokens, self.source,
                      self.format, self.sha256, self.hash_ids, self.block_tokens,
                      {**self.meta, "time_scale": self.meta.get("time_scale", 1.0) * time_scale})
+
+    def subset(self, keep: np.ndarray) -> "Trace":
+        """The requests where ``keep`` is true, in order, at their own arrival times (a thinned trace:
+        the requests an engine refuses never arrive at a station)."""
+        k = np.asarray(keep, dtype=bool)
+        hashes = None if self.hash_ids is None else tuple(h for h, y in zip(self.hash_ids, k) if y)
+        return Trace(self.arrival_s[k], self.prompt_tokens[k], self.output_tokens[k], self.source, self.format,
+                     self.sha256, hashes, self.block_tokens, {**self.meta, "kept": int(k.sum())})
+

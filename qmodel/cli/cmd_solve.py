@@ -111,12 +111,17 @@ def _print_loop(loop) -> None:
 
 def _print_text(res, goal: float) -> None:
     w = sys.stdout.write
-    limit = min(s.max_stable_rate_per_s for s in res.stations)
+    # the stations' limits are in the rate they see: the offered rate less the requests refused
+    limit = min(s.max_stable_rate_per_s for s in res.stations) / (1.0 - (res.rejected_fraction or 0.0))
     say(f"{res.scenario}: {res.topology} on {res.gpus} GPUs at {res.rate_per_s:.4g} req/s "
         f"({res.rate_per_s / limit:.2f} of the largest stable rate, {limit:.4g} req/s)\n")
-    print_table(["metric", "mean", "p50", "p90", "p99"],
-                [["TTFT"] + [format_duration(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")],
-                 ["TPOT"] + [format_duration(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")]])
+    rows = [["TTFT"] + [format_duration(getattr(res.ttft, k)) for k in ("mean", "p50", "p90", "p99")],
+            ["TPOT"] + [format_duration(getattr(res.tpot, k)) for k in ("mean", "p50", "p90", "p99")]]
+    if res.tbt is not None:  # TBT = (e2e - TTFT)/L, shown when the scenario names a TPOT definition
+        rows.append(["TBT"] + [format_duration(getattr(res.tbt, k)) for k in ("mean", "p50", "p90", "p99")])
+    print_table(["metric", "mean", "p50", "p90", "p99"], rows)
+    if res.rejected_fraction:
+        say(f"rejected: {res.rejected_fraction:.2%} of requests exceed the context window (counted as SLO misses)")
     lo, hi = res.attainment_bounds
     verdict = f">= goal {goal:.0%}: met" if res.attainment >= goal else f"< goal {goal:.0%}: not met"
     say(f"\nSLO attainment {res.attainment * 100:.2f}% {verdict} (TTFT alone {res.ttft_attainment * 100:.2f}%, "

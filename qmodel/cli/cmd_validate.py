@@ -8,6 +8,10 @@ per topology and per utilization band; goodput within 5%). See docs/validation.m
 N stratified scenarios from seed S, data-folder strata when it is present) and prints the error
 tables by topology, load band and feature value, and the issue-18 target check;
 ``--suite corpus-ci`` is the CI subset (:data:`CI_N` data-free scenarios, short replays).
+``--suite corpus-rank [--n GROUPS] [--seed S]`` runs the ranking groups
+(:mod:`qmodel.validation.corpus_rank`: per group 4-6 candidate deployments of one model on one GPU
+budget, analytic vs replay goodput, Kendall tau, top-1 agreement and regret; data-free unless
+``--data``).
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from pathlib import Path
 
 from qmodel.cli.output import add_progress_option, add_width_option, print_json, print_table, progress_on
 
-__all__ = ["register", "run", "CORPUS_SUITES", "CI_N", "CI_SEED"]
+__all__ = ["register", "run", "CORPUS_SUITES", "CI_N", "CI_SEED", "RANK_N"]
 
 #: the CI subset: 36 data-free scenarios from seed 18 (tests/test_corpus_ci.py holds its bands)
 CI_N = 36
 CI_SEED = 18
 #: the corpus suites: name -> (run lengths in qmodel.validation.corpus_run.RUN_LENGTHS, default N)
 CORPUS_SUITES = {"corpus": ("full", 300), "corpus-ci": ("ci", CI_N)}
+#: the ranking groups' default count (corpus-rank)
+RANK_N = 16
 
 
 def register(sub) -> None:
@@ -32,13 +38,16 @@ def register(sub) -> None:
                        description="Run a suite of scenarios through the analytical engine and the replay and "
                                    "report relative errors. Utilization = rate / the solver's max_stable_rate().")
     p.add_argument("--suite", default="quick", help="quick (default, ~15 s), snapshot, full (many minutes), "
-                                                    "corpus (generated scenarios) or corpus-ci (its CI subset)")
+                                                    "corpus (generated scenarios), corpus-ci (its CI subset) or "
+                                                    "corpus-rank (ranking groups: goodput and Kendall tau)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="print JSON, or write it to PATH")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--n", type=int, default=None, help="corpus: number of scenarios (default 300)")
+    p.add_argument("--n", type=int, default=None, help="corpus: number of scenarios (default 300); "
+                                                       f"corpus-rank: number of groups (default {RANK_N})")
     p.add_argument("--seed", type=int, default=None, help="corpus: generator seed (default 0)")
     p.add_argument("--no-data", action="store_true", help="corpus: leave out the strata that need the data folder")
+    p.add_argument("--data", action="store_true", help="corpus-rank: add the strata that need the data folder")
     p.add_argument("--no-goodput", action="store_true", help="skip the replay goodput bisections")
     add_progress_option(p)
     add_width_option(p)
@@ -56,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
         parent = Path(args.json).expanduser().resolve().parent
         if not parent.is_dir():
             raise InputError("--json", args.json, f"a file in an existing folder ({parent} does not exist)")
-    if args.suite in CORPUS_SUITES:
+    if args.data and args.suite != "corpus-rank":
+        raise InputError("--data", True, "only with --suite corpus-rank")
+    if args.suite == "corpus-rank":
+        out = _run_rank(args)
+    elif args.suite in CORPUS_SUITES:
         out = _run_corpus(args)
     else:
         for flag, val in (("--n", args.n), ("--seed", args.seed), ("--no-data", args.no_data or None)):
@@ -78,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         with open(Path(args.json).expanduser(), "w", encoding="utf-8") as fh:
             print_json(out, fh)
-    if args.suite in CORPUS_SUITES:
+    if args.suite == "corpus-rank":
+        print_rank_text(out)
+    elif args.suite in CORPUS_SUITES:
         print_corpus_text(out)
     else:
         print_text(out)
@@ -112,6 +127,41 @@ def _run_corpus(args: argparse.Namespace) -> dict:
         out = run_corpus(corpus, RUN_LENGTHS[lengths], jobs=args.jobs, progress=progress)
     out["suite"] = args.suite
     return out
+
+
+def _run_rank(args: argparse.Namespace) -> dict:
+    from qmodel.errors import InputError
+    from qmodel.validation.corpus_rank import generate_groups
+    from qmodel.validation.corpus_rank_run import run_rank
+
+    if args.no_data:
+        raise InputError("--no-data", True, "not with --suite corpus-rank (data-free unless --data)")
+    n = RANK_N if args.n is None else args.n
+    corpus = generate_groups(n, 0 if args.seed is None else args.seed, data=args.data)
+    from qmodel.progress import Progress
+
+    total = sum(len(g.candidates) for g in corpus.groups)
+    done = [0]
+    with Progress(progress_on(args), "validate") as bar:
+        def progress(rec: dict) -> None:
+            done[0] += 1
+            bar(done[0], total, "candidates")
+        return run_rank(corpus, jobs=args.jobs, progress=progress)
+
+
+def print_rank_text(out: dict) -> None:
+    """The ranking groups' tables: per group, per candidate, and the summary."""
+    from qmodel.validation.corpus_rank_run import CANDIDATE_HEADERS, GROUP_HEADERS, candidate_table, group_table, summary_lines
+
+    w = sys.stdout.write
+    w(f"suite corpus-rank: {out['n']} ranking groups (seed {out['seed']}); goodput error = (analytic - replay) / replay\n")
+    for line in out["skipped_strata"]:
+        w(f"skipped stratum {line}\n")
+    w("\n")
+    print_table(GROUP_HEADERS, group_table(out))
+    w("\n")
+    print_table(CANDIDATE_HEADERS, candidate_table(out))
+    w("\n" + "\n".join(summary_lines(out)) + "\n")
 
 
 def print_corpus_text(out: dict) -> None:

@@ -111,15 +111,16 @@ class KVWall:
 
 
 def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,
-            resident_mean: float) -> KVWall | None:
+            resident_mean: float, reserved_output: np.ndarray | None = None) -> KVWall | None:
     """The soft wall of one instance's KV pool (module doc): ``resident_mean`` is the saturated
     schedule's mean decode batch (:func:`qmodel.stations.capacity.saturated_schedule`); None when it
-    is unbounded (the memory never binds)."""
+    is unbounded (the memory never binds). A resident stays ~L steps and holds its reservation
+    S = P_held + R (R = its output, or what a ``max_tokens`` reservation counts, ``reserved_output``)."""
     if not math.isfinite(resident_mean):
         return None
     held = np.asarray(held_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
-    size = held + L
+    size = held + (L if reserved_output is None else np.asarray(reserved_output, dtype=float))
     c = float(np.sum(L * size) / np.sum(L))
     v = max(float(np.sum(L * size * size) / np.sum(L)) - c * c, 0.0)
     return KVWall(centre=float(resident_mean), sd=math.sqrt(kv_capacity_tokens * v / c**3), cap=int(cap))

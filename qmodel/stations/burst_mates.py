@@ -7,16 +7,23 @@ by :class:`qmodel.stations.colocated.ColocatedStation` for least_loaded / jsq po
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
 from qmodel.dist import GridDist, fast_len
 
-__all__ = ["burst_members"]
+__all__ = ["burst_members", "burst_members_by_cap"]
 
 
 def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_prob: float = 1.0,
                   first: np.ndarray | None = None, cap: int | None = None) -> GridDist:
+    """:func:`burst_members_by_cap` at one cap."""
+    return burst_members_by_cap(member, dx, m, share, join_prob, first, (cap,))[0]
+
+
+def burst_members_by_cap(member: np.ndarray, dx: float, m: float, share: float, join_prob: float = 1.0,
+                         first: np.ndarray | None = None, caps: Sequence[int | None] = (None,)) -> list[GridDist]:
     """Delay the tagged request's burst-mates add on its instance (geometric bursts of mean m).
 
     The burst has J_a members ahead of the tagged one and J_b behind, each Geometric_0(q), q = 1 - 1/m
@@ -39,6 +46,10 @@ def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_pr
 
     ((1 - q_s)/(1 - x))^2 without a cap, and the law's transform is
     join_prob T(z) + (1 - join_prob) (1 - q_s + q_s phi_F(z) T(z)).
+
+    One law per cap in ``caps`` (the pool's own-length classes differ only in the room beside the
+    own prompt): the grid and the transforms of M and F do not depend on the cap, so they are
+    computed once for all of them.
     """
     first = member if first is None else first
     q = 1.0 - 1.0 / max(m, 1.0)
@@ -59,15 +70,18 @@ def burst_members(member: np.ndarray, dx: float, m: float, share: float, join_pr
     phi = np.fft.rfft(member, size)
     phi_f = np.fft.rfft(first, size)
     x = qs * phi
-    if cap is None or qs ** (max(int(cap), 0) + 1) < 1e-16:
-        busy = ((1.0 - qs) / (1.0 - x)) ** 2
-    else:
-        c = max(int(cap), 0)
-        xc = x**c
-        inner = (1.0 - qs) / (1.0 - x) * ((1.0 - xc * x) / (1.0 - x) - (c + 1) * xc) + (c + 1) * xc
-        busy = (1.0 - qs) / (1.0 - qs ** (c + 1) * phi_f * phi**c) * inner
-    idle = qs * phi_f * busy
-    idle[...] += 1.0 - qs  # the transform of a point mass at 0 is 1 at every frequency
-    pmf = np.clip(np.fft.irfft(join_prob * busy + (1.0 - join_prob) * idle, size), 0.0, None)
-    pmf /= pmf.sum()
-    return GridDist(dx, pmf, float(np.dot(np.arange(size), pmf)) * dx, exact=False)
+    out = []
+    for cap in caps:
+        if cap is None or qs ** (max(int(cap), 0) + 1) < 1e-16:
+            busy = ((1.0 - qs) / (1.0 - x)) ** 2
+        else:
+            c = max(int(cap), 0)
+            xc = x**c
+            inner = (1.0 - qs) / (1.0 - x) * ((1.0 - xc * x) / (1.0 - x) - (c + 1) * xc) + (c + 1) * xc
+            busy = (1.0 - qs) / (1.0 - qs ** (c + 1) * phi_f * phi**c) * inner
+        idle = qs * phi_f * busy
+        idle[...] += 1.0 - qs  # the transform of a point mass at 0 is 1 at every frequency
+        pmf = np.clip(np.fft.irfft(join_prob * busy + (1.0 - join_prob) * idle, size), 0.0, None)
+        pmf /= pmf.sum()
+        out.append(GridDist(dx, pmf, float(np.dot(np.arange(size), pmf)) * dx, exact=False))
+    return out

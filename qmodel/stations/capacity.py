@@ -42,11 +42,12 @@ _WARMUP = 0.2
 
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                          kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
-                         seed: int = 0, cached_tokens: np.ndarray | None = None) -> float:
+                         seed: int = 0, cached_tokens: np.ndarray | None = None,
+                         reserved_output: np.ndarray | None = None) -> float:
     """Requests per second one instance completes under an endless backlog (module doc); see
     :func:`saturated_schedule` for the arguments."""
     return saturated_schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
-                              max_batch_tokens, seed, cached_tokens)[0]
+                              max_batch_tokens, seed, cached_tokens, reserved_output)[0]
 
 
 # the last schedules computed, by their inputs (saturated_schedule): the planner builds one station
@@ -64,19 +65,22 @@ def _digest(a: np.ndarray | None) -> bytes | None:
 
 def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                        kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
-                       seed: int = 0, cached_tokens: np.ndarray | None = None) -> tuple[float, float]:
+                       seed: int = 0, cached_tokens: np.ndarray | None = None,
+                       reserved_output: np.ndarray | None = None) -> tuple[float, float]:
     """(requests per second, mean decode batch over decode steps) of one instance under an endless
     backlog (module doc); the last few are kept by their inputs (the same service object, the
     samples' contents, the caps), since a schedule is a pure function of them.
+    ``reserved_output``: the output tokens each request's KV reservation counts (a ``max_tokens``
+    reservation, :func:`qmodel.workload.reserved_output_tokens`); None: its own output.
     """
     key = (id(service), _digest(prompt_tokens), _digest(output_tokens), _digest(cached_tokens),
-           kv_capacity_tokens, max_batch, max_batch_tokens, seed)
+           kv_capacity_tokens, max_batch, max_batch_tokens, seed, _digest(reserved_output))
     hit = _SCHEDULES.get(key)
     if hit is not None and hit[0] is service:  # the entry holds the service: its id is not reused
         _SCHEDULES.move_to_end(key)
         return hit[1]
     out = _schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, max_batch_tokens,
-                    seed, cached_tokens)
+                    seed, cached_tokens, reserved_output)
     _SCHEDULES[key] = (service, out)
     if len(_SCHEDULES) > _MAX_SCHEDULES:
         _SCHEDULES.popitem(last=False)
@@ -85,7 +89,8 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
 
 def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
               kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
-              seed: int, cached_tokens: np.ndarray | None) -> tuple[float, float]:
+              seed: int, cached_tokens: np.ndarray | None,
+              reserved_output: np.ndarray | None = None) -> tuple[float, float]:
     """:func:`saturated_schedule`, computed.
 
     ``prompt_tokens`` are the computed (uncached) ones; ``cached_tokens`` (a prefix-cache hit per
@@ -100,7 +105,7 @@ def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_token
     p = np.asarray(prompt_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
     hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
-    need = hold + L
+    need = hold + (L if reserved_output is None else np.asarray(reserved_output, dtype=float))
     kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
     slots = math.inf if max_batch is None else int(max_batch)
     passes = max(1, -(-_MIN_REQUESTS // len(p)))

@@ -78,7 +78,7 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import DISPATCHES, Param, StationModel, StationSolution, integer, one_of
-from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
+from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens, reserved_output
 from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes,
                                                stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
@@ -126,6 +126,8 @@ class ChunkedStation(StationModel):
     name: str = "chunked"
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
     cached_tokens: np.ndarray | None = None
+    #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
+    reserved_output_tokens: np.ndarray | None = None
 
     # the pool parameters, jsq (join the shortest queue by request count) among the dispatches: this
     # station models it apart from least_loaded (module doc)
@@ -141,14 +143,15 @@ class ChunkedStation(StationModel):
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
         held = held_prompt_tokens(self.name, p, self.cached_tokens)
+        R = reserved_output(self.name, L, self.reserved_output_tokens)
         self.C = mean_context_tokens(held, L)
-        size = held + L  # tokens a request adds to its instance's least_loaded load (stations/steer.py)
+        size = held + R  # tokens a request adds to its instance's least_loaded load (stations/steer.py)
         self._ll_delta = float(np.mean(size * size) / float(size.mean()))
         cap = self.chunk_tokens - 1  # at least one prompt token per iteration
         if self.max_batch is not None:
             cap = min(cap, int(self.max_batch))
         if self.kv_capacity_tokens is not None:
-            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + L)))
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + R)))
             if by_kv < 1:
                 raise InputError("chunked.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
@@ -156,7 +159,8 @@ class ChunkedStation(StationModel):
             # outputs stay longer), so the saturated decode schedule's mean batch, not kv / E[P + L]
             from qmodel.stations.capacity import saturated_schedule
 
-            resident = saturated_schedule(self.service, held, L, self.kv_capacity_tokens, None, None)[1]
+            resident = saturated_schedule(self.service, held, L, self.kv_capacity_tokens, None, None,
+                                          reserved_output=self.reserved_output_tokens)[1]
             if math.isfinite(resident):
                 by_kv = min(by_kv, max(1, int(resident)))
             cap = min(cap, by_kv)

@@ -145,14 +145,14 @@ from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import Param, StationModel, StationSolution, integer
-from qmodel.stations.burst_mates import burst_members
+from qmodel.stations.burst_mates import burst_members_by_cap
 from qmodel.stations.colocated_limit import ColocatedLimits
 from qmodel.stations.colocated_ttft import ColocatedTTFT
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_period_stalls, compound_poisson_pmf,
                                               decode_residual, n_nodes, stall_tpot)
 from qmodel.stations.iteration_waits import add_arrivals_during, batch_wait, burst_batch_mean, burst_increment
-from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens
+from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens, reserved_output
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
            "decode_residual"]
@@ -178,6 +178,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
     name: str = "colocated"
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
     cached_tokens: np.ndarray | None = None
+    #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
+    reserved_output_tokens: np.ndarray | None = None
 
     params = POOL_PARAMS + (
         Param("max_batch_tokens", integer(1, "an integer >= 1"), "colocated.max_batch_tokens"),
@@ -187,6 +189,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         p, L = float_lengths(self.prompt_tokens, self.output_tokens)
         self.p, self.L = p, L
         self.held = held = held_prompt_tokens(self.name, p, self.cached_tokens)
+        self.R = R = reserved_output(self.name, L, self.reserved_output_tokens)
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
         self.t1 = np.asarray(self.service.prefill_one_s(p), dtype=float)  # one-prompt prefill times
@@ -194,7 +197,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         C = mean_context_tokens(held, L)
         n_max = self.max_batch
         if self.kv_capacity_tokens is not None:
-            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + L)))
+            by_kv = int(self.kv_capacity_tokens // float(np.mean(held + R)))
             if by_kv < 1:
                 raise InputError("colocated.kv_capacity_tokens", self.kv_capacity_tokens,
                                  "room for at least one sequence of mean prompt+output length")
@@ -230,7 +233,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         # S = P + L to its instance's load. The load gap between instances, kept small by the dispatch
         # and widened by departures, has mean E[S^2]/E[S] (balance of the two; the replay's is within
         # -13..+18% of it); the instance whose iteration holds S more is chosen w.p. ~exp(-S/delta).
-        size = held + L
+        size = held + R
         self._ll_delta = float(np.mean(size * size) / max(float(size.mean()), 1e-300))
         self.decode_cost_per_token = (1.0 / (self.chain.cap / float(self.chain.g(self.chain.cap)[self.chain.cap]))
                                       if n_max is not None else slope)
@@ -342,8 +345,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             if pooled:
                 # per own-length quarter, the token budget's room beside the own prompt (as in the gated form)
                 busy = 1.0 - float(wait.pmf[0])
-                mem = mixture([burst_members(marginal, dxs, m_burst, 1.0 / self.instances, join_prob=busy,
-                                             first=grid.own, cap=cap) for _, cap, _ in grid.classes],
+                mem = mixture(burst_members_by_cap(marginal, dxs, m_burst, 1.0 / self.instances, join_prob=busy,
+                                                   first=grid.own, caps=[cap for _, cap, _ in grid.classes]),
                               [n for n, _, _ in grid.classes])
                 ttft = convolve(ttft, mem)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its

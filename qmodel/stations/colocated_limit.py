@@ -10,7 +10,7 @@ limit and the KV soft wall is centred on its mean batch.
 
 :class:`ColocatedLimits` is a mixin of :class:`qmodel.stations.colocated.ColocatedStation`: it reads
 the attributes that ``ColocatedStation.__post_init__`` sets (``service``, ``p``, ``L``, ``held``,
-``mean_output``, ``mean_t1``, ``n_max``, ``b_max``, ``prefill_cost_sat``, ``decode_cost_per_token``,
+``R``, ``mean_output``, ``mean_t1``, ``n_max``, ``b_max``, ``prefill_cost_sat``, ``decode_cost_per_token``,
 ``_ep``, ``_ep2``, ``_lam_max``).
 """
 
@@ -111,7 +111,8 @@ class ColocatedLimits:
         from qmodel.stations.capacity import saturated_schedule
 
         return saturated_schedule(self.service, self.p, self.L, self.kv_capacity_tokens, self.max_batch,
-                                  self.max_batch_tokens, cached_tokens=self.cached_tokens)
+                                  self.max_batch_tokens, cached_tokens=self.cached_tokens,
+                                  reserved_output=self.reserved_output_tokens)
 
     @property
     def saturated_rate_per_s(self) -> float:
@@ -124,7 +125,7 @@ class ColocatedLimits:
         schedule's mean batch; None without a KV capacity."""
         if self.kv_capacity_tokens is None or self.n_max is None:
             return None
-        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1])
+        return kv_wall(self.held, self.L, self.kv_capacity_tokens, self.n_max, self._saturated[1], self.R)
 
     def max_stable_rate_per_s(self) -> float:
         """The saturated schedule's capacity where KV or slots cap the batch, else the fixed-point limit."""

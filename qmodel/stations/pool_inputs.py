@@ -12,7 +12,7 @@ import numpy as np
 from qmodel.errors import InputError
 from qmodel.stations.base import DISPATCHES, Param, integer, number, one_of, sample
 
-__all__ = ["POOL_PARAMS", "float_lengths", "held_prompt_tokens"]
+__all__ = ["POOL_PARAMS", "float_lengths", "held_prompt_tokens", "reserved_output"]
 
 
 def _joint_lengths_ok(p: np.ndarray, L: np.ndarray) -> bool:
@@ -51,3 +51,17 @@ def held_prompt_tokens(name: str, prompt_tokens: np.ndarray, cached_tokens: np.n
     if c.shape != prompt_tokens.shape or np.any(c < 0) or not np.all(np.isfinite(c)):
         raise InputError(f"{name}.cached_tokens", f"{c.size} values", f"{prompt_tokens.size} finite counts >= 0")
     return prompt_tokens + c
+
+
+def reserved_output(name: str, output_tokens: np.ndarray, reserved: np.ndarray | None) -> np.ndarray:
+    """Output tokens a request's KV reservation counts: its own output (``kv_reservation = actual``,
+    ``reserved`` None) or what a ``max_tokens`` reservation holds for its whole life
+    (:func:`qmodel.workload.reserved_output_tokens`), never less than the output. KV slot caps, the
+    saturated schedule's admissions and least-loaded sizes use these; decode contexts do not."""
+    if reserved is None:
+        return output_tokens
+    r = np.asarray(reserved, dtype=float).ravel()
+    if r.shape != output_tokens.shape or np.any(r < output_tokens) or not np.all(np.isfinite(r)):
+        raise InputError(f"{name}.reserved_output_tokens", f"{r.size} values",
+                         f"{output_tokens.size} finite counts >= each request's output")
+    return r

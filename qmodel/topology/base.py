@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from qmodel.scenario import Scenario
     from qmodel.scenario_deployment import PoolConfig
 
-__all__ = ["Composition", "Topology", "station_dispatch", "USER_POOL_SETTINGS", "user_pool_settings"]
+__all__ = ["Composition", "Topology", "decode_pool_settings", "deployment_settings", "station_dispatch",
+           "USER_POOL_SETTINGS", "user_pool_settings"]
 
 
 def station_dispatch(dispatch: str, models_jsq: bool = False) -> str:
@@ -67,6 +68,20 @@ def station_dispatch(dispatch: str, models_jsq: bool = False) -> str:
 
 #: per-pool settings a re-targeted plan keeps where the user set them (None = the default)
 USER_POOL_SETTINGS = ("kv_dtype", "compute_dtype", "memory_reserve_bytes")
+
+
+def decode_pool_settings(cfg: PoolConfig) -> dict[str, Any]:
+    """A decoding pool's KV reservation policy where the user set it (re-targeted plans keep it; a
+    prefill pool has none)."""
+    v = getattr(cfg, "kv_reservation", None)
+    return {} if v is None else {"kv_reservation": v}
+
+
+def deployment_settings(deployment: Any) -> dict[str, Any]:
+    """The deployment's context window override where the user set it (a deployment or a kept-settings
+    dict): re-targeted plans keep it."""
+    v = deployment.get("max_context_tokens") if isinstance(deployment, dict) else deployment.max_context_tokens
+    return {} if v is None else {"max_context_tokens": v}
 
 
 def user_pool_settings(cfg: PoolConfig) -> dict[str, Any]:

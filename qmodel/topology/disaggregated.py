@@ -27,7 +27,8 @@ import numpy as np
 from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
-from qmodel.topology.base import Composition, Topology, station_dispatch, user_pool_settings
+from qmodel.topology.base import (Composition, Topology, decode_pool_settings, deployment_settings, station_dispatch,
+                                  user_pool_settings)
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -136,6 +137,7 @@ class DisaggregatedTopology(Topology):
             max_batch=dep.decode.max_batch,
             dispatch=station_dispatch(dep.decode.dispatch),
             first_step_in_ttft=dep.first_token_from == "decode",
+            reserved_output_tokens=r.reserved_output("decode"),
         )
 
     def station_keys(self, plan: Any) -> dict[str, tuple]:
@@ -202,10 +204,11 @@ class DisaggregatedTopology(Topology):
         if laws:
             ttft = convolve(*ttft_terms)
             tpot = convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]
-            a, b = float(ttft.cdf(slo.ttft_s)), float(tpot.cdf(slo.tpot_s))
+            a, b = float(ttft.cdf(slo.ttft_s)), solver.tpot_attainment(tpot)
         else:
             a = sum_cdf(ttft_terms, slo.ttft_s)
-            b = sum_cdf(tpot_terms, slo.tpot_s)
+            b = (sum_cdf(tpot_terms, slo.tpot_s) if slo.tpot_definition != "per_token"
+                 else solver.tpot_attainment(convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]))
             ttft = LazyGridDist(lambda: convolve(*ttft_terms))
             tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
         return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))
@@ -331,10 +334,10 @@ class DisaggregatedTopology(Topology):
         pre = {"max_batch_tokens": dep.prefill.max_batch_tokens, "dispatch": dep.prefill.dispatch,
                **user_pool_settings(dep.prefill)}
         dec = {"kv_memory_fraction": dep.decode.kv_memory_fraction, "max_batch": dep.decode.max_batch,
-               "dispatch": dep.decode.dispatch, **user_pool_settings(dep.decode)}
+               "dispatch": dep.decode.dispatch, **user_pool_settings(dep.decode), **decode_pool_settings(dep.decode)}
         top = {"link_sharing": dep.link_sharing, "first_token_from": dep.first_token_from,
                "max_batch_tokens": dep.prefill.max_batch_tokens, "link": dep.link,
-               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s}
+               "link_bandwidth_bytes_per_s": dep.link_bandwidth_bytes_per_s, **deployment_settings(dep)}
         return pre, dec, top
 
     def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
@@ -347,6 +350,7 @@ class DisaggregatedTopology(Topology):
         assert plan.prefill is not None
         ppool = PrefillPool(gpu=plan.prefill.gpu, tp=plan.prefill.tp, instances=plan.prefill.instances, **pre)
         extra = {k: v for k, v in top.items() if k in ("link_sharing", "first_token_from")}
+        extra.update(deployment_settings(top))
         if top.get("link") == f.link and top.get("link_bandwidth_bytes_per_s") is not None:
             extra["link_bandwidth_bytes_per_s"] = top["link_bandwidth_bytes_per_s"]
         return DisaggregatedDeployment(prefill=ppool, decode=dpool, link=f.link,

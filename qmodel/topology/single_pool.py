@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.topology.base import Composition, Topology, station_dispatch, user_pool_settings
+from qmodel.topology.base import (Composition, Topology, decode_pool_settings, deployment_settings, station_dispatch,
+                                  user_pool_settings)
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -45,13 +46,14 @@ class SinglePoolTopology(Topology):
         return dict(service=pool.service, prompt_tokens=resolved.uncached_prompt,
                     output_tokens=resolved.lengths.output, instances=dep.pool.instances,
                     kv_capacity_tokens=pool.kv_capacity_tokens, max_batch=dep.pool.max_batch,
-                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch, self.models_jsq), cached_tokens=cached_tokens(resolved))
+                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch, self.models_jsq),
+                    cached_tokens=cached_tokens(resolved), reserved_output_tokens=resolved.reserved_output("pool"))
 
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         slo = solver.scenario.slo
         s = solver.station(self.name).solve(rate)
         a = float(s.delay.cdf(slo.ttft_s))
-        b = float(s.tpot.cdf(slo.tpot_s))
+        b = solver.tpot_attainment(s.tpot)
         return Composition(rate, [s], s.delay, s.tpot, a, b, a * b, self.attainment_bounds(a, b))
 
     def attainment_bounds(self, a: float, b: float) -> tuple[float, float]:
@@ -78,9 +80,9 @@ class SinglePoolTopology(Topology):
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         pool = deployment.pool
         dec = {"kv_memory_fraction": pool.kv_memory_fraction, "max_batch": pool.max_batch,
-               "dispatch": pool.dispatch, **user_pool_settings(pool)}
+               "dispatch": pool.dispatch, **user_pool_settings(pool), **decode_pool_settings(pool)}
         pre = user_pool_settings(pool)  # a disaggregated candidate of a single-pool scenario runs both pools alike
-        return pre, dec, {}
+        return pre, dec, deployment_settings(deployment)
 
     @staticmethod
     def _pool(plan: Any, dec: dict[str, Any]) -> Any:
@@ -127,14 +129,14 @@ class ColocatedTopology(SinglePoolTopology):
         return deployment.max_batch_tokens
 
     def kept_settings(self, deployment: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        pre, dec, _ = super().kept_settings(deployment)
+        pre, dec, top = super().kept_settings(deployment)
         pre = {"max_batch_tokens": deployment.max_batch_tokens, **pre}
-        return pre, dec, {"max_batch_tokens": deployment.max_batch_tokens}
+        return pre, dec, {"max_batch_tokens": deployment.max_batch_tokens, **top}
 
     def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
         from qmodel.scenario_deployment import ColocatedDeployment
 
-        return ColocatedDeployment(pool=self._pool(plan, dec),
+        return ColocatedDeployment(pool=self._pool(plan, dec), **deployment_settings(top),
                                    **({"max_batch_tokens": top["max_batch_tokens"]} if "max_batch_tokens" in top else {}))
 
 
@@ -160,7 +162,8 @@ class ChunkedTopology(SinglePoolTopology):
     def plan_deployment(self, plan: Any, pre: dict[str, Any], dec: dict[str, Any], top: dict[str, Any]) -> Any:
         from qmodel.scenario_deployment import ChunkedDeployment
 
-        return ChunkedDeployment(pool=self._pool(plan, dec), chunk_tokens=plan.family.chunk_tokens or 512)
+        return ChunkedDeployment(pool=self._pool(plan, dec), chunk_tokens=plan.family.chunk_tokens or 512,
+                                 **deployment_settings(top))
 
     def family_label(self, fam: Any) -> str:
         return f"{super().family_label(fam)}, {fam.chunk_tokens}-token chunks"

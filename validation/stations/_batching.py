@@ -7,7 +7,8 @@ simulated as one event (step-time vector ``decode_step_time_s(n, S + n*k)`` with
 arrival that would change the next iteration truncates the run at the next step boundary).
 
 KV memory: a request reserves prompt + output tokens (worst case; the replay knows the output
-length, so this is an engine reserving ``max_tokens`` exactly, which never preempts) plus one of
+length, so this is an engine reserving ``max_tokens`` exactly, which never preempts; with
+``kv_reservation = max_tokens``, prompt + the workload's max output instead, ``Requests.reserve``) plus one of
 ``max_batch`` slots when its prefill starts, and releases them at its last token. A request whose
 prompt + output exceeds the instance's KV capacity is reported as dropped by the engine.
 Waiting requests are admitted strictly FCFS per instance (no skipping a head that does not fit).
@@ -77,7 +78,7 @@ class SinglePoolStation(ABC):
 
     # ---- admission -----------------------------------------------------------------------
     def need(self, r: int) -> int:
-        return self.req.prompt[r] + self.req.output[r]
+        return self.req.prompt[r] + self.req.reserve[r]
 
     def fits_ever(self, r: int) -> bool:
         return self.need(r) <= self.cap

@@ -91,6 +91,9 @@ class Requests:
         self.arrival = [float(x) for x in arrival_s]
         self.prompt = [int(x) for x in prompt]
         self.output = [int(x) for x in output]
+        #: output tokens each request's KV reservation counts: its own output, or a ``max_tokens``
+        #: reservation's (set by the run, :func:`qmodel.workload.reserved_output_tokens`)
+        self.reserve = self.output
         nan = float("nan")
         self.cached = [0] * n
         self.t_first = [nan] * n

@@ -7,7 +7,8 @@ total ``sum_context``. New sequences join only at step boundaries.
 KV memory (documented choice): a request **reserves its worst case, prompt + output tokens, on
 one instance before its KV transfer starts** (together with one of ``max_batch`` slots), and
 releases it when its last token is produced. The replay knows each request's output length,
-so this equals an engine that reserves ``max_tokens`` exactly; it never has to preempt, and it is
+so this equals an engine that reserves ``max_tokens`` exactly (``kv_reservation = max_tokens``: prompt +
+the workload's max output, ``Requests.reserve``); it never has to preempt, and it is
 the back-pressure path of the disaggregated pipeline (a transfer waits while no instance can
 reserve). A request whose prompt + output exceeds one instance's whole KV capacity can never be
 served and is reported as dropped by the engine.
@@ -80,7 +81,7 @@ class DecodeStation:
 
     # ---- reservation -------------------------------------------------------------------
     def need(self, r: int) -> int:
-        return self.req.prompt[r] + self.req.output[r]
+        return self.req.prompt[r] + self.req.reserve[r]
 
     def fits_ever(self, r: int) -> bool:
         return self.need(r) <= self.cap
@@ -148,7 +149,7 @@ class DecodeStation:
             req.finish(r, t)
             self.exit[r] = t
             self.in_sys.add(t, -1)
-            need = req.prompt[r] + req.output[r]
+            need = req.prompt[r] + req.reserve[r]
             d.kv_used -= need
             self.kv_m.add(t, -need)
             d.slots -= 1

@@ -17,7 +17,8 @@ This station evaluates t(n) from the service model on the integer grid (no linea
 solves the chain in log space; the fitted a, beta are reported in ``extra``.
 
 Slot cap N_max = min(max_batch, floor((KV capacity - reserved in-flight KV) / C̄_peak)) with
-C̄_peak = E[P + L] (reserve by current length; mean-field, an approximation) or E[P] + max_tokens.
+C̄_peak = E[P + L] (reserve by current length; mean-field, an approximation) or E[P + R] under a
+``max_tokens`` reservation (R per request: :func:`qmodel.workload.reserved_output_tokens`).
 Above N_max the token rate is N_max/t(N_max): the tail is geometric with ratio
 rho_cap = lam E[L] t(N_max)/N_max, stable iff rho_cap < 1. The chain is exact for geometric L; for
 other L the slot wait is scaled by (1 + c_L^2)/2 (Allen–Cunneen style; ±15% against DES).
@@ -53,6 +54,7 @@ from qmodel.stations.decode.chain import MAX_STATES, GPSChain, fit_affine, mean_
 from qmodel.stations.decode.laws import discrete_dist, occupancy_quantiles, occupancy_variance, uniform_mixture_cdf
 from qmodel.dist import pow2_grid
 from qmodel.stations.decode.slot_wait import slot_wait, slot_wait_span_s
+from qmodel.stations.pool_inputs import reserved_output
 
 __all__ = ["DecodeStation", "Dispatch"]
 
@@ -70,8 +72,9 @@ class DecodeStation(StationModel):
     Parameters: ``service`` (one instance's step times), ``prompt_tokens``/``output_tokens`` (a joint,
     equally weighted sample), ``kv_capacity_tokens`` (per instance, None = unlimited),
     ``max_batch`` (per instance, None = unlimited), ``dispatch``, ``kv_reserved_tokens`` (mean KV
-    tokens per instance held by in-flight transfers; reduces capacity), ``max_output_tokens`` (if the
-    engine reserves the worst case instead of the current length), ``first_step_in_ttft``.
+    tokens per instance held by in-flight transfers; reduces capacity), ``reserved_output_tokens`` (per
+    request, the output tokens a ``max_tokens`` KV reservation holds; None: its own output),
+    ``first_step_in_ttft``.
     """
 
     service: ServiceTimeModel
@@ -82,7 +85,7 @@ class DecodeStation(StationModel):
     max_batch: int | None = None
     dispatch: Dispatch = "least_loaded"
     kv_reserved_tokens: float = 0.0
-    max_output_tokens: int | None = None
+    reserved_output_tokens: np.ndarray | None = None
     first_step_in_ttft: bool = False
     name: str = "decode"
 
@@ -105,7 +108,8 @@ class DecodeStation(StationModel):
         self.mean_output = float(L.mean())
         self.cv2_output = float(L.var() / self.mean_output**2)
         self.mean_context = mean_context_tokens(p, L)
-        peak = float(p.mean() + (self.max_output_tokens if self.max_output_tokens else L.mean()))
+        self.R = R = reserved_output(self.name, L, self.reserved_output_tokens)
+        peak = float(p.mean() + R.mean())
         self.context_peak = peak
         self.n_max = n_max = self._n_max(self.kv_reserved_tokens)
         c = self.instances
@@ -193,11 +197,11 @@ class DecodeStation(StationModel):
     def _saturated_rate_per_s(self) -> float:
         from qmodel.stations.capacity import saturated_rate_per_s
 
-        if self.max_output_tokens:  # the worst-case reservation is not the schedule's prompt + output
-            return math.inf
         steps = self.output_tokens + (1.0 if self.first_step_in_ttft else 0.0)  # decode steps + 1 per request
         return self.instances * saturated_rate_per_s(self.service, self.prompt_tokens, steps,
-                                                     self.kv_capacity_tokens, self.max_batch, None)
+                                                     self.kv_capacity_tokens, self.max_batch, None,
+                                                     reserved_output=None if self.reserved_output_tokens is None
+                                                     else self.R + (steps - self.output_tokens))
 
     def _chain_max_token_rate(self) -> float:
         if self.chain.cap is None:

@@ -34,6 +34,9 @@ _TAIL = 1e-13  # truncation target for the chain
 #: (:mod:`~qmodel.stations.prefill.wait_grids`) and carries the rest of the wait law as its exact
 #: exponential tail
 _STATES_MAX = 16384
+#: bytes of MixTables kept per regime (oldest dropped first): 64 MB holds a trace's classes at
+#: every rate a goodput search visits for the bundled examples (~0.14 MB a table there)
+_MIX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,16 @@ class BulkQueue:
         the chain and the grids read from them). Rate-independent given n: kept on the regime
         (read-only) for the next solves."""
         key = (n, self.a)
-        hit = reg.mix_cache.get(key)
+        cache = reg.mix_cache
+        hit = cache.get(key)
         if hit is None:
-            if len(reg.mix_cache) >= 8:  # a goodput search visits a few state counts
-                reg.mix_cache.clear()
             pfit, pcut = self._mix_tables(n, reg)
-            hit = reg.mix_cache[key] = MixTables.build(pfit, pcut, reg, self.a, len(self.regimes) - 1)
+            hit = MixTables.build(pfit, pcut, reg, self.a, len(self.regimes) - 1)
+            # a goodput search visits a few state counts per rate, a trace's rate classes one each
+            # (up to 9 a rate): keep the most recent tables up to _MIX_BYTES per regime
+            while cache and sum(t.nbytes for t in cache.values()) + hit.nbytes > _MIX_BYTES:
+                del cache[next(iter(cache))]
+            cache[key] = hit
         return hit
 
     def _mix_tables(self, n: int, reg: Regime) -> tuple[np.ndarray, np.ndarray]:

@@ -17,21 +17,18 @@ from typing import Sequence
 
 import numpy as np
 
-from qmodel.arrays import quantiles
 from qmodel.errors import InputError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.prefill.kernels import poisson_matrix
 from qmodel.stations.prefill.regimes import Regime
+from qmodel.stations.prefill.budget_plan import RoundPlan, budget_plan
 from qmodel.stations.prefill.sampling import base_indices, prompt_sample, strata
 
 __all__ = ["BatchServiceLaw"]
 
-_HEAD_ROUNDS = 8  # next-fit rounds of the size-biased head law of a long queue
 _SETTLED_ROUNDS = 5  # the last rounds, pooled for the settled head regime
 #: above this mean batch (settled E[N]) the head regimes collapse to one (see from_prompts_budget)
 _REGIME_MAX_N = 48.0
-#: quantiles of the fresh cut size N that split the overflow-head regimes (see from_prompts_budget)
-_HEAD_BIN_QUANTILES = (1.0 / 3.0, 2.0 / 3.0)
 
 
 @dataclass(frozen=True)
@@ -248,67 +245,27 @@ class BatchServiceLaw:
         requests until that head law settles (next-fit packing of the stream in steady state).
         """
         p, c = prompt_sample(prompt_tokens, cached_tokens)
-        idx = base_indices(p)
-        rng = np.random.default_rng(seed)
-        m = idx.size
+        plan = budget_plan(p, c, budget_tokens, cap, seed)  # the service-independent bookkeeping, kept
+        m = plan.m
+
+        def one_round(r: RoundPlan) -> tuple[list[np.ndarray], list[np.ndarray], list[int], None, None]:
+            """Fit samples per k, cut samples per k and counts of N = k of a planned round."""
+            fit = [np.asarray(service.prefill_time_s(sn, sq, np.full(sn.size, float(k + 1))), dtype=float)
+                   for k, (sn, sq) in enumerate(r.sums)]
+            cut = [fit[k] if stop is None else fit[k][stop] for k, stop in r.cuts]
+            return fit, cut, list(r.counts), None, None
+
+        rounds = [one_round(plan.first)]
         q = p * p + 2 * p * c
-
-        def one_round(head: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], list[int], np.ndarray]:
-            """Prefixes of sequences starting at ``head``: fit samples per k, cut samples per k,
-            counts of N = k, and each sequence's overflow request (the next batch's head)."""
-            # Only the sequences still growing (first k fit) are carried, compacted in index
-            # order: the batch-time model is evaluated on them alone (most stop within a few k).
-            live = np.arange(m)
-            sum_n, sum_sq = p[head], q[head]
-            t_prev = np.asarray(service.prefill_time_s(sum_n, sum_sq, np.ones(m)), dtype=float)
-            fit, cut, counts = [t_prev], [], []
-            nxt = head.copy()
-            n_of = np.zeros(m, dtype=np.int64)
-            k = 1
-            while True:
-                pick = idx[rng.permutation(m)][live]  # a whole permutation per k: the same random stream
-                if k == cap:  # capped: N = cap, the next request heads the next batch
-                    cut.append(t_prev)
-                    counts.append(int(live.size))
-                    nxt[live] = pick
-                    n_of[live] = k
-                    break
-                n2, q2 = sum_n + p[pick], sum_sq + q[pick]
-                stays = n2 <= budget_tokens
-                stop = ~stays
-                cut.append(t_prev[stop])
-                counts.append(int(stop.sum()))
-                nxt[live[stop]] = pick[stop]
-                n_of[live[stop]] = k
-                if not stays.any():
-                    break
-                k += 1
-                live, sum_n, sum_sq = live[stays], n2[stays], q2[stays]
-                t_prev = np.asarray(service.prefill_time_s(sum_n, sum_sq, np.full(live.size, float(k))), dtype=float)
-                fit.append(t_prev)
-            return fit, cut, counts, nxt, n_of
-
-        rounds = [one_round(idx[rng.permutation(m)])]
         rounds[0][0][0] = np.asarray(service.prefill_time_s(p, q, np.ones_like(p)), dtype=float)
         # The request that did not fit heads the next batch; how size-biased it is depends strongly
         # on where the cut fell (after 1 request it must nearly fill the budget alone, after many
         # it need not). Heads after a fresh-headed cut are split by the cut size k into bins; their
         # batches then lead to the settled overflow head, reached by repeated rounds (each round is
         # one more batch of a long queue).
-        over0, n0 = rounds[0][3], rounds[0][4]
-        n_max0 = int(n0.max())
-        edges = sorted({int(x) for x in quantiles(n0, _HEAD_BIN_QUANTILES)} | {n_max0})
-        bins, lo = [], 1
-        for e in edges:
-            if e >= lo:
-                bins.append((lo, e))
-                lo = e + 1
-        binned = []
-        for lo, hi in bins:
-            sel = over0[(n0 >= lo) & (n0 <= hi)]
-            binned.append(one_round(sel[rng.integers(0, sel.size, m)]) if sel.size else None)
-        for _ in range(_HEAD_ROUNDS):
-            rounds.append(one_round(rounds[-1][3]))
+        bins = plan.bins
+        binned = [one_round(r) if r is not None else None for r in plan.binned]
+        rounds += [one_round(r) for r in plan.later]
         # the settled regime pools the rounds after the head law has settled: its E[N]/E[S_N] is
         # the capacity, and one round of 4096 sequences leaves ~1% Monte Carlo noise on it
         late = rounds[-_SETTLED_ROUNDS:]

@@ -100,6 +100,13 @@ class MixTables:
             return int(r[0]), int(r[-1]) + 1
         return None
 
+    @cached_property
+    def nbytes(self) -> int:
+        """Bytes held by the tables (what a cache of them counts)."""
+        arrays = (self.pfit, self.pcut, self.fit_rows, self.fit_k, self.fit_p, self.cut_j, self.cut_k, self.cut_r,
+                  self.cut_p, self.cut_upto, self.cut_rmax, self.moments, *(pg for _, pg in self.cut_to))
+        return sum(a.nbytes for a in arrays)
+
     @staticmethod
     def build(pfit: np.ndarray, pcut: np.ndarray, reg: Regime, a: int, last: int) -> "MixTables":
         n1, b = pfit.shape

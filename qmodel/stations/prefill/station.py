@@ -200,19 +200,23 @@ class PrefillStation(StationModel):
         n_req = np.ones_like(p)
         budget = self.max_batch_tokens if self.token_aware else None
         open_ = np.ones(p.size, dtype=bool)
+        # the batches still drawing (k > extra), compacted in index order: one draw each per round,
+        # the same random stream as masks over the whole sample, on fewer entries
+        live = np.arange(p.size)
         for extra in range(1, int(k.max())):
-            live = k > extra
-            pick = rng.integers(0, p.size, size=int(live.sum()))
-            add_n, add_sq = p[pick], p[pick] ** 2 + 2 * p[pick] * c[pick]
+            live = live[k[live] > extra]
+            pick = rng.integers(0, p.size, size=live.size)
             if budget is not None:  # FCFS prefix: once one does not fit, the batch is closed
-                fits = open_[live] & (sum_n[live] + add_n <= budget)
-                open_[live] = fits
-                add_n, add_sq = add_n * fits, add_sq * fits
-                n_req[live] += fits
+                o = open_[live]
+                grow, pick = live[o], pick[o]
+                fits = sum_n[grow] + p[pick] <= budget
+                open_[grow] = fits
+                grow, pick = grow[fits], pick[fits]
             else:
-                n_req[live] += 1.0
-            sum_n[live] += add_n
-            sum_sq[live] += add_sq
+                grow = live
+            n_req[grow] += 1.0
+            sum_n[grow] += p[pick]
+            sum_sq[grow] += p[pick] ** 2 + 2 * p[pick] * c[pick]
         t = np.asarray(self.service.prefill_time_s(sum_n, sum_sq, n_req), dtype=float)
         if budget is not None and mean_s is not None and t.mean() > 0:
             t = t * (mean_s / float(t.mean()))
