@@ -11,8 +11,11 @@ give two time-average occupancy laws over the measurement window (10% warm-up to
 * decode: requests decoding (first token to last token), the chain's n.
 
 Both are counted over the whole pool (the marks carry no instance); the analytic law of the pool is
-the c-fold convolution of one instance's law (independent instances, exact for random dispatch). It
-prints per case: mean and P(at the pool cap c cap) of each, analytic vs replay.
+the c-fold convolution of one instance's law (independent instances, exact for random dispatch), or
+for jsq the station's pooled slot chain. It
+prints per case: mean and P(at the pool cap c cap) of each, analytic vs replay, and the mean wait before
+the first chunk (analytic: backlog + slot wait; replay: admission minus arrival) with the analytic
+slot wait's share.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = generate(int(base["n"]), seed=int(base["seed"]), data=bool(base["data"]))
     where = ["topology=chunked", *a.where]
     print("| case | disp | c | cap | u | slots mean an/rep | slots P(cap) an/rep | decode mean an/rep | "
-          "decode P(cap) an/rep |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "decode P(cap) an/rep | wait mean an/rep | an slot wait |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for case in corpus.cases:
         if not keep_case(dict(case.features), where) or (ids and case.id not in ids):
             continue
@@ -86,12 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         rep_dec = time_hist(tab["first_token_s"], tab["chunked_exit_s"], w0, w1, size + 8)
         cells = []
         for key, rep in (("slots", rep_slots), ("decode", rep_dec)):
-            pi = occ.get(key, occ["decode"])
-            an = pool_law(np.asarray(pi), c)
+            an = np.asarray(occ["pooled"]) if "pooled" in occ else pool_law(np.asarray(occ.get(key, occ["decode"])), c)
             k = np.arange(len(an))
             kr = np.arange(len(rep))
             cells.append(f"{float(k @ an):.2f}/{float(kr @ rep):.2f}")
             cells.append(f"{float(an[c * cap:].sum()):.3f}/{float(rep[c * cap:].sum()):.3f}")
+        sol = st.solve(rate)
+        rw = (tab["chunked_start_s"] - tab["chunked_entry_s"])[(arr >= w0) & np.isfinite(tab["chunked_start_s"])]
+        cells.append(f"{sol.wait.mean_s:.3g}/{float(rw.mean()):.3g}")
+        cells.append(f"{sol.extra['mean_slot_wait_s']:.3g}")
         print(f"| {case.id} | {case.features['dispatch']} | {c} | {cap} | {case.utilization:.2f} | "
               + " | ".join(cells) + " |", flush=True)
     return 0

@@ -34,13 +34,14 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   rho_c) whose server also owes the residual of a decode-only iteration in progress (stretched by
   1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + half a mixed iteration (the first token comes at the
   end of the iteration holding the last chunk); at the slot cap (KV, max_batch, the budget) plus the
-  wait for a free slot (:func:`qmodel.stations.decode.admission_wait`), as independent.
+  wait for a free slot (:func:`qmodel.stations.decode.admission_wait`), as independent, its
+  conditional wait scaled by the Allen–Cunneen factor (c_a^2 + c_L^2)/2 of the arrivals.
   least_loaded pools: the single-instance backlog wait is steered by outstanding tokens
   (:func:`qmodel.stations.steer.steered_wait`: the dispatch compares waiting prompts plus reserved
   KV, so it is not join-the-shortest-queue on prefill work; replay, 30 budget/load/config cases:
   TTFT p50/p90/p99 median |error| 25.3/18.4/15.3% with the Erlang-C/c JSQ wait -> 8.4/7.6/9.1%).
   jsq pools (fewest requests, waiting plus holding a slot): the backlog as least_loaded's, but the
-  slot wait of the c instances' slots as one pool (:func:`pooled_slot_chain`): an arrival waits for
+  slot wait of the c instances' slots as one pool (:mod:`qmodel.stations.chunked_slots`): an arrival waits for
   a slot only when every instance is full (12 open chunked jsq corpus cases: TTFT p50/p90/p99 median
   |error| 41/73/78 -> 26/24/21%; docs/validation.md, "JSQ by count").
 
@@ -82,32 +83,14 @@ from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_
 from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes,
                                                stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
-from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
+from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.steer import steered_wait
+from qmodel.stations.chunked_slots import pooled_slot_chain, slot_admission
 
-__all__ = ["ChunkedStation", "pooled_slot_chain"]
+__all__ = ["ChunkedStation"]
 
 
 _W_NODES = 1
-
-
-def pooled_slot_chain(g_tab: np.ndarray, instances: int, token_rate: float) -> tuple[np.ndarray, float, float]:
-    """(pi[0..c cap], tail beyond, tail ratio) of ``instances`` = c slot chains taken as one pool.
-
-    ``g_tab[n]``: one instance's step time with n sequences, n = 0..cap (its chain's cap);
-    ``token_rate``: lam E[L] per instance. The pool holds n sequences split evenly, each instance at
-    n/c, so it emits phi(n) = c (n/c) / g(n/c) = n / g(n/c) tokens per second (g linear between
-    states) up to c cap sequences; arrivals bring c lam E[L] tokens per second. With a constant g
-    this is M/M/(c cap) with offered load a = c lam E[L] g, and pi(c cap) + tail is Erlang C(c cap, a).
-    """
-    c, cap = int(instances), len(g_tab) - 1
-    states = np.arange(cap + 1, dtype=float)
-    g = np.asarray(g_tab, dtype=float)
-
-    def pooled(nv: np.ndarray) -> np.ndarray:
-        return np.interp(np.asarray(nv, dtype=float) / c, states, g)
-
-    return GPSChain(pooled, cap=c * cap, slope_inf=0.0).solve(c * token_rate, c * cap)
 
 
 @dataclass(eq=False)
@@ -282,29 +265,13 @@ class ChunkedStation(StationModel):
         """One instance's modelled occupancy law at pool rate ``rate_per_s``: ``decode`` pi[0..cap]
         (sequences decoding, the mass beyond the cap folded into it) and the slot ``cap``; read by
         ``benchmarks/chunked_occupancy.py`` against the replay's time-average histograms."""
-        pi, tail, _ = self._decode_chain(rate_per_s / self.instances)
-        pi = pi.copy()
-        pi[-1] += tail
-        return {"decode": pi, "cap": self.cap}
-
-    def _admission(self, pi: np.ndarray, tail: float, rc: float, g_tab: np.ndarray, tok: float) -> GridDist | None:
-        """The wait for a free slot at the slot cap (:func:`qmodel.stations.decode.admission_wait`).
-
-        random / round_robin / least_loaded: one instance's chain (``pi``, ``tail``, ``rc``). jsq over
-        c > 1 instances sends each arrival to the instance with the fewest requests (waiting plus
-        holding a slot), so a request waits for a slot only when every instance's slots are taken:
-        the c instances' slots act as one pool (the central queue JSQ approaches), the pooled chain
-        of c cap slots with n sequences split evenly, step time g(n/c) (linear between states), at
-        token rate c lam E[L]; at its cap it completes c cap / (E[L] g(cap)) sequences per second,
-        so P(wait) is the pooled chain's P(n >= c cap) and the conditional wait is c times shorter.
-        """
-        c = self.instances
-        if self.dispatch != "jsq" or c <= 1:
-            return admission_wait(pi, tail, rc, self.cap, float(g_tab[self.cap]), self.mean_output, self.cv2_output,
-                                  self._ttft_dx)
-        pi_p, tail_p, rc_p = pooled_slot_chain(g_tab, c, tok)
-        return admission_wait(pi_p, tail_p, rc_p, c * self.cap, float(g_tab[self.cap]), self.mean_output,
-                              self.cv2_output, self._ttft_dx)
+        lam = rate_per_s / self.instances
+        pi, tail, _ = self._decode_chain(lam)
+        out: dict[str, np.ndarray | int] = {"decode": np.append(pi[:-1], pi[-1] + tail), "cap": self.cap}
+        if self.dispatch == "jsq" and self.instances > 1:
+            pi_p, tail_p, _ = pooled_slot_chain(self._step(lam)[1], self.instances, lam * self.mean_output)
+            out["pooled"] = np.append(pi_p[:-1], pi_p[-1] + tail_p)
+        return out
 
     # ---- solve -----------------------------------------------------------------------------
     def solve(self, rate_per_s: float) -> StationSolution:
@@ -319,7 +286,8 @@ class ChunkedStation(StationModel):
         pi, tail, rc = self._decode_chain(lam)
         # KV admission: at the slot cap (KV, max_batch or the budget) a prompt waits for a free slot
         # before its first chunk; independent of the backlog wait, added to TTFT below
-        adm = self._admission(pi, tail, rc, g_tab, lam * self.mean_output)
+        adm = slot_admission(pi, tail, rc, g_tab, self.instances, self.dispatch, lam * self.mean_output,
+                             self.mean_output, self.cv2_output, self.ca2, self._ttft_dx)
         if tail > 0:
             pi = pi.copy()
             pi[-1] += tail  # states beyond the cap wait for a slot; folded into the cap state
