@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from qmodel.validation.corpus_run import markdown_tables, rescore_corpus, summarize_corpus
+from qmodel.validation.corpus_run import UTILIZATION_DEFINITION, markdown_tables, rescore_corpus, summarize_corpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_tables({"summary": summarize_corpus(rs)}).split("**by load band**")[0])
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({**{k: base[k] for k in ("schema_version", "suite", "seed", "n", "data") if k in base},
-                       "where": a.where, "summary": summarize_corpus(new), "scenarios": new}, f, indent=1)
+            keep = ("schema_version", "suite", "seed", "n", "data", "skipped_strata", "definition")
+            out = {k: base[k] for k in keep if k in base}
+            if "definition" in out:  # corpus_report reads it; the load's definition is this tree's
+                out["definition"] = dict(out["definition"], utilization=UTILIZATION_DEFINITION)
+            json.dump({**out, "where": a.where, "summary": summarize_corpus(new), "scenarios": new}, f, indent=1)
     return 0
 
 

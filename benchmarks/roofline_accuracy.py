@@ -10,7 +10,8 @@ phase, the MAPE, signed bias (mean of predicted/measured - 1) and worst |error| 
 
 then a leave-one-GPU-out run: for each AIC system, the curves are refitted without that system's
 kernel tables and composed points (``qmodel.perf.efficiency_fit``; an architecture left without
-data falls back to hopper, as the catalog's fallbacks do) and tested on it.
+data falls back to hopper with the all-reduce of the other architectures' median, as the catalog's
+unmeasured architectures do) and tested on it.
 
 Sources:
 
@@ -109,7 +110,7 @@ def aic_table(rows: list[dict[str, str]], curves: EfficiencyCurves | None, label
 
 def loo_curves(rows_csv: Path, system: str) -> EfficiencyCurves:
     """The shared curves refitted without ``system``'s kernel tables and composed points."""
-    from qmodel.perf.efficiency_fit import FALLBACKS, fit_all, fit_overheads
+    from qmodel.perf.efficiency_fit import fit_all, fit_overheads, pooled_allreduce, unmeasured
 
     fitted = fit_all(exclude=(system,))
     for arch, o in fit_overheads(fitted, rows_csv, exclude=(system,)).items():
@@ -117,10 +118,11 @@ def loo_curves(rows_csv: Path, system: str) -> EfficiencyCurves:
     for arch, c in fitted.items():
         if arch != "hopper" and any(t not in c for t in ("attention", "allreduce", "moe", "overhead")):
             c["fallback"] = "hopper"
+    blank = {"allreduce": pooled_allreduce(fitted)}  # left without data: as the catalog's unmeasured architectures
+    fallbacks = unmeasured(fitted)
     for arch in ("hopper", "blackwell", "ampere", "ada"):
-        fitted.setdefault(arch, {"fallback": "hopper" if arch != "hopper" else "blackwell"})
-    return EfficiencyCurves.from_mapping({**fitted, **{a: v for a, v in FALLBACKS.items() if a not in fitted}},
-                                         origin=f"leave-out {system}")
+        fitted.setdefault(arch, {**blank, "fallback": "hopper" if arch != "hopper" else "blackwell"})
+    return EfficiencyCurves.from_mapping({**fitted, **fallbacks}, origin=f"leave-out {system}")
 
 
 # ---- measured tables in ../shared/data -------------------------------------------------------

@@ -25,7 +25,7 @@ solver's stations through a mean-value fixed point (docs/methods.md, "Closed-loo
   (:func:`qmodel.workload.arrival_stats`): a closed loop's arrivals are smoother than Poisson,
   and docs/validation.md ("Closed-loop workloads") gives the measured effect against the replay.
   The validity band (:mod:`qmodel.validity`) is read at the loop's load X(N) / lambda_max, the
-  load the corpus's closed cases are placed and tabled at.
+  load its closed cases are fitted at (docs/validation.md, "Validity band").
 * **Goodput.** The SLO attainment of N clients is the open attainment A at their seen rate
   lambda_N, and lambda_N rises with N, so the largest concurrency meeting the goal is the largest
   N with lambda_N <= lambda*, the open goodput (A(lambda*) >= goal, A(lambda) < goal just above

@@ -70,7 +70,7 @@ class StationCache:
     (memoised per rate in the topology's ``memo_roles``). Resolution is shared too: a scenario
     that differs from an earlier one only in its name, SLO or arrival rate reuses that one's
     :class:`~qmodel.build.Resolved` (its rate replaced, as :func:`qmodel.build.resolve_workload`
-    computes it), and one with the same model and workload reuses the workload half. ``size``:
+    computes it), and one with the same model, workload and context window reuses the workload half. ``size``:
     stations kept (least recently used dropped first); ``memo_rates``: solutions each memoised
     station keeps (a goodput search probes 5-15 rates; a prefill solution is up to a few hundred kB)."""
 
@@ -85,7 +85,8 @@ class StationCache:
         from qmodel.build import resolve_workload
         from qmodel.registry import load_catalog
 
-        key = _digest([dump["model"], dump["workload"]])
+        # the length mix is fitted to the context window, the one deployment field the workload reads
+        key = _digest([dump["model"], dump["workload"], dump["deployment"].get("max_context_tokens")])
         hit = self._workloads.get(key)
         if hit is None:
             model = load_catalog().model(scenario.model)

@@ -23,8 +23,8 @@ system, and the lowest band covers it. A number the corpus never drew at all (cl
 drew no closed loop) is flagged as never drawn.
 
 **Load.** u = rate / the smallest station stability limit; for a closed loop of N clients the
-loop's throughput X(N) / that limit (the limiting station's utilisation, as the corpus defines
-its closed cases' load), not the rate its latencies are read at.
+loop's throughput X(N) / that limit (the limiting station's utilisation; the band fit reads the
+corpus's closed cases at the same load), not the rate its latencies are read at.
 """
 
 from __future__ import annotations

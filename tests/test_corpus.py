@@ -71,6 +71,7 @@ def test_case_ids_are_dense():
 def test_utilization_inside_its_band_and_scenarios_valid():
     from qmodel.closed import solve_closed
     from qmodel.solver import Solver
+    from qmodel.validation.corpus_closed import fluid_load, unloaded_latency_s
 
     corpus = generate(60, 3, data=False)
     closed = 0
@@ -86,11 +87,13 @@ def test_utilization_inside_its_band_and_scenarios_valid():
         arr = c.scenario.workload.arrivals
         assert (arr.kind == "closed") == (c.features["arrivals"] == "closed")
         if arr.kind == "closed":
-            # u is the loop's analytic throughput over the open limit (validation/corpus_closed.py):
-            # 4-decimal rounding of u, the root's 1e-5 relative tolerance and Z's 6 digits: 2e-4
+            # u is the loop's fluid load N / (lambda_max (T0 + Z)) (validation/corpus_closed.py):
+            # 4-decimal rounding of u and Z's 6 digits: 1.5e-4; the analytic loop solves, unsaturated
             closed += 1
-            loop = solve_closed(c.scenario, solver).loop
-            assert not loop.saturated and loop.throughput_per_s / lam == pytest.approx(c.utilization, abs=2e-4)
+            arr_n, arr_z = arr.concurrency, arr.think_time_s
+            assert fluid_load(lam, unloaded_latency_s(solver.resolved), arr_n, arr_z) == pytest.approx(c.utilization,
+                                                                                                       abs=1.5e-4)
+            assert not solve_closed(c.scenario, solver).loop.saturated
             assert arr.concurrency == int(c.features["clients"]) >= 1
             assert (arr.think_time_s == 0.0) == (c.features["think_time"] == "0")
     assert closed >= 10

@@ -116,6 +116,52 @@ def test_heterogeneous_pools_are_pinned_to_their_gpus(scenario):
     assert any("mi300x" in n for n in cfg["notes"])
 
 
+EXPRESSIVE = ROOT / "examples" / "llama3-70b-disagg-h100.yaml"
+
+
+def test_context_window_is_max_model_len_on_every_role():
+    """deployment.max_context_tokens -> --max-model-len, last, on each role (a P/D pair must agree on
+    the window) and so in the manifests; left out while the scenario does not set it (vLLM then reads
+    the model's window, as qmodel does)."""
+    sc = load_scenario(EXPRESSIVE, ["deployment.max_context_tokens=8192"])
+    assert role_flags(sc, _row("disaggregated")) == {
+        "prefill": ["--tensor-parallel-size", "2", "--max-num-batched-tokens", "8192", "--max-model-len", "8192"],
+        "decode": ["--tensor-parallel-size", "4", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.94",
+                   "--max-model-len", "8192"]}
+    assert role_flags(sc, _row("chunked"))["aggregated"][-5:] == [
+        "--enable-chunked-prefill", "--max-num-batched-tokens", "1024", "--max-model-len", "8192"]
+    cfg = serving_config(sc, _row("disaggregated"))
+    assert cfg["vllm"][1]["command"] == (
+        "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4 --port 8200 --max-num-seqs 256 "
+        "--gpu-memory-utilization 0.94 --max-model-len 8192 "
+        "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_consumer\"}'")
+    args = cfg["dynamo"]["spec"]["services"]["VllmPrefillWorker"]["extraPodSpec"]["mainContainer"]["args"]
+    assert args[args.index("--max-model-len") + 1] == "8192"
+    plain = load_scenario(EXPRESSIVE)
+    for row in (_row("disaggregated"), _row("colocated"), _row("chunked")):
+        assert all("--max-model-len" not in f for f in role_flags(plain, row).values())
+
+
+def test_fields_without_a_vllm_flag_are_notes():
+    """kv_reservation max_tokens, max_output_tokens, context_overflow truncate and tpot_definition have
+    no vllm serve flag: each set one is one note, and no flag; reject (vLLM's own behaviour) needs none."""
+    sets = ["deployment.decode.kv_reservation=max_tokens", "workload.max_output_tokens=512",
+            "workload.context_overflow=truncate", "slo.tpot_definition=per_token"]
+    sc = load_scenario(EXPRESSIVE, sets)
+    assert role_flags(sc, _row("disaggregated")) == role_flags(load_scenario(EXPRESSIVE), _row("disaggregated"))
+    assert serving_config(sc, _row("disaggregated"))["notes"][1:] == [
+        "kv_reservation max_tokens has no vLLM flag: vLLM allocates KV blocks on demand (kv_reservation actual), "
+        "so it holds more requests than this plan assumed",
+        "max_output_tokens 512 is not a server flag: clients send it as each request's max_tokens",
+        "context_overflow truncate is not a server flag (vLLM refuses a request beyond --max-model-len): clients "
+        "truncate, or send truncate_prompt_tokens with each request",
+        "tpot_definition per_token is how the SLO is measured, not an engine setting (vLLM's bench reports TPOT "
+        "per interval)"]
+    quiet = load_scenario(EXPRESSIVE, ["deployment.decode.kv_reservation=actual", "workload.context_overflow=reject"])
+    assert serving_config(quiet, _row("disaggregated"))["notes"] == \
+        serving_config(load_scenario(EXPRESSIVE), _row("disaggregated"))["notes"]
+
+
 def test_manifest_name_is_a_dns_label(scenario):
     assert manifest_name(scenario.model_copy(update={"name": "My Plan_v2 (70B)"})) == "my-plan-v2-70b"
     assert manifest_name(scenario.model_copy(update={"name": "___"})) == "qmodel-plan"

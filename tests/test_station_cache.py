@@ -108,3 +108,16 @@ def test_resolution_is_shared_across_name_slo_and_rate_and_equals_a_fresh_one() 
         assert (r.lengths.prompt == fresh.lengths.prompt).all() and r.pools.keys() == fresh.pools.keys()
     other = parse_scenario(apply_overrides(raw, ["deployment.decode.tp=2"]))
     assert cache.resolved(other).pools is not r0.pools
+
+
+def test_a_context_window_edit_refits_the_length_mix() -> None:
+    """deployment.max_context_tokens is read by the workload (the length mix is truncated or thinned
+    to the window), so the cache's workload half must not be reused across it: every step of a TUI
+    edit sequence equals a fresh solver (regression: the window was left out of the workload key)."""
+    from qmodel.tui.form import DEFAULT_RAW
+
+    cache = StationCache()
+    for sets in ([], ["deployment.max_context_tokens=2048"], ["deployment.max_context_tokens=2048",
+                                                               "workload.context_overflow=reject"]):
+        v = parse_scenario(apply_overrides(DEFAULT_RAW, sets))
+        assert cache.solver(v).solve() == Solver(v).solve(), sets

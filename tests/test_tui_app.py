@@ -191,6 +191,36 @@ def test_palette_and_catalog_picker_set_fields() -> None:
     run(go())
 
 
+def test_an_optional_select_offers_its_blank_as_default() -> None:
+    """An optional select (a field left out of the scenario while blank) lists its blank as
+    "(default)" in the picker; choosing it leaves the field out again."""
+    from qmodel.tui.widgets import Choice
+
+    async def go():
+        app = _app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            choice = app.query_one("#f-deployment-decode-kv-reservation", Choice)
+            assert choice.value == "" and app.analysis.scenario.deployment.decode.kv_reservation is None
+            choice.focus()
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, CatalogPicker)
+            await pilot.press(*"max_")
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert app.analysis.scenario.deployment.decode.kv_reservation == "max_tokens"
+            choice.focus()
+            await pilot.press("enter")
+            await pilot.pause()
+            await pilot.press(*"default")
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert choice.value == "" and app.analysis.scenario.deployment.decode.kv_reservation is None
+            assert "kv_reservation" not in app.analysis.scenario.model_dump()["deployment"]["decode"]
+    run(go())
+
+
 def test_planner_rows_load_into_the_form(monkeypatch) -> None:
     from qmodel.planner.plan_result import PlanRow, PoolOut
     from qmodel.tui import planning

@@ -47,6 +47,37 @@ def test_switching_topology_keeps_the_hardware() -> None:
     assert (sc.deployment.pool.gpu, sc.deployment.pool.tp, sc.deployment.pool.instances) == ("h100-sxm", 4, 4)
 
 
+def test_request_shape_fields_round_trip_validate_and_follow_a_topology_switch() -> None:
+    """The issue-18 §3 fields: set in the form they reach the scenario (and a blank one is left out,
+    so the scenario's hash is the file's without it); a bad value gets pydantic's message on its own
+    field; the decode pool's KV reservation follows a topology switch as the hardware does."""
+    sets = {"deployment.pool.kv_reservation": "max_tokens", "deployment.max_context_tokens": "4096",
+            "workload.max_output_tokens": "512", "workload.context_overflow": "reject",
+            "slo.tpot_definition": "per_token"}
+    v = values_from_raw(DEFAULT_RAW)
+    v.update(sets)
+    fb = build(v, DEFAULT_RAW)
+    raw = {**DEFAULT_RAW, "deployment": {**DEFAULT_RAW["deployment"], "max_context_tokens": 4096,
+                                          "pool": {**DEFAULT_RAW["deployment"]["pool"], "kv_reservation": "max_tokens"}},
+           "workload": {**DEFAULT_RAW["workload"], "max_output_tokens": 512, "context_overflow": "reject"},
+           "slo": {**DEFAULT_RAW["slo"], "tpot_definition": "per_token"}}
+    from qmodel.scenario import parse_scenario
+
+    assert fb.errors == {} and scenario_sha256(fb.scenario) == scenario_sha256(parse_scenario(raw))
+    back = values_from_raw(raw)  # and back (the other topology's decode pool is seeded from this pool)
+    assert {k: back[k] for k in sets} == sets and back["deployment.decode.kv_reservation"] == "max_tokens"
+    blank = build(values_from_raw(DEFAULT_RAW), DEFAULT_RAW).scenario
+    assert scenario_sha256(blank) == scenario_sha256(parse_scenario(DEFAULT_RAW))
+    bad = dict(v, **{"deployment.max_context_tokens": "1", "workload.max_output_tokens": "0",
+                     "workload.context_overflow": "drop"})
+    errors = build(bad, DEFAULT_RAW).errors
+    assert set(errors) == {"deployment.max_context_tokens", "workload.max_output_tokens", "workload.context_overflow"}
+    assert "greater than or equal to 2" in errors["deployment.max_context_tokens"]
+    assert "'truncate' or 'reject'" in errors["workload.context_overflow"]
+    back["deployment.topology"] = "disaggregated"
+    assert build(back, raw).scenario.deployment.decode.kv_reservation == "max_tokens"
+
+
 def test_hidden_fields_stay_out_of_the_scenario() -> None:
     v = values_from_raw(DEFAULT_RAW)
     raw = raw_from_values(v, DEFAULT_RAW)

@@ -12,9 +12,9 @@ from typing import Any, get_args
 
 import pytest
 
-from qmodel.scenario import (Arrivals, DecodePool, Deployment, DisaggregatedDeployment, EmpiricalLengths, Lengths,
-                             PerfModel, PrefillPool, Scenario, TablePerf, TraceArrivals, parse_scenario,
-                             scenario_sha256)
+from qmodel.scenario import (SLO, Arrivals, DecodePool, Deployment, DisaggregatedDeployment, EmpiricalLengths,
+                             Lengths, PerfModel, PrefillPool, Scenario, TablePerf, TraceArrivals, Workload,
+                             parse_scenario, scenario_sha256)
 from qmodel.scenario_fields import schema_field
 from qmodel.tui.form import DEFAULT_RAW, FIELDS, build, values_from_raw
 
@@ -25,6 +25,13 @@ def _tags(union: Any, tag: str) -> list[str]:
 
 def _literal(model: Any, name: str) -> list[str]:
     return list(get_args(model.model_fields[name].annotation))
+
+
+def _optional(model: Any, name: str) -> list[str]:
+    """An optional ``Literal[...] | None`` field: blank (left out: the schema's None) and the literal's values."""
+    lit, none = get_args(model.model_fields[name].annotation)
+    assert none is type(None)
+    return ["", *get_args(lit)]
 
 
 #: what the schema declares for each select, read from the models themselves
@@ -39,6 +46,10 @@ DECLARED: dict[str, list[str]] = {
     "workload.lengths.format": _literal(EmpiricalLengths, "format"),
     "perf.kind": _tags(PerfModel, "kind"),
     "perf.format": _literal(TablePerf, "format"),
+    "deployment.pool.kv_reservation": _optional(DecodePool, "kv_reservation"),
+    "deployment.decode.kv_reservation": _optional(DecodePool, "kv_reservation"),
+    "workload.context_overflow": _optional(Workload, "context_overflow"),
+    "slo.tpot_definition": _optional(SLO, "tpot_definition"),
 }
 SELECTS = [f for f in FIELDS if f.kind == "select"]
 

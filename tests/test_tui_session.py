@@ -128,3 +128,50 @@ def test_heatmap_cells_equal_the_library_goodput() -> None:
     for p, d, g in cells:
         ref = goodput(pd_split(sc, p, d)).goodput_rps
         assert g == ref, (p, d)
+
+
+def test_request_shape_fields_are_edited_and_solved_as_the_library_does() -> None:
+    """The issue-18 §3 fields in the form (KV reservation, max output, context window, overflow, TPOT
+    definition): each edit, on the real engine, recomputes, changes the answer, and the answer is
+    exactly the library's for the scenario the form built."""
+    from qmodel.tui.widgets import Choice
+
+    async def go():
+        app = QmodelApp(raw=DEFAULT_RAW, show_timings=False, stages=())
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            seen = [app.analysis.max_stable[0]]
+
+            def check() -> Solver:
+                s = Solver(app.analysis.scenario)
+                assert app.analysis.result == s.solve() and app.analysis.max_stable[0] == s.max_stable_rate()[0]
+                return s
+
+            # an optional select starts blank (left out); Right steps to actual, then max_tokens
+            choice = app.query_one("#f-deployment-pool-kv-reservation", Choice)
+            assert choice.value == "" and choice.options == ["", "actual", "max_tokens"]
+            choice.focus()
+            await pilot.press("right", "right")
+            await settle(app, pilot)
+            assert app.analysis.scenario.deployment.pool.kv_reservation == "max_tokens"
+            check()
+            app.set_field("workload.max_output_tokens", "4096")
+            await settle(app, pilot)
+            assert app.analysis.scenario.workload.max_output_tokens == 4096
+            check()
+            seen.append(app.analysis.max_stable[0])
+            assert seen[1] < seen[0]  # a 4096-token reservation holds fewer requests: a lower limit
+            app.set_field("deployment.max_context_tokens", "2048")
+            app.set_field("workload.context_overflow", "reject")
+            await settle(app, pilot)
+            check()
+            assert app.analysis.result.rejected_fraction > 0.1
+            app.set_field("slo.tpot_definition", "per_token")
+            await settle(app, pilot)
+            check()
+            assert app.analysis.result.tbt is not None  # setting a TPOT definition adds TBT
+            # back to blank: the field is left out again and the scenario is the one before
+            app.set_field("slo.tpot_definition", "")
+            await settle(app, pilot)
+            assert app.analysis.scenario.slo.tpot_definition is None and app.analysis.result.tbt is None
+    asyncio.run(go())

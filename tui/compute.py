@@ -142,8 +142,11 @@ class WhatIfSession:
             lam_max = solver.max_stable_rate()
             mean_out = float(solver.resolved.lengths.mean_output)
             base = dataclasses.replace(base, max_stable=(float(lam_max[0]), lam_max[1]), mean_output_tokens=mean_out)
-            c = solver.compose(solver.resolved.base_rate_per_s or _missing_rate())
-            res = solver.solve(c.rate_per_s, composition=c)  # composed once for the plots and the Result
+            # composed once for the plots and the Result, at the offered rate (c.rate_per_s is the rate the
+            # stations see: less the requests a context_overflow reject refuses)
+            rate = solver.resolved.base_rate_per_s or _missing_rate()
+            c = solver.compose(rate)
+            res = solver.solve(rate, composition=c)
         except UnstableError as err:
             info = UnstableInfo(err.station, err.rate_per_s, err.max_stable_rate_per_s, str(err))
             return dataclasses.replace(base, unstable=info, timings_s={"solve": time.perf_counter() - t0})

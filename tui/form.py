@@ -107,6 +107,14 @@ def _choices(key: str) -> tuple[str, ...]:
     return tuple(sorted((str(c) for c in sf.choices), key=lambda c: c != first))  # stable: schema order after
 
 
+def _optional_choices(key: str) -> tuple[str, ...]:
+    """An optional select's options: blank first (the field left out, so the engine's default applies
+    and the scenario's hash is that of a file without it), then the schema's values in its order."""
+    return ("", *(str(c) for c in schema_field(key).choices))
+
+
+_KV_RES_HELP = "actual: prompt + own output; max_tokens: prompt + max output for its whole life; blank: actual"
+
 FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("name", "Name", "Scenario"),
     FieldSpec("model", "Model", "Scenario", "catalog", catalog="models"),
@@ -121,6 +129,8 @@ FIELDS: tuple[FieldSpec, ...] = (
               help="tokens per prefill iteration"),
     FieldSpec("deployment.chunk_tokens", "Chunk tok", "Deployment", when=_budget["chunk_tokens"],
               help="tokens per mixed iteration"),
+    FieldSpec("deployment.pool.kv_reservation", "KV reserve", "Deployment", "select",
+              _optional_choices("deployment.pool.kv_reservation"), optional=True, when=_single, help=_KV_RES_HELP),
     # disaggregated
     FieldSpec("deployment.prefill.gpu", "Prefill GPU", "Deployment", "catalog", catalog="gpus", when=_disagg),
     FieldSpec("deployment.prefill.tp", "Prefill TP", "Deployment", when=_disagg),
@@ -131,6 +141,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("deployment.decode.instances", "Decode inst", "Deployment", when=_disagg),
     FieldSpec("deployment.decode.max_batch", "Max batch", "Deployment", when=_disagg),
     FieldSpec("deployment.decode.kv_memory_fraction", "KV mem frac", "Deployment", when=_disagg),
+    FieldSpec("deployment.decode.kv_reservation", "KV reserve", "Deployment", "select",
+              _optional_choices("deployment.decode.kv_reservation"), optional=True, when=_disagg, help=_KV_RES_HELP),
     FieldSpec("deployment.link", "Link", "Deployment", "catalog", catalog="links", when=_disagg),
     FieldSpec("deployment.link_bandwidth_bytes_per_s", "Link BW", "Deployment", optional=True, when=_disagg,
               help="blank: the catalog link's bandwidth", fmt="bandwidth"),
@@ -143,6 +155,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("deployment.first_token_from", "1st token", "Deployment", "select",
               _choices("deployment.first_token_from"),
               when=_disagg),
+    FieldSpec("deployment.max_context_tokens", "Context win", "Deployment", optional=True,
+              help="prompt + output tokens (vLLM --max-model-len); blank: the model's window"),
     # workload
     FieldSpec(_ARR, "Arrivals", "Workload", "select", _choices(_ARR)),
     FieldSpec("workload.arrivals.rate_per_s", "Rate", "Workload", optional=True,
@@ -164,11 +178,19 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("workload.lengths.format", "Lengths fmt", "Workload", "select",
               _choices("workload.lengths.format"), when=_is(_LEN, "empirical")),
     FieldSpec("workload.prefix_hit_ratio", "Prefix hits", "Workload", help="fraction of prompt tokens cached"),
+    FieldSpec("workload.max_output_tokens", "Max output", "Workload", optional=True,
+              help="the requests' max_tokens; blank: the length law's largest output"),
+    FieldSpec("workload.context_overflow", "Overflow", "Workload", "select",
+              _optional_choices("workload.context_overflow"), optional=True,
+              help="prompt + output beyond the window: truncate, or reject (an SLO miss); blank: truncate"),
     # SLO
     FieldSpec("slo.ttft_s", "TTFT target", "SLO", fmt="duration"),
     FieldSpec("slo.tpot_s", "TPOT target", "SLO", fmt="duration"),
     FieldSpec("slo.percentile", "Percentile", "SLO"),
     FieldSpec("slo.attainment_goal", "Goal", "SLO", help="attainment needed for goodput"),
+    FieldSpec("slo.tpot_definition", "TPOT def.", "SLO", "select", _optional_choices("slo.tpot_definition"),
+              optional=True, help="per_interval: (e2e - TTFT)/(L - 1); per_token: TBT = (e2e - TTFT)/L; "
+                                  "set either to show TBT; blank: per_interval, no TBT"),
     # service-time model
     FieldSpec(_PERF, "Perf model", "Service times", "select", _choices(_PERF)),
     FieldSpec("perf.mfu", "MFU", "Service times", optional=True, when=_is(_PERF, "roofline"),
@@ -261,11 +283,11 @@ def values_from_raw(raw: dict[str, Any]) -> Values:
     # Seed the pools of the other topology from this one, so switching topology keeps the hardware.
     if "pool" in dep and isinstance(dep["pool"], dict):
         for role in ("prefill", "decode"):
-            for k in ("gpu", "tp"):
-                if k in dep["pool"]:
+            for k in ("gpu", "tp", "kv_reservation"):
+                if k in dep["pool"] and f"deployment.{role}.{k}" in FIELD_BY_KEY:
                     values[f"deployment.{role}.{k}"] = _show(FIELD_BY_KEY[f"deployment.{role}.{k}"], dep["pool"][k])
     elif "decode" in dep and isinstance(dep["decode"], dict):
-        for k in ("gpu", "tp"):
+        for k in ("gpu", "tp", "kv_reservation"):
             if k in dep["decode"]:
                 values[f"deployment.pool.{k}"] = _show(FIELD_BY_KEY[f"deployment.pool.{k}"], dep["decode"][k])
         n = sum(int(dep.get(r, {}).get("instances", 1)) for r in ("prefill", "decode") if isinstance(dep.get(r), dict))

@@ -123,12 +123,16 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
         for c in ("mean", "p50", "p90", "p99"):
             lat.add_column(c, justify="right", no_wrap=True)
         key = f"p{sc.slo.percentile:g}"
-        for name, d, target in (("TTFT", r.ttft, sc.slo.ttft_s), ("TPOT", r.tpot, sc.slo.tpot_s)):
+        per_token = sc.slo.tpot_definition == "per_token"  # tpot_s then bounds TBT, not TPOT
+        rows = [("TTFT", r.ttft, sc.slo.ttft_s), ("TPOT", r.tpot, None if per_token else sc.slo.tpot_s)]
+        if r.tbt is not None:  # TBT = (e2e - TTFT)/L, when the scenario names a TPOT definition
+            rows.append(("TBT", r.tbt, sc.slo.tpot_s if per_token else None))
+        for name, d, target in rows:
             cells = []
             for k in ("mean", "p50", "p90", "p99"):
                 v = getattr(d, k)
                 # The percentile the SLO is judged at is coloured by whether it meets the target.
-                style = ("green" if v <= target else "bold red") if k == key else ""
+                style = ("green" if v <= target else "bold red") if k == key and target is not None else ""
                 cells.append(Text(format_duration(v), style=style))
             lat.add_row(name, *cells)
         parts.append(keep_whole(lat))
@@ -138,7 +142,11 @@ def render_results(a: Analysis | None, stage: str = "") -> RenderableType:
         parts.append(Text.assemble(("Attainment ", "bold"), (pct(r.attainment), "bold green" if ok else "bold red"),
                                    f" [{pct(lo)}–{pct(hi)}] goal {pct(goal)}",
                                    f"\n  TTFT≤{format_duration(sc.slo.ttft_s)} {pct(r.ttft_attainment)}",
-                                   f"  TPOT≤{format_duration(sc.slo.tpot_s)} {pct(r.tpot_attainment)}"))
+                                   f"  {'TBT' if per_token else 'TPOT'}≤{format_duration(sc.slo.tpot_s)} "
+                                   f"{pct(r.tpot_attainment)}"))
+        if r.rejected_fraction:
+            parts.append(Text(f"Rejected {pct(r.rejected_fraction)} of requests (beyond the context window; "
+                              "counted as SLO misses)", style="yellow"))
     kv = Table.grid(padding=(0, 1))
     kv.add_column(no_wrap=True)
     kv.add_column()

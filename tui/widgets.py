@@ -109,12 +109,14 @@ class Choice(Widget, can_focus=True):
     def action_open(self) -> None:
         if not self.options:
             return
+        blank = f"({self.placeholder or 'none'})"  # a blank option (an optional field left out), named in the list
 
         def chosen(v: str | None) -> None:
             if v is not None:
-                self.value = v
+                self.value = "" if v == blank else v
 
-        self.app.push_screen(CatalogPicker(self.title or "an option", self.options, self.value), chosen)
+        shown = [o or blank for o in self.options]
+        self.app.push_screen(CatalogPicker(self.title or "an option", shown, self.value or blank), chosen)
 
     def action_step(self, delta: int) -> None:
         if not self.options:
@@ -153,7 +155,7 @@ class FieldRow(Widget):
         yield Label(s.label, classes="field-label")
         if s.kind == "select":
             choice = Choice(list(s.options), self.value if self.value in s.options else s.options[0], title=s.label,
-                            id=_dom_id(s.key), classes="field-input")
+                            placeholder="default" if s.optional else "", id=_dom_id(s.key), classes="field-input")
             choice.tooltip = s.help or None
             yield choice
         else:

@@ -15,7 +15,9 @@ validation/ differ from it); ``replays_at`` the commit of the corpus run whose r
 **Rows.** The corpus is regenerated from the run's (n, seed, data) and each scenario resolved, so a
 row's cell features (topology, load band of its u, arrival burstiness from the resolved SCV) and
 envelope values are computed by the same functions the solver uses (:func:`qmodel.validity.cell_features`,
-:func:`~qmodel.validity.envelope_values`). A case whose analytic side failed has no errors: it
+:func:`~qmodel.validity.envelope_values`). A closed loop's u is the one the solver reads its band at,
+the analytic X(N) / lambda_max of the row (``rate_per_s`` / ``max_stable_rate_per_s``), not the
+corpus's placement load (its fluid load, :mod:`qmodel.validation.corpus_closed`). A case whose analytic side failed has no errors: it
 counts towards the envelope (it was drawn) but not towards any band.
 
 **Fit** (:func:`fit_table`). For every prefix of the levels (topology; topology/load;
@@ -116,9 +118,12 @@ def band_rows(out: dict[str, Any], corpus: Any = None) -> list[dict[str, Any]]:
                                                      "differently: re-run the corpus)")
         res = resolve(case.scenario)
         kinds, numbers = envelope_values(res)
-        numbers["load"] = float(case.utilization)
+        u = float(case.utilization)
+        if case.features["arrivals"] == "closed" and r.get("analytic"):  # the loop's X(N)/lambda_max (module doc)
+            u = float(r["rate_per_s"]) / float(r["max_stable_rate_per_s"])
+        numbers["load"] = u
         err = r.get("error_rel")
-        rows.append({"id": case.id, "cell": cell_features(res, case.features["topology"], case.utilization),
+        rows.append({"id": case.id, "cell": cell_features(res, case.features["topology"], u),
                      "kinds": kinds, "numbers": numbers,
                      "errors": None if not err else {m: float(err[m]) for m in BAND_METRICS}})
     return rows

@@ -20,8 +20,9 @@ the band (tested in ``tests/test_corpus.py``). A table step-time model fixes its
 its draws take the model family of the table's model.
 
 **Closed loops.** An ``arrivals: closed`` draw is built as a Poisson scenario and then placed as a
-loop of N clients on its load band by :func:`qmodel.validation.corpus_closed.place_loop`; its
-``utilization`` is the loop's analytic throughput over the analytic limit, X(N) / lambda_max.
+loop of N clients on its load band by :func:`qmodel.validation.corpus_closed.place_loop`, from the
+stability limit and the unloaded latency T0 alone (no queueing solve: a modelling change does not
+re-draw it); its ``utilization`` is the loop's fluid load N / (lambda_max (T0 + Z)).
 
 **Data.** Strata that read the public data folder (trace arrivals, empirical lengths,
 splitwise-sim tables) are used only when it is present (``data=None``: detect); otherwise they are

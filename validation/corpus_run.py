@@ -34,13 +34,17 @@ from qmodel.validation.corpus import AXES, LOAD_BANDS, Corpus, CorpusCase, load_
 from qmodel.validation.harness import LATENCY_METRICS, abs_error_stats, compare_scenario
 from qmodel.validation.suites import Suite
 
-__all__ = ["METRICS", "STRATA", "LOOP_REQUESTS", "replay_requests", "TARGET_MEDIAN", "TARGET_P90", "TARGET_ATTAINMENT", "TARGET_MAX_U", "RUN_LENGTHS",
+__all__ = ["METRICS", "STRATA", "UTILIZATION_DEFINITION", "LOOP_REQUESTS", "replay_requests", "TARGET_MEDIAN", "TARGET_P90", "TARGET_ATTAINMENT", "TARGET_MAX_U", "RUN_LENGTHS",
            "TABLE_HEADERS", "run_corpus_case", "run_corpus", "summarize_corpus", "markdown_tables", "group_rows",
            "table_rows", "sections", "replay_saturated", "keep_case", "rescore_corpus", "map_rows"]
 
 METRICS = LATENCY_METRICS + ["attainment", "throughput"]
 #: strata (axis, value) whose rows are also tabled by topology and load band
 STRATA: tuple[tuple[str, str], ...] = (("arrivals", "closed"), ("dispatch", "jsq"))
+#: what a row's ``utilization`` is (written into the run's JSON, and by a re-score)
+UTILIZATION_DEFINITION = ("rate / Solver(scenario).max_stable_rate() (the smallest station limit); closed loops: the "
+                          "fluid load N / (limit x (T0 + Z)), T0 the unloaded latency (validation/corpus_closed.py); "
+                          "rate_per_s is the analytic X(N)")
 #: a closed loop's replay: at least this many requests per client (module docstring)
 LOOP_REQUESTS = 100
 TARGET_MEDIAN = 0.05
@@ -218,8 +222,7 @@ def run_corpus(corpus: Corpus, lengths: Suite, jobs: int = 1,
     rows = map_rows(_job, [(c, lengths) for c in corpus.cases], jobs, progress)
     return {"suite": "corpus", "seed": corpus.seed, "n": len(corpus.cases), "data": corpus.data,
             "skipped_strata": list(corpus.skipped),
-            "definition": {"utilization": "rate / Solver(scenario).max_stable_rate() (the smallest station limit); "
-                                          "closed loops: the analytic throughput X(N) / that limit",
+            "definition": {"utilization": UTILIZATION_DEFINITION,
                            "rel_error": "(analytic - replay) / replay; attainment: analytic - replay",
                            "replay_noise": "standard error of the mean over seeds, relative to the mean",
                            "replay_requests": f"{lengths.base_requests}/(1-u)^2 clipped to [{lengths.min_requests}, "

@@ -89,9 +89,12 @@ def _print_text(res) -> None:
     c = res.conservation
     say(f"{res.scenario}: replay of {res.topology} on {res.gpus} GPUs, {res.header.n_requests} requests at "
         f"{res.rate_per_s:.4g} req/s (seed {res.header.seed}, trace {res.header.trace_sha256[:12]})\n")
+    dists = [("TTFT", res.ttft), ("TPOT", res.tpot)] + ([("TBT", res.tbt)] if res.tbt is not None else [])
     print_table(["metric", "mean", "p50", "p90", "p99"],
                 [[name] + [format_duration(getattr(d, k)) for k in ("mean", "p50", "p90", "p99")]
-                 for name, d in (("TTFT", res.ttft), ("TPOT", res.tpot), ("end-to-end", res.e2e))])
+                 for name, d in (*dists, ("end-to-end", res.e2e))])
+    if res.rejected_fraction:
+        say(f"rejected: {res.rejected_fraction:.2%} of requests exceed the context window (counted as SLO misses)")
     say(f"\nSLO attainment {res.attainment * 100:.2f}% (TTFT {res.ttft_attainment * 100:.2f}%, "
         f"TPOT {res.tpot_attainment * 100:.2f}%), measured on {c.measured} requests")
     pr = res.precision

@@ -47,7 +47,7 @@ import numpy as np
 from qmodel.perf.efficiency import AllReduceCurve, AttentionCurve, GemmCurve, MoECurve
 
 __all__ = ["SYSTEM_GPU", "ARCH_SYSTEMS", "FALLBACKS", "latest_table", "fit_all", "fit_host_fabric", "fit_overheads",
-           "to_toml", "write_file"]
+           "pooled_allreduce", "unmeasured", "to_toml", "write_file"]
 
 #: AIC system -> catalog GPU name (for peaks and link bandwidth)
 SYSTEM_GPU: dict[str, str] = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200",
@@ -371,10 +371,33 @@ HEADER = """\
 #: architectures without public per-kernel data: whose fractions of peak they borrow, and why
 FALLBACKS: dict[str, dict[str, str]] = {
     "cdna3": {"fallback": "hopper", "note": "no public per-kernel measurements of MI300X/MI325X; uses hopper's "
-                                            "fractions of this GPU's own peaks (same HBM3 and tensor-core generation class)"},
-    "cdna4": {"fallback": "blackwell", "note": "no public per-kernel measurements of MI355X; uses blackwell's fractions"},
-    "default": {"fallback": "hopper", "note": "GPUs of architecture 'other' (or one this file lacks): hopper's fractions"},
+                                            "fractions of this GPU's own peaks (same HBM3 and tensor-core generation class), "
+                                            "all-reduce: the median of the measured architectures"},
+    "cdna4": {"fallback": "blackwell", "note": "no public per-kernel measurements of MI355X; uses blackwell's fractions, "
+                                               "all-reduce: the median of the measured architectures"},
+    "default": {"fallback": "hopper", "note": "GPUs of architecture 'other' (or one this file lacks): hopper's fractions, "
+                                              "all-reduce: the median of the measured architectures"},
 }
+
+
+def pooled_allreduce(curves: dict[str, Any]) -> dict[str, float]:
+    """All-reduce curve of an architecture without measured data: the median over every fitted one.
+
+    The all-reduce's fraction of the link is the collective's protocol efficiency (NCCL, vLLM's
+    custom all-reduce) over point-to-point links more than one GPU's property: blackwell, ampere and
+    ada run at 0.636-0.66 of their catalog links, hopper at 0.746, so the median of all measured
+    architectures is closer to each of them than hopper's number (leave-one-GPU-out,
+    docs/step_times.md). GEMM, attention, MoE and overhead tables are per-architecture kernels
+    (borrowing their median instead measured worse) and come whole from ``fallback``.
+    """
+    rs = [c["allreduce"] for c in curves.values() if "allreduce" in c and "gemm" in c]
+    return {k: float(np.median([r[k] for r in rs])) for k in ("efficiency", "latency_s")}
+
+
+def unmeasured(curves: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The :data:`FALLBACKS` architectures ``curves`` lacks: their fallback, with :func:`pooled_allreduce`."""
+    ar = pooled_allreduce(curves)
+    return {a: {**v, "allreduce": ar} for a, v in FALLBACKS.items() if a not in curves}
 
 
 def write_file(curves: dict[str, Any], path: Path) -> None:
@@ -385,7 +408,7 @@ def write_file(curves: dict[str, Any], path: Path) -> None:
         if missing and arch != "hopper":  # a table this architecture's data could not fit: hopper's
             c = {**c, "fallback": "hopper", "note": f"{', '.join(missing)} from hopper (not fitted for {arch})"}
         out[arch] = c
-    body = to_toml({**out, **{a: v for a, v in FALLBACKS.items() if a not in curves}})
+    body = to_toml({**out, **unmeasured(curves)})
     path.write_text(HEADER + "\n" + body, encoding="utf-8")
 
 

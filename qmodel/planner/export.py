@@ -7,6 +7,16 @@ prefill, ``kv_consumer`` on decode). NixlConnector (RDMA/UCX) is chosen for RDMA
 batching with chunked prefill disabled; chunked plans enable it with the chunk as
 ``--max-num-batched-tokens``. Every instance of a role runs the same command on its own GPUs
 (``CUDA_VISIBLE_DEVICES``) and port; a router in front spreads requests.
+
+The scenario's request-shape fields (docs/methods.md, "KV reservation, context window, TPOT and
+TBT"): ``deployment.max_context_tokens`` is vLLM's ``--max-model-len`` on every role (a
+disaggregated pair must agree on the window), emitted only when the scenario sets it (else vLLM
+reads the model's own window, as qmodel does). The others have no ``vllm serve`` flag and become a
+note each (:func:`unmapped_notes`): ``kv_reservation: max_tokens`` (vLLM allocates KV blocks on
+demand, which is ``actual``), ``workload.max_output_tokens`` (the request's ``max_tokens``, sent by
+the client), ``workload.context_overflow`` (vLLM refuses a request beyond the window, which is
+``reject``; ``truncate`` is the request's ``truncate_prompt_tokens``) and ``slo.tpot_definition``
+(a measurement, not an engine setting).
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from qmodel.planner.plan_result import PlanRow
 from qmodel.scenario import PoolConfig, Scenario
 from qmodel.topology import Topology, topology_named
 
-__all__ = ["serving_config", "role_flags", "connector_for", "gpu_memory_utilization"]
+__all__ = ["serving_config", "role_flags", "connector_for", "gpu_memory_utilization", "unmapped_notes"]
 
 _RDMA_KINDS = {"infiniband", "roce", "nvlink"}
 
@@ -101,27 +111,54 @@ def _mem_flag(scenario: Scenario, gpu: str, tp: int, kv_fraction: float) -> list
     return [] if util is None else ["--gpu-memory-utilization", f"{util:.2f}"]
 
 
+def _window_flag(scenario: Scenario) -> list[str]:
+    """vLLM's --max-model-len for a scenario that sets ``deployment.max_context_tokens`` (else none)."""
+    n = scenario.deployment.max_context_tokens
+    return [] if n is None else ["--max-model-len", str(n)]
+
+
+def unmapped_notes(scenario: Scenario) -> list[str]:
+    """One note per request-shape field the scenario sets that no ``vllm serve`` flag carries."""
+    dec, w = _decode_cfg(scenario), scenario.workload
+    notes = []
+    if dec.kv_reservation == "max_tokens":
+        notes.append("kv_reservation max_tokens has no vLLM flag: vLLM allocates KV blocks on demand (kv_reservation "
+                     "actual), so it holds more requests than this plan assumed")
+    if w.max_output_tokens is not None:
+        notes.append(f"max_output_tokens {w.max_output_tokens} is not a server flag: clients send it as each "
+                     "request's max_tokens")
+    if w.context_overflow == "truncate":
+        notes.append("context_overflow truncate is not a server flag (vLLM refuses a request beyond --max-model-len): "
+                     "clients truncate, or send truncate_prompt_tokens with each request")
+    if scenario.slo.tpot_definition is not None:
+        notes.append(f"tpot_definition {scenario.slo.tpot_definition} is how the SLO is measured, not an engine "
+                     "setting (vLLM's bench reports TPOT per interval)")
+    return notes
+
+
 def role_flags(scenario: Scenario, row: PlanRow) -> dict[str, list[str]]:
     """The engine flags of each role of ``row`` ('prefill'/'decode', or 'aggregated'), shared by the
     ``vllm serve`` lines and the Kubernetes manifests: TP, the prefill token budget, the decode batch
-    cap and the memory fraction that gives qmodel's KV capacity. No port, no KV connector."""
+    cap, the memory fraction that gives qmodel's KV capacity and, where the scenario sets one, the
+    context window (--max-model-len, last). No port, no KV connector."""
     k = _kept(scenario)
     row_shape = topology_named(row.topology)
     if row_shape.separate_prefill:
         assert row.prefill is not None
         pre_cfg = _shape(scenario).prefill_config(scenario.deployment)
         return {"prefill": ["--tensor-parallel-size", str(row.prefill.tp),
-                            "--max-num-batched-tokens", str(k["prefill_tokens"])] + _kv_flag(pre_cfg, scenario),
+                            "--max-num-batched-tokens", str(k["prefill_tokens"])] + _kv_flag(pre_cfg, scenario)
+                           + _window_flag(scenario),
                 "decode": ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
                           + _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"])
-                          + _kv_flag(_decode_cfg(scenario), scenario)}
+                          + _kv_flag(_decode_cfg(scenario), scenario) + _window_flag(scenario)}
     flags = ["--tensor-parallel-size", str(row.decode.tp), "--max-num-seqs", str(k["max_num_seqs"])]
     flags += _mem_flag(scenario, row.decode.gpu, row.decode.tp, k["mem"]) + _kv_flag(_decode_cfg(scenario), scenario)
     if row_shape.chunked_prefill:
         flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(row.chunk_tokens)]
     else:
         flags += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(k["prefill_tokens"])]
-    return {"aggregated": flags}
+    return {"aggregated": flags + _window_flag(scenario)}
 
 
 def _cmd(model: str, flags: list[str], port: int, extra: list[str]) -> str:
@@ -162,7 +199,7 @@ def serving_config(scenario: Scenario, row: PlanRow) -> dict[str, Any]:
         out["notes"].append("run one copy per instance on its own GPUs behind a load balancer")
     out["dynamo"], notes_d = dynamo_graph_deployment(scenario, row, model, flags)
     out["kserve"], notes_k = llm_inference_service(scenario, row, model, flags)
-    out["notes"] += sorted(set(notes_d + notes_k))
+    out["notes"] += sorted(set(notes_d + notes_k)) + unmapped_notes(scenario)
     if model.startswith("<"):
         out["notes"].append(f"the catalog entry {scenario.model!r} has no hf_id: replace {model} by the model's "
                             "Hugging Face repo id (or re-import it with `qmodel catalog import-hf --hf-id ID`)")

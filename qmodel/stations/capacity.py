@@ -29,13 +29,15 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["saturated_rate_per_s", "saturated_schedule", "heavy_traffic_batch", "heavy_traffic_onset"]
+__all__ = ["Iterations", "iterations", "saturated_rate_per_s", "saturated_schedule", "timed", "heavy_traffic_batch",
+           "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
 _WARMUP = 0.2
@@ -51,10 +53,30 @@ def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, o
                               max_batch_tokens, seed, cached_tokens, reserved_output)[0]
 
 
-# the last schedules computed, by their inputs (saturated_schedule): the planner builds one station
-# per instance count, and every decode-only pool of the same GPU and TP asks for the same schedule
-_SCHEDULES: OrderedDict[tuple, tuple[ServiceTimeModel, tuple[float, float]]] = OrderedDict()
-_MAX_SCHEDULES = 64
+@dataclass(frozen=True)
+class Iterations:
+    """A saturated schedule's iterations after the warm-up, apart from their times (they do not
+    depend on the times): the prefill iterations' (Σp, Σp², k) rows, the decode runs' batch sizes,
+    context sums at their first step and step counts, and the requests completed after the
+    warm-up. ``rate`` set instead: the schedule's answer needs no times (no cap, nothing fits,
+    no warm-up reached)."""
+
+    prefills: np.ndarray
+    run_n: np.ndarray
+    run_s: np.ndarray
+    run_k: np.ndarray
+    completed: int
+    rate: tuple[float, float] | None = None
+
+
+# the last iteration records, by the samples' contents and the caps (saturated_schedule): the
+# planner builds one station per instance count and GPU, every decode-only pool of the same KV
+# and caps asks for the same record, and a goodput or solve called again in one process resolves
+# a new service model over the same samples
+_SCHEDULES: OrderedDict[tuple, Iterations] = OrderedDict()
+_MAX_SCHEDULES = 32
+# and their answers by the service object too (an entry holds the service: its id is not reused)
+_TIMED: OrderedDict[tuple, tuple[ServiceTimeModel, tuple[float, float]]] = OrderedDict()
 
 
 def _digest(a: np.ndarray | None) -> bytes | None:
@@ -69,30 +91,60 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
                        seed: int = 0, cached_tokens: np.ndarray | None = None,
                        reserved_output: np.ndarray | None = None) -> tuple[float, float]:
     """(requests per second, mean decode batch over decode steps) of one instance under an endless
-    backlog (module doc); the last few are kept by their inputs (the same service object, the
-    samples' contents, the caps), since a schedule is a pure function of them.
+    backlog (module doc). The iterations are a pure function of the samples and the caps, so the
+    last few records are kept by those (:class:`Iterations`); only their times need ``service``
+    (two vectorised calls), and the answer is the same numbers as a schedule computed afresh.
     ``reserved_output``: the output tokens each request's KV reservation counts (a ``max_tokens``
     reservation, :func:`qmodel.workload.reserved_output_tokens`); None: its own output.
     """
-    key = (id(service), _digest(prompt_tokens), _digest(output_tokens), _digest(cached_tokens),
+    key = (_digest(prompt_tokens), _digest(output_tokens), _digest(cached_tokens),
            kv_capacity_tokens, max_batch, max_batch_tokens, seed, _digest(reserved_output))
-    hit = _SCHEDULES.get(key)
-    if hit is not None and hit[0] is service:  # the entry holds the service: its id is not reused
-        _SCHEDULES.move_to_end(key)
+    hit = _TIMED.get((id(service), *key))
+    if hit is not None and hit[0] is service:
+        _TIMED.move_to_end((id(service), *key))
         return hit[1]
-    out = _schedule(service, prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, max_batch_tokens,
-                    seed, cached_tokens, reserved_output)
-    _SCHEDULES[key] = (service, out)
-    if len(_SCHEDULES) > _MAX_SCHEDULES:
-        _SCHEDULES.popitem(last=False)
+    it = _SCHEDULES.get(key)
+    if it is None:
+        it = _SCHEDULES[key] = iterations(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
+                                          max_batch_tokens, seed, cached_tokens, reserved_output)
+    _SCHEDULES.move_to_end(key)
+    out = timed(service, it)
+    _TIMED[(id(service), *key)] = (service, out)
+    for kept in (_SCHEDULES, _TIMED):
+        if len(kept) > _MAX_SCHEDULES:
+            kept.popitem(last=False)
     return out
 
 
-def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
-              kv_capacity_tokens: float | None, max_batch: int | None, max_batch_tokens: int | None,
-              seed: int, cached_tokens: np.ndarray | None,
-              reserved_output: np.ndarray | None = None) -> tuple[float, float]:
-    """:func:`saturated_schedule`, computed.
+def timed(service: ServiceTimeModel, it: Iterations) -> tuple[float, float]:
+    """(requests per second, mean decode batch over decode steps) of the iterations ``it`` timed
+    by ``service``: prefill iterations T_p(Σp, Σp², k), decode runs one step-time call over all
+    their steps (a run of k steps from context sum S with n sequences: S + n j at step j)."""
+    if it.rate is not None:
+        return it.rate
+    pa = it.prefills
+    t = float(np.sum(service.prefill_time_s(pa[:, 0], pa[:, 1], pa[:, 2]))) if len(pa) else 0.0
+    batch = math.inf
+    if it.run_k.size:
+        n_r, s_r, k_r = it.run_n, it.run_s, it.run_k
+        start = np.repeat(np.cumsum(k_r) - k_r, k_r)
+        n_s = np.repeat(n_r, k_r)
+        j = np.arange(int(k_r.sum())) - start
+        t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(s_r, k_r) + n_s * j)))
+        batch = float(np.dot(n_r, k_r) / k_r.sum())
+    return (it.completed / t if t > 0 else math.inf), batch
+
+
+def _fixed(rate: float, batch: float) -> Iterations:
+    """An :class:`Iterations` whose answer needs no times."""
+    empty = np.zeros(0)
+    return Iterations(empty.reshape(0, 3), empty, empty, np.zeros(0, dtype=np.int64), 0, (rate, batch))
+
+
+def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float | None,
+               max_batch: int | None, max_batch_tokens: int | None, seed: int,
+               cached_tokens: np.ndarray | None, reserved_output: np.ndarray | None = None) -> Iterations:
+    """The iterations of :func:`saturated_schedule`, computed (the module doc's schedule).
 
     ``prompt_tokens`` are the computed (uncached) ones; ``cached_tokens`` (a prefix-cache hit per
     request) are held in KV and in the decode context but not prefilled.
@@ -102,7 +154,7 @@ def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_token
     ``inf`` when neither KV nor a slot cap bounds the decode batch (the batch then grows without
     bound and the capacity is the decode chain's, not a schedule's)."""
     if kv_capacity_tokens is None and max_batch is None:
-        return math.inf, math.inf
+        return _fixed(math.inf, math.inf)
     p = np.asarray(prompt_tokens, dtype=float)
     L = np.asarray(output_tokens, dtype=float)
     hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
@@ -114,7 +166,7 @@ def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_token
     order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
     total = len(order)
     if total == 0:
-        return 0.0, 0.0
+        return _fixed(0.0, 0.0)
     free = kv
     # running sequences: a heap of (decode step at which it finishes, tie-break, reserved KV, context at join)
     heap: list[tuple[int, int, float, float]] = []
@@ -179,21 +231,13 @@ def _schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_token
         if mark is None and qi >= warm:
             mark = (len(pre), len(runs), done)
     if mark is None:
-        return math.inf, math.inf
-    pa = np.asarray(pre[mark[0]:], dtype=float).reshape(-1, 3)
-    t = float(np.sum(service.prefill_time_s(pa[:, 0], pa[:, 1], pa[:, 2]))) if len(pa) else 0.0
+        return _fixed(math.inf, math.inf)
     ra = runs[mark[1]:]
-    batch = math.inf
-    if ra:
-        n_r = np.array([r[0] for r in ra], dtype=float)
-        s_r = np.array([r[1] for r in ra], dtype=float)
-        k_r = np.array([r[2] for r in ra], dtype=np.int64)
-        start = np.repeat(np.cumsum(k_r) - k_r, k_r)
-        n_s = np.repeat(n_r, k_r)
-        j = np.arange(int(k_r.sum())) - start
-        t += float(np.sum(service.decode_step_time_s(n_s, np.repeat(s_r, k_r) + n_s * j)))
-        batch = float(np.dot(n_r, k_r) / k_r.sum())
-    return ((done - mark[2]) / t if t > 0 else math.inf), batch
+    arrays = (np.asarray(pre[mark[0]:], dtype=float).reshape(-1, 3), np.array([r[0] for r in ra], dtype=float),
+              np.array([r[1] for r in ra], dtype=float), np.array([r[2] for r in ra], dtype=np.int64))
+    for a in arrays:  # kept and shared: read-only
+        a.flags.writeable = False
+    return Iterations(*arrays, done - mark[2])
 
 
 def heavy_traffic_batch(lam: float, rho: float, k: float, decode_s: float, lam_max: float, b_max: float,

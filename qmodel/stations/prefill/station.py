@@ -189,14 +189,15 @@ class PrefillStation(StationModel):
         pairing (seeded: reproducible).
         """
         p = np.asarray(self.prompt_tokens, dtype=float).ravel()
-        c = np.zeros_like(p) if self.cached_tokens is None else np.asarray(self.cached_tokens, dtype=float).ravel()
+        # no cached tokens: the 2nc terms are 0 and x + 0.0 = x, so they are left out (same sums)
+        c = None if self.cached_tokens is None else np.asarray(self.cached_tokens, dtype=float).ravel()
         # round-off leaves entries of order -1e-17 in the pmf; Generator.choice refuses any negative
         pk = np.clip(np.asarray(own_batch_pmf, dtype=float), 0.0, None)
         pk = pk / pk.sum()
         rng = np.random.default_rng(seed)
         k = rng.choice(np.arange(1, pk.size + 1), size=p.size, p=pk)
         sum_n = p.copy()
-        sum_sq = p * p + 2 * p * c
+        sum_sq = p * p if c is None else p * p + 2 * p * c
         n_req = np.ones_like(p)
         budget = self.max_batch_tokens if self.token_aware else None
         open_ = np.ones(p.size, dtype=bool)
@@ -209,14 +210,15 @@ class PrefillStation(StationModel):
             if budget is not None:  # FCFS prefix: once one does not fit, the batch is closed
                 o = open_[live]
                 grow, pick = live[o], pick[o]
-                fits = sum_n[grow] + p[pick] <= budget
+                drawn = p[pick]
+                fits = sum_n[grow] + drawn <= budget
                 open_[grow] = fits
-                grow, pick = grow[fits], pick[fits]
+                grow, pick, drawn = grow[fits], pick[fits], drawn[fits]
             else:
-                grow = live
+                grow, drawn = live, p[pick]
             n_req[grow] += 1.0
-            sum_n[grow] += p[pick]
-            sum_sq[grow] += p[pick] ** 2 + 2 * p[pick] * c[pick]
+            sum_n[grow] += drawn
+            sum_sq[grow] += drawn ** 2 if c is None else drawn ** 2 + 2 * drawn * c[pick]
         t = np.asarray(self.service.prefill_time_s(sum_n, sum_sq, n_req), dtype=float)
         if budget is not None and mean_s is not None and t.mean() > 0:
             t = t * (mean_s / float(t.mean()))
