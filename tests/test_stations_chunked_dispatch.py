@@ -120,27 +120,39 @@ def test_jsq_slot_wait_pooled_against_replay():
 
 
 def test_slot_wait_allen_cunneen_arrival_factor():
-    """The slot wait's conditional rate is mu_full (1 - rc) / ((c_a^2 + c_L^2)/2) (Allen–Cunneen GI/G/c):
-    Poisson (c_a^2 = 1) is the old (1 + c_L^2)/2 reading bit for bit; other c_a^2 scale the rate by
-    (1 + c_L^2)/(c_a^2 + c_L^2) exactly; P(wait) does not move; c_a^2 = c_L^2 = 0 waits not at all."""
+    """The slot wait is :func:`queue_wait` with the arrivals' c_a^2. c_a^2 <= 1: the conditional rate is
+    mu_full (1 - rc) / ((c_a^2 + c_L^2)/2) (Allen–Cunneen GI/G/c): Poisson is the old (1 + c_L^2)/2
+    reading bit for bit; other c_a^2 scale the rate by (1 + c_L^2)/(c_a^2 + c_L^2) exactly; P(wait)
+    does not move; c_a^2 = c_L^2 = 0 waits not at all. c_a^2 = 2 (Gamma gaps, k = 1/2): the GI/M/1 root
+    has the closed form sigma = (rc + sqrt(rc^2 + 8 rc))/4, P(wait) = p sigma/rc and the rate
+    mu (1 - sigma)(1 + c_a^2)/(c_a^2 + c_L^2), to 1e-12."""
     from qmodel.stations.decode import slot_wait
 
     pi, tail, rc, cap, g, el, cv2 = np.array([0.2, 0.3, 0.5]), 0.25, 0.8, 2, 0.01, 256.0, 0.6
+    mu = cap / (el * g)
     p1, r1 = slot_wait(pi, tail, rc, cap, g, el, cv2)
-    assert (p1, r1) == (0.75, cap / (el * g) * (1 - rc) / ((1 + cv2) / 2))
-    for ca2 in (0.0, 0.3, 4.0, 12.0):
+    assert (p1, r1) == (0.75, mu * (1 - rc) / ((1 + cv2) / 2))
+    for ca2 in (0.0, 0.3, 1.0):
         p, r = slot_wait(pi, tail, rc, cap, g, el, cv2, arrival_scv=ca2)
         assert p == p1 and r == pytest.approx(r1 * (1 + cv2) / (ca2 + cv2), rel=1e-12)
+    sigma = (rc + math.sqrt(rc * rc + 8 * rc)) / 4
+    p, r = slot_wait(pi, tail, rc, cap, g, el, cv2, arrival_scv=2.0)
+    assert p == pytest.approx(p1 * sigma / rc, rel=1e-12)
+    assert r == pytest.approx(mu * (1 - sigma) * 3.0 / (2.0 + cv2), rel=1e-12)
     assert slot_wait(pi, tail, rc, cap, g, el, 0.0, arrival_scv=0.0)[1] == math.inf
 
 
 @pytest.mark.parametrize("dispatch,c,seen", [("random", 1, 3.0), ("round_robin", 1, 3.0), ("random", 2, 2.0),
                                              ("round_robin", 2, 1.5), ("least_loaded", 4, 0.75), ("jsq", 2, 3.0)])
 def test_chunked_slot_admission_sees_the_split_arrivals(dispatch, c, seen):
-    """slot_admission divides the conditional wait by (c_a^2 + c_L^2)/2 with the arrivals one slot queue
-    sees: a random split c_a^2/c + 1 - 1/c, round_robin / least_loaded c_a^2/c, the jsq pool the whole
-    stream (c_a^2 = 3 here); the mean wait p/rate is then that factor over the Poisson one, exactly."""
+    """slot_admission queues with the arrivals one slot queue sees: a random split c_a^2/c + 1 - 1/c,
+    round_robin / least_loaded c_a^2/c, the jsq pool the whole stream (c_a^2 = 3 here). Against the
+    Poisson stream's wait (constant step: rc 0.8 per instance and in the pool), the mean wait p/rate is,
+    exactly: for seen <= 1 the factor (seen + c_L^2)/(seen_Poisson + c_L^2); for seen > 1 the Gamma
+    GI/M/1 reading of :func:`qmodel.stations.decode.queue_wait`, (sigma/rc)(1 - rc)/(1 - sigma)
+    2 (seen + c_L^2)/((1 + seen)(seen_Poisson + c_L^2)), sigma its root at rc."""
     from qmodel.stations.chunked_slots import slot_admission
+    from qmodel.stations.fcfs import gamma_gim1_sigma
 
     cap, cv2 = 4, 0.5
     g = np.full(cap + 1, 0.02)
@@ -150,7 +162,13 @@ def test_chunked_slot_admission_sees_the_split_arrivals(dispatch, c, seen):
     args = (pi, tail, rc, g, c, dispatch, tok, 100.0, cv2)
     w3 = slot_admission(*args, 3.0, 1e-3)
     w1 = slot_admission(*args, 1.0, 1e-3)
-    assert w3.mean_s / w1.mean_s == pytest.approx((seen + cv2) / (split1(dispatch, c) + cv2), rel=1e-6)
+    s1 = split1(dispatch, c)
+    if seen <= 1.0:
+        expected = (seen + cv2) / (s1 + cv2)
+    else:
+        sigma = gamma_gim1_sigma(rc, seen)
+        expected = (sigma / rc) * (1 - rc) / (1 - sigma) * 2 * (seen + cv2) / ((1 + seen) * (s1 + cv2))
+    assert w3.mean_s / w1.mean_s == pytest.approx(expected, rel=1e-6)
 
 
 def split1(dispatch: str, c: int) -> float:
