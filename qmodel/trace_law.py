@@ -326,11 +326,28 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     ttfts, tpots, rows = [], [], []
     composed: dict[float, Any] = {}
 
+    def rate_at(level: float) -> float:
+        return min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
+
     def at(level: float) -> Any:
-        rk = min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
+        rk = rate_at(level)
         if rk not in composed:
             composed[rk] = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
         return composed[rk]
+
+    # a class only the TPOT reads (the decode pool's rate classes, where no TTFT class has its
+    # rate) is solved without the prefill pool's wait grids, which nothing there reads
+    ttft_rates = {rate_at(level) for level in law.levels}
+    tpot_only: dict[float, tuple[list, GridDist, float]] = {}
+
+    def tpot_at(level: float) -> tuple[float, list, GridDist, float]:
+        rk = rate_at(level)
+        if rk in composed or rk in ttft_rates or rk == base.rate_per_s or dlaw is law:
+            c = at(level)
+            return c.rate_per_s, c.stations, c.tpot, c.tpot_attainment
+        if rk not in tpot_only:
+            tpot_only[rk] = topo.compose_tpot(solver, rk, laws)
+        return rk, *tpot_only[rk]
 
     for k, level in enumerate(law.levels):
         c = at(level)
@@ -343,19 +360,18 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
         rows.append((a, b))
     tpot_rows = []
     for j, level in enumerate(dlaw.levels):
-        c = at(level)
-        tpot, b = c.tpot, c.tpot_attainment
+        rk, stations, tpot, b = tpot_at(level)
         extra = [d[j] for d in delays["handoff"] if d[j] is not None]
         # past the rate the stations are solved at, the slot model's steps are longer by the ratio
         # of its fluid steps (trace_decode.stretched)
-        longer = 1.0 if dlaw is law else pool.fluid_step(float(level)) / pool.fluid_step(c.rate_per_s / rate)
+        longer = 1.0 if dlaw is law else pool.fluid_step(float(level)) / pool.fluid_step(rk / rate)
         if extra or longer > 1.0:
             # the backlog waits in the decode admission, after token 1: the handoff's wait, spread
             # over each request's L - 1 later tokens as the topology spreads it
-            sp, st, sd = c.stations
+            sp, st, sd = stations
             sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *extra) if extra else sd.wait,
                                      tpot=stretched(sd.tpot, longer))
-            terms = solver.latency_terms(sp, st, sd)[1]
+            terms = topo.tpot_terms(solver, sp, st, sd)
             tpot = convolve(*terms) if len(terms) > 1 else terms[0]
             b = solver.tpot_attainment(tpot)
         tpots.append(tpot)
