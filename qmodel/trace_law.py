@@ -335,29 +335,40 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
             composed[rk] = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
         return composed[rk]
 
-    # a class only the TPOT reads (the decode pool's rate classes, where no TTFT class has its
-    # rate) is solved without the prefill pool's wait grids, which nothing there reads
+    # Where the TPOT has its own rate classes (the decode pool's), a class only one metric reads is
+    # solved for that metric alone: a TPOT class without the prefill pool's wait grids, a TTFT
+    # class (first token from prefill) without the link and the decode pool.
     ttft_rates = {rate_at(level) for level in law.levels}
-    tpot_only: dict[float, tuple[list, GridDist, float]] = {}
+    tpot_rates = {rate_at(level) for level in dlaw.levels}
+    alone: dict[tuple[str, float], Any] = {}
+
+    def one_metric(metric: str, rk: float) -> Any:
+        if dlaw is law or rk in composed or rk == base.rate_per_s or rk in (tpot_rates if metric == "ttft" else ttft_rates):
+            return None
+        if (metric, rk) not in alone:
+            alone[metric, rk] = (topo.compose_ttft if metric == "ttft" else topo.compose_tpot)(solver, rk, laws)
+        return alone[metric, rk]
+
+    def ttft_at(level: float) -> tuple[GridDist, float]:
+        part = one_metric("ttft", rate_at(level))
+        return part if part is not None else (at(level).ttft, at(level).ttft_attainment)
 
     def tpot_at(level: float) -> tuple[float, list, GridDist, float]:
         rk = rate_at(level)
-        if rk in composed or rk in ttft_rates or rk == base.rate_per_s or dlaw is law:
+        part = one_metric("tpot", rk)
+        if part is None:
             c = at(level)
             return c.rate_per_s, c.stations, c.tpot, c.tpot_attainment
-        if rk not in tpot_only:
-            tpot_only[rk] = topo.compose_tpot(solver, rk, laws)
-        return rk, *tpot_only[rk]
+        return rk, *part
 
     for k, level in enumerate(law.levels):
-        c = at(level)
-        ttft, tpot, a, b = c.ttft, c.tpot, c.ttft_attainment, c.tpot_attainment
+        ttft, a = ttft_at(level)
         extra = [d[k] for d in delays["ttft"] if d[k] is not None]
         if extra:
-            ttft = convolve(c.ttft, *extra)
+            ttft = convolve(ttft, *extra)
             a = float(ttft.cdf(slo.ttft_s))
         ttfts.append(ttft)
-        rows.append((a, b))
+        rows.append(a)
     tpot_rows = []
     for j, level in enumerate(dlaw.levels):
         rk, stations, tpot, b = tpot_at(level)
@@ -377,12 +388,12 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
         tpots.append(tpot)
         tpot_rows.append(b)
     if dlaw is law:
-        cells = [(a, tpot_rows[k]) for k, (a, _) in enumerate(rows)]
+        cells = [(a, tpot_rows[k]) for k, a in enumerate(rows)]
         w = law.class_weight / law.class_weight.sum()
     else:  # per window: its TTFT attainment with its TPOT class's
-        a_w = window_ttft_attainment(law, [at(x).ttft for x in law.levels], ttft_backlogs, slo.ttft_s)
+        a_w = window_ttft_attainment(law, [ttft_at(x)[0] for x in law.levels], ttft_backlogs, slo.ttft_s)
         if a_w is None:
-            a_w = np.array([rows[k][0] for k in law.cls])
+            a_w = np.array([rows[k] for k in law.cls])
         cells = [(float(x), tpot_rows[j]) for x, j in zip(a_w, dlaw.cls)]
         w = law.weight / law.weight.sum()
     tab = [(a, b, a * b, *topo.attainment_bounds(a, b)) for a, b in cells]

@@ -1,9 +1,9 @@
-"""A trace's TPOT rate classes are solved without the prefill pool's wait grids (docs/startup.md,
-round 8): ``PrefillStation.solve(rate, grids=False)`` leaves W, W + S_own and S_own lazy with their
-step announced, and ``DisaggregatedTopology.compose_tpot`` gives the stations, TPOT and its
-attainment of ``compose`` without them. Both must be the eager answers bit for bit (exact
-equality: the same code runs, only later or not at all), and the trace example's solve must equal
-the all-eager composition's."""
+"""A trace's rate classes are solved for the one metric that reads them (docs/startup.md, round 8):
+a TPOT class without the prefill pool's wait grids (``PrefillStation.solve(rate, grids=False)``
+leaves W, W + S_own and S_own lazy with their step announced; ``DisaggregatedTopology.compose_tpot``),
+a TTFT class without the link and the decode pool (``compose_ttft``, first token from prefill).
+Each must be ``compose``'s answer bit for bit (exact equality: the same code runs, only later or
+not at all), and the trace example's solve must equal the all-eager composition's."""
 
 from __future__ import annotations
 
@@ -79,18 +79,33 @@ def test_compose_tpot_is_composes_tpot(first: str, laws: bool) -> None:
             _same(x.delay, y.delay)
 
 
+@pytest.mark.parametrize("laws", [False, True])
+def test_compose_ttft_is_composes_ttft(laws: bool) -> None:
+    solver = _solver("llama3-70b-disagg-h100.yaml", "prefill")
+    lim = solver.max_stable_rate()[0]
+    for load in LOADS:
+        c = solver.topology.compose(solver, load * lim, laws)
+        ttft, a = solver.topology.compose_ttft(solver, load * lim, laws)
+        assert a == c.ttft_attainment
+        _same(ttft, c.ttft)
+    from_decode = _solver("llama3-70b-disagg-h100.yaml", "decode")
+    assert from_decode.topology.compose_ttft(from_decode, 0.5 * lim, laws) is None
+
+
 @pytest.mark.needs_data("azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "splitwise_sim/perf_model.csv")
 def test_the_trace_example_equals_its_all_eager_composition(monkeypatch: pytest.MonkeyPatch) -> None:
-    """compose_windows with every class fully composed (compose_tpot replaced by compose) gives the
-    same attainments and laws: what the TPOT classes skip is read by nothing."""
+    """compose_windows with every class fully composed (compose_tpot replaced by compose,
+    compose_ttft declining) gives the same attainments and laws: what the classes skip is read by
+    nothing."""
     sc = load_scenario(EXAMPLES / "azure-conv-trace-disagg-a100.yaml")
     fast = Solver(sc).solve()
     topo_cls = type(Solver(sc).topology)
 
-    def eager(self, solver, rate, laws):
+    def eager_tpot(self, solver, rate, laws):
         c = self.compose(solver, rate, laws)
         return c.stations, c.tpot, c.tpot_attainment
 
-    monkeypatch.setattr(topo_cls, "compose_tpot", eager)
+    monkeypatch.setattr(topo_cls, "compose_tpot", eager_tpot)
+    monkeypatch.setattr(topo_cls, "compose_ttft", lambda self, solver, rate, laws: None)
     slow = Solver(sc).solve()
     assert fast.model_dump() == slow.model_dump()

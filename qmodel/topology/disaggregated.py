@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
+from qmodel.dist import GridDist, convolve, mixture, pow2_grid
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
 from qmodel.topology.base import (Composition, Topology, decode_pool_settings, deployment_settings, station_dispatch,
-                                  tpot_law, user_pool_settings)
+                                  tpot_law, ttft_law, user_pool_settings)
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -192,17 +192,19 @@ class DisaggregatedTopology(Topology):
 
     # ---- composition ---------------------------------------------------------------------------
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
-        slo = solver.scenario.slo
         sp, st, sd = self._solutions(solver, rate, laws, True)
-        ttft_terms = self.ttft_terms(solver, sp, st, sd)
+        ttft, a = ttft_law(solver, self.ttft_terms(solver, sp, st, sd), laws)
         tpot, b = tpot_law(solver, self.tpot_terms(solver, sp, st, sd), laws)
-        if laws:
-            ttft = convolve(*ttft_terms)
-            a = float(ttft.cdf(slo.ttft_s))
-        else:
-            a = sum_cdf(ttft_terms, slo.ttft_s)
-            ttft = LazyGridDist(lambda: convolve(*ttft_terms))
         return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))
+
+    def compose_ttft(self, solver: Any, rate: float, laws: bool) -> tuple[GridDist, float] | None:
+        """(TTFT, its attainment) at ``rate`` as :meth:`compose` gives them where the prefill pool
+        alone makes TTFT (first token from prefill; else None), without the stations only TPOT
+        reads, nor the own-batch times per prompt only the link reads (a trace's TTFT classes)."""
+        if solver.scenario.deployment.first_token_from == "decode":
+            return None
+        sp = solver.station("prefill").solve(rate, per_prompt=False)
+        return ttft_law(solver, self.ttft_terms(solver, sp, None, None), laws)
 
     def compose_tpot(self, solver: Any, rate: float, laws: bool) -> tuple[list[StationSolution], GridDist, float]:
         """(the stations, TPOT, its attainment) at ``rate`` as :meth:`compose` gives them, the prefill
@@ -229,7 +231,8 @@ class DisaggregatedTopology(Topology):
         one station's part replaced to measure its share."""
         return self.ttft_terms(solver, sp, st, sd), self.tpot_terms(solver, sp, st, sd)
 
-    def ttft_terms(self, solver: Any, sp: StationSolution, st: StationSolution, sd: StationSolution) -> list[GridDist]:
+    def ttft_terms(self, solver: Any, sp: StationSolution, st: StationSolution | None,
+                   sd: StationSolution | None) -> list[GridDist]:  # (st, sd: read only from decode)
         # Each term is counted once (docs/methods.md, Conventions): with the first token from
         # prefill, TTFT ends at the prefill pass, and the link and the decode admission wait fall
         # in TPOT (tpot_terms); from decode, they and the first step end TTFT instead.

@@ -240,10 +240,12 @@ class PrefillStation(StationModel):
                                        f"E[batch time] {self.law.mean_drain[1]:.4g} s")
 
     # ---- solve ---------------------------------------------------------------------------
-    def solve(self, rate_per_s: float, grids: bool = True) -> StationSolution:
+    def solve(self, rate_per_s: float, grids: bool = True, per_prompt: bool = True) -> StationSolution:
         """The pool at ``rate_per_s``. ``grids=False``: the wait and delay laws are solved only when
         first read (:func:`~qmodel.stations.prefill.wait_grids.lazy_grids`; their step is known at
-        once), for a caller that reads only the rest (a trace's TPOT rate classes)."""
+        once), for a caller that reads only the rest (a trace's TPOT rate classes);
+        ``per_prompt=False``: no ``own_batch_time_per_prompt_s`` (None), for a caller that solves no
+        link from this solution (a trace's TTFT rate classes)."""
         self._check(rate_per_s)
         if self.dispatch == "least_loaded" and self.b == 1 and self.instances > 1:
             return self._solve_central(rate_per_s)
@@ -315,7 +317,7 @@ class PrefillStation(StationModel):
                 "own_batch_time": own,
                 "own_batch_pmf": own_pmf,
                 "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(own_pmf, mean_s=q.mean_own_batch_s)
-                if self.own_batch_times else None,
+                if self.own_batch_times and per_prompt else None,
                 "mean_wait_s": q.mean_wait_s * scale,
                 "per_instance_rate_per_s": q.lam,
                 "instance_arrival_scv": ca2_i,
@@ -378,7 +380,7 @@ class PrefillStation(StationModel):
                 "own_batch_time": own,
                 "own_batch_pmf": np.array([1.0]),
                 "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(np.array([1.0]))
-                if self.own_batch_times else None,
+                if self.own_batch_times and per_prompt else None,
                 "mean_wait_s": model.mean_s * scale,
                 "per_instance_rate_per_s": rate_per_s / c,
                 "instance_arrival_scv": self.ca2,
