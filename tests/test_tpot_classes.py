@@ -109,3 +109,19 @@ def test_the_trace_example_equals_its_all_eager_composition(monkeypatch: pytest.
     monkeypatch.setattr(topo_cls, "compose_ttft", lambda self, solver, rate, laws: None)
     slow = Solver(sc).solve()
     assert fast.model_dump() == slow.model_dump()
+
+
+def test_the_central_queue_path_takes_the_same_arguments() -> None:
+    """least_loaded dispatch without batching is the central M/G/c queue (``_solve_central``): the
+    class paths' arguments reach it too, and its answer does not depend on them."""
+    sc = load_scenario(EXAMPLES / "llama3-70b-disagg-h100.yaml")
+    d = sc.model_dump(mode="json")
+    d["deployment"]["prefill"].update(max_batch_tokens=1024, dispatch="least_loaded", instances=4)
+    d["workload"]["lengths"] = {"kind": "fixed", "prompt_tokens": 900, "output_tokens": 200}  # one prompt a batch
+    solver = Solver(parse_scenario(d))
+    st = solver.station("prefill")
+    assert st.b == 1 and st.instances > 1  # the central path
+    rate = 0.6 * st.max_stable_rate_per_s()
+    eager, lean = st.solve(rate), st.solve(rate, grids=False, per_prompt=False)
+    _same(eager.delay, lean.delay)
+    assert solver.topology.compose_ttft(solver, rate, False)[1] == solver.topology.compose(solver, rate, False).ttft_attainment

@@ -380,7 +380,7 @@ class PrefillStation(StationModel):
                 "own_batch_time": own,
                 "own_batch_pmf": np.array([1.0]),
                 "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(np.array([1.0]))
-                if self.own_batch_times and per_prompt else None,
+                if self.own_batch_times else None,
                 "mean_wait_s": model.mean_s * scale,
                 "per_instance_rate_per_s": rate_per_s / c,
                 "instance_arrival_scv": self.ca2,
