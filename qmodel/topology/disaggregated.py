@@ -214,7 +214,8 @@ class DisaggregatedTopology(Topology):
         return [*sols], *tpot_law(solver, self.tpot_terms(solver, *sols), laws)
 
     def _solutions(self, solver: Any, rate: float, laws: bool, grids: bool) -> tuple[StationSolution, ...]:
-        sp = solver.station("prefill").solve(rate, grids=grids)
+        pool = solver.station("prefill")
+        sp = pool.solve(rate) if grids else pool.solve(rate, grids=False)  # (the stations' common call where it can)
         # KV bytes held by transfers in flight (Little: a closed form, before any grid), spread
         # over the decode instances, in tokens: reserved on the decode side.
         dec = self.decode_with_in_flight_kv(solver, rate)
