@@ -49,6 +49,12 @@ def load_ufuncs() -> types.ModuleType:
             package.__getattr__ = _completing(package, spec)
             sys.modules["scipy.special"] = package
             setattr(sys.modules["scipy"], "special", package)
+            try:
+                return importlib.import_module("scipy.special._ufuncs")
+            except ImportError:  # a scipy whose extension needs its package first: the plain import
+                for name in [m for m in sys.modules if m == "scipy.special" or m.startswith("scipy.special.")]:
+                    del sys.modules[name]
+                delattr(sys.modules["scipy"], "special")
         return importlib.import_module("scipy.special._ufuncs")
     finally:
         _imp.release_lock()
