@@ -51,7 +51,7 @@ __all__ = ["Composition", "Topology", "ttft_law", "tpot_law", "decode_pool_setti
            "USER_POOL_SETTINGS", "user_pool_settings"]
 
 
-def station_dispatch(dispatch: str) -> str:
+def station_dispatch(dispatch: str, models_jsq: bool = False) -> str:
     """The dispatch a pool's station models: the pool's own, except ``jsq`` (join the shortest queue by
     request count), read as ``least_loaded`` (least outstanding work). Both steer an arrival to a
     lightly loaded instance, and both approach the central queue of c servers that the pooled
@@ -60,8 +60,10 @@ def station_dispatch(dispatch: str) -> str:
     it balances work less well than least work left. Measured against the replay's jsq (one example
     per topology, 0.5-0.9 of the limit): median |error| TTFT p50/p90/p99 14.6/10.3/13.7%, TPOT
     2.3/4.0/3.2% (least_loaded itself: 11.1/10.7/17.4%, 2.9/3.8/3.0%: within the replay noise of each
-    other); a round-robin reading is worse across breadth (docs/validation.md, "JSQ by count")."""
-    return "least_loaded" if dispatch == "jsq" else dispatch
+    other); a round-robin reading is worse across breadth (docs/validation.md, "JSQ by count").
+    ``models_jsq``: the station models jsq itself (the chunked station: its steered backlog by request
+    count, docs/methods.md), and gets it unchanged."""
+    return "least_loaded" if dispatch == "jsq" and not models_jsq else dispatch
 
 
 #: per-pool settings a re-targeted plan keeps where the user set them (None = the default)

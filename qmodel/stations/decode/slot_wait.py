@@ -22,7 +22,7 @@ SLOT_WAIT_NEGLIGIBLE = 1e-10
 
 
 def slot_wait(pi: np.ndarray, tail: float, rc: float, cap: int, step_at_cap_s: float, mean_output: float,
-              cv2_output: float, capacity: float = 1.0) -> tuple[float, float]:
+              cv2_output: float, capacity: float = 1.0, arrival_scv: float = 1.0) -> tuple[float, float]:
     """(P(wait), rate) of the wait for a free slot in a GPS chain capped at ``cap`` sequences.
 
     ``pi`` is the chain's law on 0..cap and ``tail`` its geometric mass beyond the cap (ratio ``rc``).
@@ -32,10 +32,13 @@ def slot_wait(pi: np.ndarray, tail: float, rc: float, cap: int, step_at_cap_s: f
     wait: exact for geometric L), divided by (1 + c_L^2)/2 for other output lengths (Allen–Cunneen;
     ±15% against DES). ``capacity``: the share of time the engine decodes when the chain runs at
     token rate lam E[L] / capacity (colocated prefill priority: 1 - rho_p); 1 for a decode pool.
+    ``arrival_scv``: c_a^2 of the arrivals that queue for the slots; the factor is then the full
+    Allen–Cunneen GI/G/c one, (c_a^2 + c_L^2)/2 (infinite rate, no wait, where both are 0); 1 (Poisson)
+    for the decode pool and colocated, whose callers keep that reading.
     """
     p_wait = float(pi[-1]) + float(tail)
     mu_full = capacity * cap / (mean_output * step_at_cap_s)
-    return queue_wait(p_wait, rc, mu_full, cv2_output)
+    return queue_wait(p_wait, rc, mu_full, cv2_output, arrival_scv)
 
 
 def queue_wait(p_wait: float, rc: float, mu: float, cv2_output: float, arrival_scv: float = 1.0
@@ -73,7 +76,8 @@ def slot_wait_span_s(p_wait: float, rate: float) -> float:
 
 
 def admission_wait(pi: np.ndarray, tail: float, rc: float, cap: int | None, step_at_cap_s: float,
-                   mean_output: float, cv2_output: float, dx: float, capacity: float = 1.0) -> GridDist | None:
+                   mean_output: float, cv2_output: float, dx: float, capacity: float = 1.0,
+                   arrival_scv: float = 1.0) -> GridDist | None:
     """Law of the wait for a free slot (KV or batch cap) before a request is admitted, or None where the
     chain never reaches its cap (no cap, or truncated below it) or the wait's probability is negligible.
 
@@ -84,7 +88,7 @@ def admission_wait(pi: np.ndarray, tail: float, rc: float, cap: int | None, step
     """
     if cap is None or len(pi) - 1 != cap:
         return None
-    return wait_law(*slot_wait(pi, tail, rc, cap, step_at_cap_s, mean_output, cv2_output, capacity), dx)
+    return wait_law(*slot_wait(pi, tail, rc, cap, step_at_cap_s, mean_output, cv2_output, capacity, arrival_scv), dx)
 
 
 def wait_law(p_wait: float, rate: float, dx: float) -> GridDist | None:
