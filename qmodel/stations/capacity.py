@@ -36,11 +36,22 @@ import numpy as np
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["Iterations", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
+__all__ = ["Iterations", "WARMUP_FRACTION", "backlog_order", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
            "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
-_WARMUP = 0.2
+#: the share of admissions discarded as the schedule's warm-up (colocated and chunked schedules)
+WARMUP_FRACTION = 0.2
+
+
+def backlog_order(need_tokens: np.ndarray, kv_capacity_tokens: float, seed: int) -> np.ndarray:
+    """The endless backlog's admission order for a saturated schedule: a seeded permutation of the
+    length sample's indices over as many passes as give at least 8,192 admissions, without the
+    requests whose KV need exceeds the whole capacity (the engine refuses them; they never queue).
+    One order for the colocated and the chunked schedules, so both read the same backlog."""
+    passes = max(1, -(-_MIN_REQUESTS // len(need_tokens)))
+    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(need_tokens)), passes))
+    return order[need_tokens[order] <= kv_capacity_tokens]
 
 
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
@@ -162,9 +173,7 @@ def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity
     need = hold + reserved_tokens("decode", L, reserved_output)
     kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
     slots = math.inf if max_batch is None else int(max_batch)
-    passes = max(1, -(-_MIN_REQUESTS // len(p)))
-    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(p)), passes))
-    order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
+    order = backlog_order(need, kv, seed)
     total = len(order)
     if total == 0:
         return _fixed(0.0, 0.0)
@@ -176,7 +185,7 @@ def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity
     qi = 0
     done = 0
     mark = None  # (prefills, decode runs, completions) at the end of the warm-up
-    warm = int(_WARMUP * total)
+    warm = int(WARMUP_FRACTION * total)
     # the schedule does not depend on the times: record the iterations, time them in two calls
     pre: list[tuple[float, float, float]] = []
     runs: list[tuple[int, float, int]] = []

@@ -47,13 +47,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.capacity import sample_digest
+from qmodel.stations.capacity import WARMUP_FRACTION, backlog_order, sample_digest
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
 __all__ = ["ChunkedSaturation", "chunked_saturated_rate_per_s", "chunked_saturation"]
 
-_MIN_REQUESTS = 8192
-_WARMUP = 0.2
 _EMPTY_MIXED = np.zeros((0, 5))
 _EMPTY_RUNS = np.zeros((0, 3))
 
@@ -144,9 +142,7 @@ def _schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_
     need = hold + reserved_tokens("chunked", L, reserved_output)
     kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
     slots = math.inf if max_batch is None else int(max_batch)
-    passes = max(1, -(-_MIN_REQUESTS // len(p)))
-    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(p)), passes))
-    order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
+    order = backlog_order(need, kv, seed)
     total = len(order)
     if total == 0:
         return _Schedule(_EMPTY_MIXED, _EMPTY_RUNS, 0, 0.0)
@@ -160,7 +156,7 @@ def _schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_
     pref: list[list[float]] = []  # prompts in prefill: [request, tokens computed (cached included), tokens to compute]
     K, S, qi, done = 0, 0.0, 0, 0
     staggered = True  # one admission per iteration until the first departure (module doc)
-    warm, mark = int(_WARMUP * total), None
+    warm, mark = int(WARMUP_FRACTION * total), None
     mixed: list[tuple[float, float, float, float, float]] = []  # (tokens incl. decodes, attention, chunks, n, S)
     runs: list[tuple[int, float, int]] = []                      # decode runs (n, S at the first step, steps)
     push, pop = heapq.heappush, heapq.heappop
