@@ -36,7 +36,7 @@ import numpy as np
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["Iterations", "WARMUP_FRACTION", "backlog_order", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
+__all__ = ["Iterations", "ScheduleMemo", "WARMUP_FRACTION", "backlog_order", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
            "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
@@ -80,14 +80,42 @@ class Iterations:
     rate: tuple[float, float] | None = None
 
 
-# the last iteration records, by the samples' contents and the caps (saturated_schedule): the
-# planner builds one station per instance count and GPU, every decode-only pool of the same KV
-# and caps asks for the same record, and a goodput or solve called again in one process resolves
-# a new service model over the same samples
-_SCHEDULES: OrderedDict[tuple, Iterations] = OrderedDict()
-_MAX_SCHEDULES = 32
-# and their answers by the service object too (an entry holds the service: its id is not reused)
-_TIMED: OrderedDict[tuple, tuple[ServiceTimeModel, tuple[float, float]]] = OrderedDict()
+class ScheduleMemo:
+    """The last few saturated schedules, by the samples' contents and the caps, and their timed
+    answers, by the service object too (an entry holds the service, so its id is not reused).
+
+    A schedule is rate-independent and a pure function of the samples and caps: the planner builds
+    one station per instance count and GPU, every pool of the same KV and caps asks for the same
+    schedule, a goodput search asks once per rate, and a solve called again in one process resolves
+    a new service model over the same samples. Only the timing needs the service. One memo per
+    schedule kind (colocated/decode-only here, chunked in :mod:`qmodel.stations.chunked_capacity`)."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._schedules: OrderedDict[tuple, object] = OrderedDict()
+        self._timed: OrderedDict[tuple, tuple[ServiceTimeModel, object]] = OrderedDict()
+
+    def get(self, key: tuple, service: ServiceTimeModel, build: Callable[[], object],
+            time: Callable[[ServiceTimeModel, object], object]) -> object:
+        """``time(service, build())``, with the schedule and the answer kept by ``key``."""
+        tkey = (id(service), *key)
+        hit = self._timed.get(tkey)
+        if hit is not None and hit[0] is service:
+            self._timed.move_to_end(tkey)
+            return hit[1]
+        sched = self._schedules.get(key)
+        if sched is None:
+            sched = self._schedules[key] = build()
+        self._schedules.move_to_end(key)
+        out = time(service, sched)
+        self._timed[tkey] = (service, out)
+        for kept in (self._schedules, self._timed):
+            if len(kept) > self._size:
+                kept.popitem(last=False)
+        return out
+
+
+_MEMO = ScheduleMemo()
 
 
 def sample_digest(a: np.ndarray | None) -> bytes | None:
@@ -111,21 +139,10 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
     """
     key = (sample_digest(prompt_tokens), sample_digest(output_tokens), sample_digest(cached_tokens),
            kv_capacity_tokens, max_batch, max_batch_tokens, seed, sample_digest(reserved_output))
-    hit = _TIMED.get((id(service), *key))
-    if hit is not None and hit[0] is service:
-        _TIMED.move_to_end((id(service), *key))
-        return hit[1]
-    it = _SCHEDULES.get(key)
-    if it is None:
-        it = _SCHEDULES[key] = iterations(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
-                                          max_batch_tokens, seed, cached_tokens, reserved_output)
-    _SCHEDULES.move_to_end(key)
-    out = timed(service, it)
-    _TIMED[(id(service), *key)] = (service, out)
-    for kept in (_SCHEDULES, _TIMED):
-        if len(kept) > _MAX_SCHEDULES:
-            kept.popitem(last=False)
-    return out
+    return _MEMO.get(key, service,
+                     lambda: iterations(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, max_batch_tokens,
+                                        seed, cached_tokens, reserved_output),
+                     timed)
 
 
 def timed(service: ServiceTimeModel, it: Iterations) -> tuple[float, float]:

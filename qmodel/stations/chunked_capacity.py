@@ -41,13 +41,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.capacity import WARMUP_FRACTION, backlog_order, sample_digest
+from qmodel.stations.capacity import WARMUP_FRACTION, ScheduleMemo, backlog_order, sample_digest
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
 __all__ = ["ChunkedSaturation", "chunked_saturated_rate_per_s", "chunked_saturation"]
@@ -83,12 +82,9 @@ class _Schedule:
     rate: float | None = None
 
 
-# schedules by the samples and caps, and their timed answers by the service object (an entry
-# holds the service, so its id is not reused): the schedule is rate-independent, so a goodput
-# search, and every station over the same samples and caps, computes it once
-_SCHEDULES: OrderedDict[tuple, _Schedule] = OrderedDict()
-_TIMED: OrderedDict[tuple, tuple[ServiceTimeModel, ChunkedSaturation]] = OrderedDict()
-_MAX_SCHEDULES = 32
+# the chunked schedules and their timed answers (capacity.ScheduleMemo: rate-independent, kept by
+# the samples and caps, so a goodput search and every station over them computes one once)
+_MEMO = ScheduleMemo()
 
 
 def chunked_saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
@@ -112,21 +108,10 @@ def chunked_saturation(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
     cap bounds the decode batch (the fluid limit then applies); 0 when no request fits the KV."""
     key = (sample_digest(prompt_tokens), sample_digest(output_tokens), sample_digest(cached_tokens),
            kv_capacity_tokens, max_batch, int(budget), seed, sample_digest(reserved_output))
-    hit = _TIMED.get((id(service), *key))
-    if hit is not None and hit[0] is service:
-        _TIMED.move_to_end((id(service), *key))
-        return hit[1]
-    sched = _SCHEDULES.get(key)
-    if sched is None:
-        sched = _SCHEDULES[key] = _schedule(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, budget,
-                                            seed, cached_tokens, reserved_output)
-    _SCHEDULES.move_to_end(key)
-    out = _timed(service, sched)
-    _TIMED[(id(service), *key)] = (service, out)
-    for kept in (_SCHEDULES, _TIMED):
-        if len(kept) > _MAX_SCHEDULES:
-            kept.popitem(last=False)
-    return out
+    return _MEMO.get(key, service,
+                     lambda: _schedule(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, budget, seed,
+                                       cached_tokens, reserved_output),
+                     _timed)
 
 
 def _schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float | None,
