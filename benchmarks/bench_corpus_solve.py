@@ -18,24 +18,16 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import median_cpu_ms  # noqa: E402
 from tree_run import pin  # noqa: E402
 
 pin()
 
 
-def _cpu_ms(fn: Callable[[], Any], repeat: int) -> float:
-    ts = []
-    for _ in range(repeat):
-        t = time.process_time()
-        fn()
-        ts.append(time.process_time() - t)
-    return 1e3 * statistics.median(ts)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -70,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # noqa: BLE001 - reported, not timed
             print(f"{case.id}: {type(err).__name__}: {err}", file=sys.stderr)
             continue
-        total = _cpu_ms(lambda: solver.solve(rate), a.repeat)
-        per = {role: _cpu_ms(lambda r=role: solver.station(r).solve(rate), a.repeat) for role in solver.topology.roles}
+        total = median_cpu_ms(lambda: solver.solve(rate), a.repeat, warm=False)
+        per = {role: median_cpu_ms(lambda r=role: solver.station(r).solve(rate), a.repeat, warm=False) for role in solver.topology.roles}
         top = max(per, key=per.get)
         rows.append((total, case.id, f.get("topology", "?"), f.get("arrivals", "?"), top, per[top]))
     by: dict[str, list[float]] = defaultdict(list)

@@ -36,7 +36,7 @@ import numpy as np
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["Iterations", "ScheduleMemo", "WARMUP_FRACTION", "backlog_order", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
+__all__ = ["Iterations", "ScheduleMemo", "WARMUP_FRACTION", "Backlog", "backlog", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
            "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
@@ -44,14 +44,37 @@ _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at le
 WARMUP_FRACTION = 0.2
 
 
-def backlog_order(need_tokens: np.ndarray, kv_capacity_tokens: float, seed: int) -> np.ndarray:
-    """The endless backlog's admission order for a saturated schedule: a seeded permutation of the
-    length sample's indices over as many passes as give at least 8,192 admissions, without the
-    requests whose KV need exceeds the whole capacity (the engine refuses them; they never queue).
-    One order for the colocated and the chunked schedules, so both read the same backlog."""
-    passes = max(1, -(-_MIN_REQUESTS // len(need_tokens)))
-    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(need_tokens)), passes))
-    return order[need_tokens[order] <= kv_capacity_tokens]
+@dataclass(frozen=True)
+class Backlog:
+    """A saturated schedule's inputs as arrays: computed prompt tokens, output tokens, tokens held
+    per request (prompt + cached prefix), KV need (held + reserved output), the caps (``inf`` where
+    absent) and the endless backlog's admission order."""
+    prompt: np.ndarray
+    output: np.ndarray
+    hold: np.ndarray
+    need: np.ndarray
+    kv: float
+    slots: float
+    order: np.ndarray
+
+
+def backlog(prompt_tokens: np.ndarray, output_tokens: np.ndarray, cached_tokens: np.ndarray | None,
+            reserved_output: np.ndarray | None, kv_capacity_tokens: float | None, max_batch: int | None,
+            seed: int, mode: str) -> Backlog:
+    """The backlog one saturated schedule admits from (``mode``: the KV reservation's, "decode" or
+    "chunked"). Its order is a seeded permutation of the length sample's indices over as many passes
+    as give at least 8,192 admissions, without the requests whose KV need exceeds the whole capacity
+    (the engine refuses them; they never queue). One backlog for the colocated and the chunked
+    schedules, so both read the same requests in the same order."""
+    p = np.asarray(prompt_tokens, dtype=float)
+    L = np.asarray(output_tokens, dtype=float)
+    hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
+    need = hold + reserved_tokens(mode, L, reserved_output)
+    kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
+    slots = math.inf if max_batch is None else float(int(max_batch))
+    passes = max(1, -(-_MIN_REQUESTS // len(need)))
+    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(need)), passes))
+    return Backlog(p, L, hold, need, kv, slots, order[need[order] <= kv])
 
 
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
@@ -184,13 +207,9 @@ def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity
     bound and the capacity is the decode chain's, not a schedule's)."""
     if kv_capacity_tokens is None and max_batch is None:
         return _fixed(math.inf, math.inf)
-    p = np.asarray(prompt_tokens, dtype=float)
-    L = np.asarray(output_tokens, dtype=float)
-    hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
-    need = hold + reserved_tokens("decode", L, reserved_output)
-    kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
-    slots = math.inf if max_batch is None else int(max_batch)
-    order = backlog_order(need, kv, seed)
+    bl = backlog(prompt_tokens, output_tokens, cached_tokens, reserved_output, kv_capacity_tokens, max_batch, seed,
+                 "decode")
+    p, L, hold, need, kv, slots, order = bl.prompt, bl.output, bl.hold, bl.need, bl.kv, bl.slots, bl.order
     total = len(order)
     if total == 0:
         return _fixed(0.0, 0.0)

@@ -46,8 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.capacity import WARMUP_FRACTION, ScheduleMemo, backlog_order, sample_digest
-from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
+from qmodel.stations.capacity import WARMUP_FRACTION, ScheduleMemo, backlog, sample_digest
 
 __all__ = ["ChunkedSaturation", "chunked_saturated_rate_per_s", "chunked_saturation"]
 
@@ -120,14 +119,10 @@ def _schedule(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_
     """The iteration sequence under an endless backlog (module doc), apart from its times."""
     if kv_capacity_tokens is None and max_batch is None:
         return _Schedule(_EMPTY_MIXED, _EMPTY_RUNS, 0, math.inf)
-    p = np.asarray(prompt_tokens, dtype=float)
-    L = np.asarray(output_tokens, dtype=float)
-    cached = np.zeros_like(p) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
-    hold = p + cached
-    need = hold + reserved_tokens("chunked", L, reserved_output)
-    kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
-    slots = math.inf if max_batch is None else int(max_batch)
-    order = backlog_order(need, kv, seed)
+    bl = backlog(prompt_tokens, output_tokens, cached_tokens, reserved_output, kv_capacity_tokens, max_batch, seed,
+                 "chunked")
+    p, L, hold, need, kv, slots, order = bl.prompt, bl.output, bl.hold, bl.need, bl.kv, bl.slots, bl.order
+    cached = hold - p
     total = len(order)
     if total == 0:
         return _Schedule(_EMPTY_MIXED, _EMPTY_RUNS, 0, 0.0)
