@@ -51,8 +51,10 @@ ratio rc. With other arrivals the count is wider or narrower by its peakedness z
 
 * below the wall (residents that hold their memory for times proportional to L), the GI/G/inf
   peakedness z_free = 1 + h (c_a^2 - 1), h = E[min(L, L')]/E[L] (L, L' independent output lengths;
-  h = 1/2 for geometric L, 1 for equal lengths; exact for batch-Poisson arrivals with exponential
-  holding, and the heavy-traffic form of the GI/G/inf count);
+  h = 1/2 for geometric L, 1 for equal lengths): with c_a^2 read as the arrivals' index of
+  dispersion it is exact for batch-Poisson arrivals with exponential holding; for renewal arrivals it
+  is the limit of the GI/G/inf count with many residents (tests/test_colocated_knee.py: within 4% of
+  the exact GI/M/inf peakedness at 30 residents, c_a^2 up to 9);
 * beyond it (a queue of arrivals of SCV c_a^2 before departures of a large pool, SCV ~1), the
   diffusion's z_blocked = (c_a^2 + 1)/2.
 
