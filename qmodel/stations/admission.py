@@ -42,19 +42,41 @@ instance every c-th arrival, c_a^2 / c) queue less for memory than Poisson ones;
 round-robin-split arrivals ran TTFT p90 +100..+800% high (docs/validation.md, "KV admission under
 smooth arrivals").
 
-Bursty arrivals (c_a^2 > 1, Gamma gaps) wait more often and, in heavy traffic, longer. The memory-full
-pool is read as GI/M/1 with Gamma gaps: the chain's rc = lam / limit is replaced by the GI/M/1 root
+Arrivals of SCV c_a^2 (the arrivals the wall sees: the instance's share of the stream, the whole
+stream for a pool that shares one wall; the caller passes c_a^2 <= 1 for a trace, whose within-window
+SCV comes from clumped, correlated gaps rather than a renewal stream) also change how often the
+memory is full, not only the wait once it is. The chain above is the Poisson one: below the wall its
+count is Poisson-like (variance = mean, an infinite-server count), beyond it the M/M/1-like queue of
+ratio rc. With other arrivals the count is wider or narrower by its peakedness z (variance / mean):
+
+* below the wall (residents that hold their memory for times proportional to L), the GI/G/inf
+  peakedness z_free = 1 + h (c_a^2 - 1), h = E[min(L, L')]/E[L] (L, L' independent output lengths;
+  h = 1/2 for geometric L, 1 for equal lengths): with c_a^2 read as the arrivals' index of
+  dispersion it is exact for batch-Poisson arrivals with exponential holding; for renewal arrivals it
+  is the limit of the GI/G/inf count with many residents (tests/test_colocated_knee.py: within 4% of
+  the exact GI/M/inf peakedness at 30 residents, c_a^2 up to 9);
+* beyond it (a queue of arrivals of SCV c_a^2 before departures of a large pool, SCV ~1), the
+  diffusion's z_blocked = (c_a^2 + 1)/2.
+
+The chain is tempered by them (Hayward's approximation of peaked traffic by a Poisson stream on
+z-times fewer servers, in its diffusion form): each step's log-ratio log(lam E[L] / phi_eff(n)) is
+divided by z_free where the memory is not yet full and z_blocked where it is (P(M >= n) and its
+complement), and the tail beyond the cap is geometric with ratio rc^(1/z_blocked); the mode is kept,
+the spread is sqrt(z) wider. Poisson arrivals (z = 1) are the chain itself. Measured in the replay
+(79 open colocated corpus rows at 0.5-0.95 of the limit, 16,000 requests, whether the head could be
+admitted at each arrival): mean |P(wait) error| 0.115 -> 0.086 (0.058 with the wall read at the
+rate past the heavy-traffic onset; docs/validation.md, "Colocated TTFT near the knee").
+
+The conditional wait once the memory is full is Exp(mu (1 - rc)) scaled by the Allen–Cunneen factor
+(c_a^2 + c_L^2)/2 for c_a^2 <= 1; bursty arrivals (c_a^2 > 1, Gamma gaps) wait longer in heavy
+traffic: the memory-full pool is read as GI/M/1 with Gamma gaps, the GI/M/1 root
 sigma = (1 + (1 - sigma)/(k rc))^(-k), k = 1/c_a^2 (:func:`qmodel.stations.fcfs.gamma_gim1_sigma`;
-sigma = rc for Poisson), so
-
-    P(wait) = min(1, P_chain(wait) sigma / rc),   rate = mu (1 - sigma) (1 + c_a^2) / (c_a^2 + c_L^2),
-
-exact for one exponential server (P = sigma, Exp(mu (1 - sigma))), the factor (1 + c_a^2)/(c_a^2 +
-c_L^2) turning its exponential-service wait into the Allen–Cunneen one; continuous at c_a^2 = 1, and
-as rc -> 1 the mean tends to the Allen–Cunneen (c_a^2 + c_L^2)/2 over mu (1 - rc). Before, c_a^2 was
-taken at most 1 here, and the corpus's bursty colocated cases ran far low at 0.8-0.95 of the limit
-(docs/validation.md, "Colocated limit: the saturated schedule alone"). The caller passes c_a^2 <= 1 for a
-trace, whose within-window SCV comes from clumped, correlated gaps rather than a renewal stream.
+sigma = rc for Poisson) in place of rc, rate = mu (1 - sigma) (1 + c_a^2) / (c_a^2 + c_L^2)
+(:func:`qmodel.stations.decode.slot_wait.conditional_wait_rate`): exact for one exponential server,
+continuous at c_a^2 = 1, and as rc -> 1 its mean tends to the Allen–Cunneen (c_a^2 + c_L^2)/2 over
+mu (1 - rc). Before the peakedness, P(wait) of bursty arrivals was the Poisson chain's times sigma/rc
+(the GI/M/1 P(wait) for one server; docs/validation.md, "Colocated limit: the saturated schedule
+alone"), and smooth arrivals waited as often as Poisson ones.
 """
 
 from __future__ import annotations
@@ -64,10 +86,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qmodel.stations.decode.slot_wait import queue_wait
+from qmodel.stations.decode.slot_wait import conditional_wait_rate
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["KVWall", "kv_wall", "truncated_centre"]
+__all__ = ["KVWall", "kv_wall", "truncated_centre", "holding_overlap", "count_peakedness"]
 
 
 def _normal_cdf(x: np.ndarray, centre: float, sd: float) -> np.ndarray:
@@ -78,11 +100,13 @@ def _normal_cdf(x: np.ndarray, centre: float, sd: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class KVWall:
-    """M, the residents one instance's KV pool holds: normal(centre, sd) truncated to 0..cap (module doc)."""
+    """M, the residents one instance's KV pool holds: normal(centre, sd) truncated to 0..cap (module doc);
+    ``overlap``: h = E[min(L, L')]/E[L] of the residents' output lengths (:func:`holding_overlap`)."""
 
     centre: float
     sd: float
     cap: int
+    overlap: float = 0.5
 
     def pmf(self, pool: int = 1) -> np.ndarray:
         """P(M = m), m = 0..pool cap, of ``pool`` instances' memories taken together (sum of their M)."""
@@ -98,9 +122,9 @@ class KVWall:
         """(P(wait), rate of the conditional exponential wait) of the population chain (module doc),
         or None where the chain is unstable at this token rate (rc >= 1).
 
-        ``arrival_scv``: c_a^2 of the arrivals the wall sees (module doc): at most 1, the conditional
-        wait's rate is divided by (c_a^2 + c_L^2)/2, infinite (no wait) where both are 0; above 1, the
-        Gamma GI/M/1 root replaces rc in P(wait) and in the rate.
+        ``arrival_scv``: c_a^2 of the arrivals the wall sees (module doc): the chain is tempered by the
+        count's peakedness (:func:`count_peakedness`), and the conditional wait's rate is
+        :func:`qmodel.stations.decode.slot_wait.conditional_wait_rate`'s.
 
         ``step_s[k]`` = t_d(k) for k = 0..cap (index 0 unused); ``token_rate`` = lam E[L] / capacity
         per instance. ``pool`` > 1: instances that share arrivals by outstanding tokens (least_loaded,
@@ -128,12 +152,17 @@ class KVWall:
         rc = lam_tok / full
         if not rc < 1.0:
             return None
-        logw = np.concatenate([[0.0], np.cumsum(math.log(lam_tok) - np.log(phi_eff))])
+        z_free, z_blocked = count_peakedness(arrival_scv, self.overlap)
+        # each step's log-ratio tempered by the count's peakedness, free or memory-full (module doc)
+        step = (math.log(lam_tok) - np.log(phi_eff)) * (at_least / z_free + (1.0 - at_least) / z_blocked)
+        logw = np.concatenate([[0.0], np.cumsum(step)])
         w = np.exp(logw - logw.max())
-        tail = float(w[-1]) * rc / (1.0 - rc)
+        ratio = rc ** (1.0 / z_blocked)
+        tail = float(w[-1]) * ratio / (1.0 - ratio)
         z = float(w.sum()) + tail
         p_wait = (float(np.dot(w, np.cumsum(pm))) + tail) / z  # P(M <= n) at the arrival's n (PASTA)
-        return queue_wait(p_wait, rc, capacity * full / mean_output, cv2_output, arrival_scv)
+        rate = conditional_wait_rate(rc, capacity * full / mean_output, cv2_output, arrival_scv)
+        return min(p_wait, 1.0), rate
 
 
 def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,
@@ -154,10 +183,37 @@ def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_toke
     c = float(np.sum(L * size) / np.sum(L))
     v = max(float(np.sum(L * size * size) / np.sum(L)) - c * c, 0.0)
     sd = math.sqrt(kv_capacity_tokens * v / c**3)
+    h = holding_overlap(L)
     if sd <= 0.0:
-        return KVWall(centre=float(resident_mean), sd=0.0, cap=int(cap))
+        return KVWall(centre=float(resident_mean), sd=0.0, cap=int(cap), overlap=h)
     hard = int(max_batch) if max_batch is not None else int(math.ceil(resident_mean + _SD_SPAN * sd)) + 1
-    return KVWall(centre=truncated_centre(float(resident_mean), sd, hard), sd=sd, cap=hard)
+    return KVWall(centre=truncated_centre(float(resident_mean), sd, hard), sd=sd, cap=hard, overlap=h)
+
+
+#: the smallest peakedness the chain is tempered by (a count that smooth is all but deterministic)
+_MIN_PEAKEDNESS = 1e-3
+
+
+def holding_overlap(output_tokens: np.ndarray) -> float:
+    """h = E[min(L, L')]/E[L] for independent L, L' drawn from the sample (exact on the sample: with
+    L sorted ascending, E[min] = sum_i L_(i) (2 (n - i) + 1) / n^2, i = 1..n). It is the integral of
+    the squared survival function of the holding time over its mean, the factor of the GI/G/inf
+    count's peakedness (module doc): 1 for equal lengths, 1/2 for exponential ones."""
+    x = np.sort(np.asarray(output_tokens, dtype=float))
+    n = len(x)
+    mean = float(x.mean()) if n else 0.0
+    if not mean > 0.0:
+        return 1.0
+    i = np.arange(1, n + 1, dtype=float)
+    return float(np.dot(x, 2.0 * (n - i) + 1.0)) / (n * n) / mean
+
+
+def count_peakedness(arrival_scv: float, overlap: float) -> tuple[float, float]:
+    """(z_free, z_blocked): the variance-to-mean ratio of the resident count below the KV wall,
+    1 + h (c_a^2 - 1) (GI/G/inf with holding-time overlap h), and of the queue beyond it,
+    (c_a^2 + 1)/2 (module doc); both 1 for Poisson arrivals, at least ``_MIN_PEAKEDNESS``."""
+    ca2 = max(float(arrival_scv), 0.0)
+    return (max(1.0 + overlap * (ca2 - 1.0), _MIN_PEAKEDNESS), max((ca2 + 1.0) / 2.0, _MIN_PEAKEDNESS))
 
 
 #: normal sds past which N has no mass worth a state (Phi(-10) ~ 8e-24)

@@ -72,8 +72,10 @@ Model, per instance at rate lam (random split over ``instances``):
   :mod:`qmodel.stations.admission`: the resident count M the pool holds is random (length-biased
   prompt + output reservations, head-of-line blocking), normal about the saturated schedule's mean
   batch; the population chain phi_eff(n) = E[phi(min(n, M))] at decode capacity 1 - rho_p, scaled to
-  the station's limit when full; P(wait) = sum pi(n) P(M <= n), then Exp(mu (1 - lam/lam_max)) scaled
-  by (c_a^2 + c_L^2)/2, c_a^2 <= 1 the SCV of the arrivals the wall sees; least_loaded pools share
+  the station's limit when full, tempered by the count's peakedness under non-Poisson arrivals, and
+  read at the rate itself past the heavy-traffic onset; P(wait) = sum pi(n) P(M <= n), then
+  Exp(mu (1 - lam/lam_max)) scaled by (c_a^2 + c_L^2)/2, c_a^2 the SCV of the arrivals the wall sees (the
+  Gamma GI/M/1 form above 1); least_loaded pools share
   one wall; where max_batch binds first, M = max_batch
   (the hard cap, scaled to the limit). Without a KV capacity (a max_batch cap only), the decode
   station's slot wait (:func:`qmodel.stations.decode.admission_wait`) at capacity 1 - rho_p. Added to
@@ -365,8 +367,10 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
                               [n for n, _, _ in grid.classes])
                 ttft = convolve(ttft, mem)
         # KV admission: at the slot cap (KV or max_batch) a prompt waits for a free slot before its
-        # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent
-        if kbar > k_fp:
+        # prefill; the wait of the capped chain at decode capacity 1 - rho_p, added as independent.
+        # Past the heavy-traffic onset the KV wall is read at this rate (its wait grows to the limit);
+        # only a max_batch cap without a KV capacity keeps the onset's wait plus the batch's backlog
+        if kbar > k_fp and self._wall is None:
             adm = self._heavy_traffic_wait(lam, kbar - k_fp)
         else:
             adm = self._slot_wait(pi, tail, rc, tok, 1.0 - rho_p, self._ttft_grid.dx)

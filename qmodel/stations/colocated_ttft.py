@@ -258,9 +258,12 @@ class ColocatedTTFT:
                               capacity=capacity)
 
     def _heavy_traffic_wait(self, lam: float, extra_k: float) -> GridDist | None:
-        """Wait before admission once the backlog grows the batch (kbar > the fixed point's): the slot
-        wait frozen at the onset of heavy traffic, plus an exponential wait of mean extra_k / lam (the
-        prompts the backlog holds to form the larger batch). Continuous in the rate at the onset."""
+        """Wait before admission once the backlog grows the batch (kbar > the fixed point's), for a
+        ``max_batch`` cap without a KV capacity: the slot wait frozen at the onset of heavy traffic,
+        plus an exponential wait of mean extra_k / lam (the prompts the backlog holds to form the
+        larger batch). Continuous in the rate at the onset. With a KV capacity the soft wall is read
+        at the rate itself (:meth:`_slot_wait`): the frozen onset wait read TTFT p50/p90/p99 -30..-90%
+        on the corpus rows past the onset (docs/validation.md, "Colocated TTFT near the knee")."""
         lam_s, rho_s, _ = self._onset
         tok_s = lam_s * self.mean_output / (1.0 - rho_s)
         dx = self._ttft_grid.dx

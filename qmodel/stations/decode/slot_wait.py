@@ -15,7 +15,8 @@ import numpy as np
 
 from qmodel.dist import GridDist, pow2_grid
 
-__all__ = ["SLOT_WAIT_NEGLIGIBLE", "queue_wait", "slot_wait", "slot_wait_span_s", "admission_wait", "wait_law"]
+__all__ = ["SLOT_WAIT_NEGLIGIBLE", "queue_wait", "conditional_wait_rate", "slot_wait", "slot_wait_span_s",
+           "admission_wait", "wait_law"]
 
 #: a slot-wait probability below this adds nothing any reported quantile or attainment can see
 SLOT_WAIT_NEGLIGIBLE = 1e-10
@@ -55,14 +56,28 @@ def queue_wait(p_wait: float, rc: float, mu: float, cv2_output: float, arrival_s
       exact for one exponential server (P = sigma, Exp(mu (1 - sigma))), the factor turning its
       exponential-service wait into the Allen–Cunneen one; continuous at c_a^2 = 1, and as rc -> 1
       the mean tends to (c_a^2 + c_L^2)/2 over mu (1 - rc).
+
+    The rate is :func:`conditional_wait_rate`'s.
     """
+    rate = conditional_wait_rate(rc, mu, cv2_output, arrival_scv)
+    if arrival_scv > 1.0:
+        from qmodel.stations.fcfs.scalar import gamma_gim1_sigma
+
+        return min(p_wait * gamma_gim1_sigma(rc, arrival_scv) / rc, 1.0), rate
+    return min(p_wait, 1.0), rate
+
+
+def conditional_wait_rate(rc: float, mu: float, cv2_output: float, arrival_scv: float = 1.0) -> float:
+    """Rate of the exponential wait of a request that finds the pool full (:func:`queue_wait`):
+    mu (1 - rc) / ((c_a^2 + c_L^2)/2) for c_a^2 <= 1 (infinite where both are 0), and the Gamma GI/M/1
+    form mu (1 - sigma)(1 + c_a^2)/(c_a^2 + c_L^2) for c_a^2 > 1."""
     if arrival_scv > 1.0:
         from qmodel.stations.fcfs.scalar import gamma_gim1_sigma
 
         sigma = gamma_gim1_sigma(rc, arrival_scv)
-        return min(p_wait * sigma / rc, 1.0), mu * (1.0 - sigma) * (1.0 + arrival_scv) / (arrival_scv + cv2_output)
+        return mu * (1.0 - sigma) * (1.0 + arrival_scv) / (arrival_scv + cv2_output)
     factor = (max(arrival_scv, 0.0) + cv2_output) / 2.0
-    return min(p_wait, 1.0), (mu * (1.0 - rc) / factor if factor > 0 else math.inf)
+    return mu * (1.0 - rc) / factor if factor > 0 else math.inf
 
 
 def slot_wait_span_s(p_wait: float, rate: float) -> float:
