@@ -38,6 +38,8 @@ Dispatch = Literal["random", "round_robin", "least_loaded"]
 
 #: the busy fraction fed to Erlang C stays below 1 (QNA's P(W > 0) reaches 1 for very bursty input)
 _BUSY_MAX = 1.0 - 1e-9
+#: the central M/G/c's default grid: the sojourn (wait + exit time) within this many bins
+_SOJOURN_POINTS = 8192.0
 
 
 def instance_wait_scale(rho: float, ca2: float, cs2e: float) -> float:
@@ -342,8 +344,17 @@ class PrefillStation(StationModel):
             cs2 = max(es2 / es**2 - 1.0, 0.0)
             scale = (self.ca2 + cs2) / (1.0 + cs2) if self.ca2 + cs2 > 0 else 0.0
             notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Allen-Cunneen (ca2+cs2)/(1+cs2) = {scale:.3g}")
-        own_dx = self.dx
-        wait = model.grid(dx=own_dx)
+        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
+        wait = model.grid(dx=self.dx)
+        if self.dx is None:
+            # The wait's own step is sized on the wait (its mean / 200): at a light load that is far
+            # below the service time, and the sojourn W + S, on that step, ran past the grid's
+            # MAX_POINTS with the service's whole mass in the tail (TTFT p50 below the bare service
+            # time). The sojourn's horizon, the wait's extent plus the longest exit time, is kept
+            # within _SOJOURN_POINTS bins.
+            floor = (wait.n * wait.dx + stages * float(np.max(s))) / _SOJOURN_POINTS
+            if floor > wait.dx:
+                wait = model.grid(dx=floor)
         if det:
             # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
             # exactly (rounded up to the next point it would move the sojourn's quantiles up)
@@ -358,7 +369,6 @@ class PrefillStation(StationModel):
         own = GridDist(dx, own.pmf, es)
         from qmodel.dist import convolve
 
-        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
         own_exit = own if stages == 1 else GridDist(dx, GridDist.from_samples(stages * s, dx, w_nodes).pmf, stages * es)
         delay = convolve(wait, own_exit)  # b = 1: the own service is independent of the wait
         rho = rate_per_s * es / c
