@@ -271,8 +271,9 @@ class PrefillStation(StationModel):
         pooled = self.dispatch == "least_loaded" and self.instances > 1
         if pooled:
             scale, wait_prob = self._pooled_wait(q)
+            form = "bursts dealt to idle engines" if self.ca2 > 1.0 else "Erlang C"
             notes.append(f"least_loaded with batching: central queue of {self.instances} bulk servers (P(wait) "
-                         f"Erlang C {wait_prob:.3g}, conditional wait x {scale:.3g}); approximate")
+                         f"{wait_prob:.3g}, {form}; conditional wait x {scale:.3g}); approximate")
         elif abs(ca2_i - 1.0) > 1e-12:
             rho = q.rho_full
             scale = instance_wait_scale(rho, ca2_i, self._output_scv)
@@ -359,11 +360,8 @@ class PrefillStation(StationModel):
         stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
         wait = model.grid(dx=self.dx)
         if self.dx is None:
-            # The wait's own step is sized on the wait (its mean / 200): at a light load that is far
-            # below the service time, and the sojourn W + S, on that step, ran past the grid's
-            # MAX_POINTS with the service's whole mass in the tail (TTFT p50 below the bare service
-            # time). The sojourn's horizon, the wait's extent plus the longest exit time, is kept
-            # within _SOJOURN_POINTS bins.
+            # the wait's own step (its mean / 200) is far below the service at a light load: the
+            # sojourn's horizon (the wait's extent + the longest exit) is kept in _SOJOURN_POINTS bins
             floor = (wait.n * wait.dx + stages * float(np.max(s))) / _SOJOURN_POINTS
             if floor > wait.dx:
                 wait = model.grid(dx=floor)
