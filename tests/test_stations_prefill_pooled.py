@@ -78,3 +78,60 @@ def test_disaggregated_least_loaded_prefill_against_replay() -> None:
         err = model / float(np.mean([m[key] for m in rep])) - 1.0
         lo, hi = bands[key]
         assert lo <= err <= hi, (key, err)
+
+
+@pytest.mark.parametrize("p0,busy,c,m", [(0.3, 0.5, 2, 4.0), (0.02, 0.17, 4, 3.5), (0.6, 0.8, 3, 1.7), (0.1, 0.2, 1, 6.0)])
+def test_burst_wait_probability_is_its_stated_model(p0: float, busy: float, c: int, m: float) -> None:
+    # The formula against its model enumerated directly: K idle engines when the burst comes (K = 0
+    # with p0, else Binomial(c, 1 - busy) given K >= 1), J_a ~ Geometric_0(q) members ahead, the
+    # tagged member waits iff J_a >= K; exact to round-off.
+    from math import comb
+
+    from qmodel.stations.burst_mates import burst_wait_probability
+
+    q = 1.0 - 1.0 / m
+    pk = np.array([comb(c, k) * (1.0 - busy) ** k * busy ** (c - k) for k in range(c + 1)])
+    pk[0] = 0.0
+    pk = (1.0 - p0) * pk / pk.sum()
+    pk[0] = p0
+    want = float(sum(pk[k] * q ** k for k in range(c + 1)))  # P(J_a >= k) = q^k
+    assert burst_wait_probability(p0, busy, c, m) == pytest.approx(want, abs=1e-12)
+    # Poisson and smoother streams (m = 1) keep the pooled probability exactly; one engine: p0 + (1 - p0) q
+    assert burst_wait_probability(p0, busy, c, 1.0) == p0
+    assert burst_wait_probability(p0, busy, 1, m) == pytest.approx(p0 + (1.0 - p0) * q, abs=1e-12)
+
+
+def test_bursty_jsq_prefill_pool_wait_probability_against_replay() -> None:
+    # The suite's disagg-qwen7b-a100 with prefill dispatch jsq (read as least_loaded), Gamma cv 3
+    # arrivals at 0.4 of the limit, 2 replay seeds x 20000 requests (data-free). Measured: P(W > 0)
+    # 0.724 against the replay's 0.729 / 0.728 (Erlang C of QNA's value, before: 0.461); TTFT
+    # p50/p90/p99 -7.5/+1.4/+6.8% (before -51.7/-15.4/-4.2%). Bands: P(W > 0) within 0.05 (the
+    # largest gap over the six points of docs/validation.md is 0.03); TTFT within +-15% (twice the
+    # measured errors' size; the seeds' spread is ~1%).
+    from qmodel.scenario import parse_scenario
+    from qmodel.solver import Solver
+    from qmodel.validation.harness import latency_metrics
+    from qmodel.validation.replay import replay_requests, request_table
+    from qmodel.validation.suites import CONFIGS, length_source
+
+    cfg = CONFIGS["disagg-qwen7b-a100"]
+    dep = dict(cfg.deployment, prefill=dict(cfg.deployment["prefill"], dispatch="jsq"))
+    sc = parse_scenario({"name": "disagg-qwen7b-a100-jsq-cv3", "model": cfg.model, "slo": cfg.slo, "perf": cfg.perf,
+                         "workload": {"arrivals": {"kind": "gamma", "cv": 3.0, "rate_per_s": 1.0},
+                                      "lengths": length_source(cfg.mix, False)},
+                         "deployment": dep}, source="test")
+    solver = Solver(sc)
+    rate = 0.4 * solver.max_stable_rate()[0]
+    p_wait = 1.0 - float(solver.station("prefill").solve(rate).wait.pmf[0])
+    r = solver.solve(rate)
+    waits, metrics = [], []
+    for seed in (1, 2):
+        res, req = replay_requests(sc.with_rate(rate), n_requests=20000, seed=seed)
+        t = request_table(req)
+        keep = ~np.isnan(t["prefill_start_s"]) & (t["arrival_s"] > 0.1 * np.nanmax(t["arrival_s"]))
+        waits.append(float(np.mean((t["prefill_start_s"] - t["prefill_entry_s"])[keep] > 1e-9)))
+        metrics.append(latency_metrics(res))
+    assert abs(p_wait - float(np.mean(waits))) <= 0.05, (p_wait, waits)
+    for key, model in (("ttft_p50", r.ttft.p50), ("ttft_p90", r.ttft.p90), ("ttft_p99", r.ttft.p99)):
+        err = model / float(np.mean([m[key] for m in metrics])) - 1.0
+        assert abs(err) <= 0.15, (key, err)

@@ -24,8 +24,10 @@ from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import (DISPATCHES, Param, StationModel, StationSolution, integer, number, one_of, optional,
                                   sample)
+from qmodel.stations.burst_mates import burst_wait_probability
 from qmodel.stations.fcfs import (MDc, MGc, ServiceSample, erlang_c, klb_factor, qna_delay_probability,
                                   split_arrival_scv)
+from qmodel.stations.iteration_waits import burst_batch_mean
 from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.kernels import scale_time
 from qmodel.stations.prefill.law import BatchServiceLaw
@@ -38,6 +40,8 @@ Dispatch = Literal["random", "round_robin", "least_loaded"]
 
 #: the busy fraction fed to Erlang C stays below 1 (QNA's P(W > 0) reaches 1 for very bursty input)
 _BUSY_MAX = 1.0 - 1e-9
+#: the central M/G/c's default grid: the sojourn (wait + exit time) within this many bins
+_SOJOURN_POINTS = 8192.0
 
 
 def instance_wait_scale(rho: float, ca2: float, cs2e: float) -> float:
@@ -159,12 +163,17 @@ class PrefillStation(StationModel):
         of a pooled queue). The same reading as the colocated overflow chain
         (:meth:`~qmodel.stations.colocated_ttft.ColocatedTTFT._pooled_bulk_delay`). Non-Poisson
         arrivals: the central queue sees the whole stream, so the conditional wait takes the
-        heavy-traffic factor at the pool's SCV (:func:`instance_wait_scale`) and ρ_b in Erlang C
-        becomes QNA's GI/G/1 P(W > 0) at that SCV (bursts keep engines busy together). Replay,
-        suite configs at 0.8 of the limit: TTFT p99 +19/+27% (Poisson), +26/+44% (Gamma cv 2),
-        against +72/+88% and +58/+82% per engine; very bursty streams at a lightly loaded pool
-        run low (Erlang C misses the bursts). docs/validation.md, "least_loaded pools: the pooled
-        bulk chain"."""
+        heavy-traffic factor at the pool's SCV (:func:`instance_wait_scale`). P(W > 0): smoother
+        than Poisson (c_a² < 1), ρ_b in Erlang C becomes QNA's GI/G/1 P(W > 0) at that SCV;
+        burstier (c_a² > 1), the batch-Poisson stand-in (geometric bursts of mean m,
+        :func:`~qmodel.stations.iteration_waits.burst_batch_mean` over one mean batch time): a
+        burst finds every engine busy with the Poisson Erlang C(c, c ρ_b), else its first members
+        take the idle engines and the rest wait (:func:`~qmodel.stations.burst_mates.burst_wait_probability`).
+        Replay, suite configs at 0.8 of the limit: TTFT p99 +19/+27% (Poisson), +26/+44% (Gamma
+        cv 2), against +72/+88% and +58/+82% per engine; disagg-qwen7b-a100 jsq / least_loaded,
+        Gamma cv 1.5-4 at 0.2-0.9 of the limit: P(W > 0) within 0.03 of the replay's (Erlang C of
+        QNA's value: 0.14 against 0.73 at cv 4, 0.2). docs/validation.md, "least_loaded pools: the
+        pooled bulk chain" and "Disaggregated TTFT at 0.9-0.95 of the limit and under trace arrivals"."""
         c = self.instances
         busy = 1.0 - q.p_idle
         p_wait = erlang_c(c, c * busy)
@@ -173,7 +182,12 @@ class PrefillStation(StationModel):
             cyc = q.cycle
             cs2b = max(cyc["batch_time_second_s2"] / cyc["batch_time_mean_s"] ** 2 - 1.0, 0.0)
             scale *= instance_wait_scale(q.rho_full, self.ca2, self._output_scv)
-            p_wait = erlang_c(c, c * min(qna_delay_probability(busy, self.ca2, cs2b), _BUSY_MAX))
+            if self.ca2 > 1.0:
+                # bursts dealt one per idle engine: members past the idle ones wait (burst_wait_probability)
+                m = burst_batch_mean(self.ca2, c, True, q.lam, cyc["batch_time_mean_s"])
+                p_wait = burst_wait_probability(p_wait, busy, c, m)
+            else:
+                p_wait = erlang_c(c, c * min(qna_delay_probability(busy, self.ca2, cs2b), _BUSY_MAX))
         return scale, p_wait
 
     def own_batch_time_per_prompt(self, own_batch_pmf: np.ndarray, seed: int = 7,
@@ -257,8 +271,9 @@ class PrefillStation(StationModel):
         pooled = self.dispatch == "least_loaded" and self.instances > 1
         if pooled:
             scale, wait_prob = self._pooled_wait(q)
+            form = "bursts dealt to idle engines" if self.ca2 > 1.0 else "Erlang C"
             notes.append(f"least_loaded with batching: central queue of {self.instances} bulk servers (P(wait) "
-                         f"Erlang C {wait_prob:.3g}, conditional wait x {scale:.3g}); approximate")
+                         f"{wait_prob:.3g}, {form}; conditional wait x {scale:.3g}); approximate")
         elif abs(ca2_i - 1.0) > 1e-12:
             rho = q.rho_full
             scale = instance_wait_scale(rho, ca2_i, self._output_scv)
@@ -342,8 +357,14 @@ class PrefillStation(StationModel):
             cs2 = max(es2 / es**2 - 1.0, 0.0)
             scale = (self.ca2 + cs2) / (1.0 + cs2) if self.ca2 + cs2 > 0 else 0.0
             notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Allen-Cunneen (ca2+cs2)/(1+cs2) = {scale:.3g}")
-        own_dx = self.dx
-        wait = model.grid(dx=own_dx)
+        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
+        wait = model.grid(dx=self.dx)
+        if self.dx is None:
+            # the wait's own step (its mean / 200) is far below the service at a light load: the
+            # sojourn's horizon (the wait's extent + the longest exit) is kept in _SOJOURN_POINTS bins
+            floor = (wait.n * wait.dx + stages * float(np.max(s))) / _SOJOURN_POINTS
+            if floor > wait.dx:
+                wait = model.grid(dx=floor)
         if det:
             # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
             # exactly (rounded up to the next point it would move the sojourn's quantiles up)
@@ -358,7 +379,6 @@ class PrefillStation(StationModel):
         own = GridDist(dx, own.pmf, es)
         from qmodel.dist import convolve
 
-        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
         own_exit = own if stages == 1 else GridDist(dx, GridDist.from_samples(stages * s, dx, w_nodes).pmf, stages * es)
         delay = convolve(wait, own_exit)  # b = 1: the own service is independent of the wait
         rho = rate_per_s * es / c
