@@ -88,7 +88,7 @@ from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_
 from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes,
                                                stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
-from qmodel.stations.decode import GPSChain, mean_context_tokens
+from qmodel.stations.decode import GPSChain, fewest_residents, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 from qmodel.stations.chunked_slots import pooled_slot_chain, slot_admission
 
@@ -116,6 +116,12 @@ class ChunkedStation(StationModel):
     cached_tokens: np.ndarray | None = None
     #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
     reserved_output_tokens: np.ndarray | None = None
+    #: a closed loop's N (:mod:`qmodel.closed`): an arrival sees at most N - 1 other requests, which bounds
+    #: its slot wait (:func:`qmodel.stations.decode.bounded_slot_wait`); None: open arrivals
+    clients: int | None = None
+    #: the loop's clients think between requests (Z > 0); with Z = 0 the loop is always full and only
+    #: its "never fills the slots" bound applies (:func:`qmodel.stations.decode.bounded_slot_wait`)
+    loop_thinks: bool = True
 
     # the pool parameters, jsq (join the shortest queue by request count) among the dispatches: this
     # station models it apart from least_loaded (module doc)
@@ -136,6 +142,7 @@ class ChunkedStation(StationModel):
         size = held + R  # tokens a request adds to its instance's least_loaded load (stations/steer.py)
         self._ll_delta = float(np.mean(size * size) / float(size.mean()))
         cap = self.chunk_tokens - 1  # at least one prompt token per iteration
+        kv_bound = False
         if self.max_batch is not None:
             cap = min(cap, int(self.max_batch))
         if self.kv_capacity_tokens is not None:
@@ -151,8 +158,11 @@ class ChunkedStation(StationModel):
                                           reserved_output=self.reserved_output_tokens)[1]
             if math.isfinite(resident):
                 by_kv = min(by_kv, max(1, int(resident)))
+            kv_bound = by_kv < cap
             cap = min(cap, by_kv)
         self.cap = max(1, cap)
+        #: the fewest residents that fill an instance (a closed loop's bound, qmodel.closed)
+        self.loop_cap = fewest_residents(self.cap, kv_bound, held + R)
         # per-state tables n = 0..cap (decode part, mixed-iteration parts per prompt token)
         n = np.arange(self.cap + 1, dtype=float)
         sv = self.service
@@ -298,7 +308,8 @@ class ChunkedStation(StationModel):
         # KV admission: at the slot cap (KV, max_batch or the budget) a prompt waits for a free slot
         # before its first chunk; independent of the backlog wait, added to TTFT below
         adm = slot_admission(pi, tail, rc, g_tab, self.instances, self.dispatch, lam * self.mean_output,
-                             self.mean_output, self.cv2_output, self.ca2, self._ttft_dx)
+                             self.mean_output, self.cv2_output, self.ca2, self._ttft_dx, self.clients,
+                             self.loop_cap, self.loop_thinks)
         if tail > 0:
             pi = pi.copy()
             pi[-1] += tail  # states beyond the cap wait for a slot; folded into the cap state
