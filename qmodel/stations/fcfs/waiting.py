@@ -61,11 +61,17 @@ class WaitingTime(ABC):
                 break
         return 0.5 * (lo + hi)
 
-    def grid(self, dx: float | None = None, q_max: float = 1.0 - 1e-9) -> GridDist:
-        """Discretised law (rounded up to the grid), covering up to the q_max quantile."""
+    def grid(self, dx: float | None = None, q_max: float = 1.0 - 1e-9, align: float | None = None) -> GridDist:
+        """Discretised law (rounded up to the grid), covering up to the q_max quantile. ``align``:
+        a time that must fall on a grid point (a fixed service D): the step is cut to D/k, k the
+        fewest steps that span D at no more than ``dx``."""
         end = self.quantile(q_max) if self.p_wait > 1.0 - q_max else 0.0
         if dx is None:
             dx = max(self.mean_s, end / 1000.0, 1e-12) / 200.0
+        if align is not None:
+            k = math.ceil(align / dx - 1e-9)
+            if abs(k * dx - align) > 1e-12 * align:
+                dx = align / k
         n = int(min(MAX_POINTS, math.ceil(end / dx) + 2))
         return self._on_grid(dx, n)
 

@@ -342,14 +342,9 @@ class PrefillStation(StationModel):
             cs2 = max(es2 / es**2 - 1.0, 0.0)
             scale = (self.ca2 + cs2) / (1.0 + cs2) if self.ca2 + cs2 > 0 else 0.0
             notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Allen-Cunneen (ca2+cs2)/(1+cs2) = {scale:.3g}")
-        own_dx = self.dx
-        wait = model.grid(dx=own_dx)
-        if det:
-            # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
-            # exactly (rounded up to the next point it would move the sojourn's quantiles up)
-            k = math.ceil(float(s[0]) / wait.dx - 1e-9)
-            if abs(k * wait.dx - float(s[0])) > 1e-12 * float(s[0]):
-                wait = model.grid(dx=float(s[0]) / k)
+        # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
+        # exactly (rounded up to the next point it would move the sojourn's quantiles up)
+        wait = model.grid(dx=self.dx, align=float(s[0]) if det else None)
         if scale != 1.0:
             pm = scale_time(wait.pmf[:, None], scale)[:, 0]
             wait = GridDist(wait.dx, pm, model.mean_s * scale, exact=False)
