@@ -344,7 +344,8 @@ class PrefillStation(StationModel):
             notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Allen-Cunneen (ca2+cs2)/(1+cs2) = {scale:.3g}")
         # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
         # exactly (rounded up to the next point it would move the sojourn's quantiles up)
-        wait = model.grid(dx=self.dx, align=float(s[0]) if det else None)
+        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
+        wait = model.grid(dx=self.dx, align=float(s[0]) if det else None, then=stages * float(np.max(s)))
         if scale != 1.0:
             pm = scale_time(wait.pmf[:, None], scale)[:, 0]
             wait = GridDist(wait.dx, pm, model.mean_s * scale, exact=False)
@@ -353,7 +354,6 @@ class PrefillStation(StationModel):
         own = GridDist(dx, own.pmf, es)
         from qmodel.dist import convolve
 
-        stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
         own_exit = own if stages == 1 else GridDist(dx, GridDist.from_samples(stages * s, dx, w_nodes).pmf, stages * es)
         delay = convolve(wait, own_exit)  # b = 1: the own service is independent of the wait
         rho = rate_per_s * es / c
