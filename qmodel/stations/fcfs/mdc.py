@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from qmodel.dist import GridDist
-from qmodel.errors import NumericalError
+from qmodel.errors import InputError, NumericalError
 from qmodel.stations.fcfs.checks import require_positive, require_servers, require_stable
 from qmodel.stations.fcfs.service import ServiceSample, cramer_lundberg
 from qmodel.stations.fcfs.waiting import WaitingTime
@@ -26,6 +26,7 @@ __all__ = ["MDc", "MD1", "erlang_md1_cdf", "poisson_support"]
 
 _CHUNK = 8192  # points per block of the vectorised CDF (a block × N matrix of Poisson terms)
 _POISSON_TAIL = 1e-18
+_SCAN = 64  # steps of each scan of the quantile's bracket
 
 
 def poisson_support(a: float) -> int:
@@ -36,6 +37,11 @@ def poisson_support(a: float) -> int:
     while -a + n * (1.0 + log_a - math.log(n)) > math.log(_POISSON_TAIL):
         n += 1
     return n
+
+
+def _first(mask: np.ndarray) -> int:
+    """Index of the first True in ``mask`` (its length when there is none)."""
+    return int(np.argmax(mask)) if mask.any() else mask.size
 
 
 def _poisson_pmf(n: np.ndarray, mu: np.ndarray | float) -> np.ndarray:
@@ -126,11 +132,23 @@ class MDc(WaitingTime):
         """P(M <= i) for i < the truncated support, with a 0 prepended for i = −1."""
         return np.concatenate(([0.0], np.cumsum(self._excess)))
 
+    @cached_property
+    def _log_factorials(self) -> tuple[np.ndarray, np.ndarray]:
+        """(j, ln j!) for j < :func:`poisson_support` (λD)."""
+        from qmodel.special import gammaln
+
+        j = np.arange(poisson_support(self.lam * self.d), dtype=float)
+        return j, gammaln(j + 1.0)
+
     def _poisson_rows(self, mu: np.ndarray) -> np.ndarray:
         """Poisson(mu) pmf at 0 .. N − 1 for each mu <= a = λD (one row each), N from
-        :func:`poisson_support`: the dropped mass is below 1e-18 for every row."""
-        j = np.arange(poisson_support(self.lam * self.d), dtype=float)
-        return _poisson_pmf(j[None, :], mu[:, None])
+        :func:`poisson_support`: the dropped mass is below 1e-18 for every row (μ = 0 rows: the
+        atom at 0)."""
+        j, lf = self._log_factorials
+        mu = mu[:, None]
+        pos = mu > 0
+        out = np.exp(j * np.log(np.where(pos, mu, 1.0)) - mu - lf)
+        return np.where(pos, out, j == 0)
 
     def _terms(self, kk: np.ndarray, pois: np.ndarray) -> np.ndarray:
         """Σ_j Poisson(mu)(j) · P(M <= kk − j) per row: the chain's CDF at kk of M + Poisson(mu)."""
@@ -177,6 +195,32 @@ class MDc(WaitingTime):
 
     def sf(self, t):
         return 1.0 - self.cdf(t)
+
+    def quantile(self, q: float) -> float:
+        """Smallest t with P(W <= t) >= q: the interval [kD, (k+1)D) that holds it from the CDF at
+        the multiples of D, then _SCAN-step scans of the bracket (the CDF is continuous and
+        non-decreasing past its atom at 0) down to 1e-13 of t, the bisection's own tolerance, in
+        ~8 vector evaluations instead of ~60 scalar ones."""
+        if not 0.0 < q < 1.0:
+            raise InputError("quantile", q, "must lie in (0, 1)")
+        if q <= 1.0 - self.p_wait + 1e-15:
+            return 0.0
+        d, k = self.d, 64
+        k_max = self.pi.size // self.c + 2  # past it P(W <= kD) is 1 to the chain's truncation
+        while True:
+            ends = np.arange(1, k + 1) * d
+            i = _first(self.cdf(ends) >= q)
+            if i < k or k >= k_max:
+                break
+            k *= 4
+        lo, hi = (float(ends[i - 1]) if i > 0 else 0.0), float(ends[min(i, k - 1)])
+        while hi - lo > 1e-13 * hi:
+            xs = np.linspace(lo, hi, _SCAN + 1)
+            j = _first(self.cdf(xs) >= q)
+            if j == 0:
+                break
+            lo, hi = float(xs[j - 1]), float(xs[min(j, _SCAN)])
+        return 0.5 * (lo + hi)
 
     @property
     def decay_rate(self) -> float:
