@@ -75,7 +75,8 @@ class WaitingTime(ABC):
         end = self.quantile(q_max) if self.p_wait > 1.0 - q_max else 0.0
         if dx is None:
             dx = max(self.mean_s, end / 1000.0, 1e-12) / 200.0
-            dx = max(dx, (end + then) / SPAN_POINTS)
+            if then > 0:
+                dx = max(dx, (end + then) / SPAN_POINTS)
         if align is not None:
             k = math.ceil(align / dx - 1e-9)
             if abs(k * dx - align) > 1e-12 * align:
