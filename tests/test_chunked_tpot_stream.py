@@ -4,23 +4,26 @@ exact values of its factors, and the chunked TPOT against the replay where the s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from qmodel.stations.iteration_waits import renewal_excess
-from qmodel.stations.stall_stream import instance_count_scv, palm_shift_s, slot_gate, stall_dispersion
+from qmodel.stations.stall_stream import (count_variance_ratio, instance_count_scv, palm_shift_s, slot_gate,
+                                         stall_dispersion)
 
 
 def test_instance_count_scv_by_dispatch():
-    """Random thinning keeps 1 + (ca2 - 1)/c; round robin sums c gaps (ca2/c); least_loaded and jsq
-    take round robin's; ca2 > 1 is clipped (bursts are the batch stand-in's)."""
+    """Round robin sums c gaps (ca2/c); least_loaded and jsq take round robin's; ca2 > 1 is clipped
+    (bursts are the batch stand-in's); one instance and random split keep the Poisson stall law (1)."""
     assert instance_count_scv(1.0, 4, "random") == 1.0
-    assert instance_count_scv(0.5, 2, "random") == pytest.approx(0.75, abs=1e-15)
+    assert instance_count_scv(0.5, 2, "random") == 1.0
     assert instance_count_scv(1.0, 4, "round_robin") == 0.25
     assert instance_count_scv(0.5, 4, "least_loaded") == 0.125
     assert instance_count_scv(1.0, 2, "jsq") == 0.5
-    assert instance_count_scv(0.4, 1, "round_robin") == pytest.approx(0.4, abs=1e-15)
-    assert instance_count_scv(3.0, 1, "random") == 1.0
+    assert instance_count_scv(3.0, 2, "round_robin") == 0.5
+    assert instance_count_scv(0.4, 1, "round_robin") == 1.0
 
 
 def test_stall_dispersion_exact():
@@ -29,6 +32,23 @@ def test_stall_dispersion_exact():
     assert stall_dispersion(np.array([1.0, 3.0]), 0.25) == pytest.approx(0.4, abs=1e-15)
     assert stall_dispersion(np.full(7, 2.5), 0.25) == pytest.approx(0.25, abs=1e-15)
     assert stall_dispersion(np.array([1.0, 3.0]), 1.0) == 1.0
+    # over a window of x arrivals the count's variance ratio V(x) stands for c^2 (-> 1 for short ones)
+    v = count_variance_ratio(0.25, 2.0)
+    assert stall_dispersion(np.array([1.0, 3.0]), 0.25, 2.0) == pytest.approx(1 - (1 - v) * 0.8, abs=1e-15)
+
+
+@pytest.mark.parametrize("x", [0.3, 2.0, 10.0, 50.0])
+def test_count_variance_ratio_erlang2_exact(x: float):
+    """Stationary Erlang-2 renewal (c^2 = 1/2): N(t) = floor((U + M)/2), M ~ Poisson(2 lam t) phase
+    completions, U uniform on {0, 1} (the phase at 0), so Var N / (lam t) is exact by summation.
+    The identity's integral by the midpoint rule on 32 strata: within 0.005."""
+    m = np.arange(0, int(2 * x + 40 * np.sqrt(2 * x + 1)) + 40, dtype=float)
+    pm = np.exp(m * np.log(2 * x) - 2 * x - np.array([math.lgamma(v + 1) for v in m]))
+    n = [np.floor((u + m) / 2) for u in (0, 1)]
+    e1 = 0.5 * sum(float(pm @ k) for k in n)
+    e2 = 0.5 * sum(float(pm @ (k * k)) for k in n)
+    assert count_variance_ratio(0.5, x) == pytest.approx((e2 - e1 * e1) / x, abs=0.005)
+    assert count_variance_ratio(1.0, x) == 1.0
 
 
 def test_palm_shift_long_window_and_poisson():

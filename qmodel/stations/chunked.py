@@ -32,9 +32,10 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   all of them are still queued behind it when it starts decoding), each adding its stall X. The
   stream the request meets (:mod:`qmodel.stations.stall_stream`): least_loaded/jsq busy periods
   grow only by the arrivals that meet a backlog (P(W > 0) of the steered wait, not rho_c);
-  round_robin/least_loaded/jsq and ca2 < 1 deal prompts out smoother than Poisson (both sums keep
-  their mean, variance x I = 1 - (1 - c_i^2) E[X]^2/E[X^2]; round_robin and ca2 < 1 also take the
-  Palm excess off S_0's count); a KV/max_batch slot cap gates the starts (rate x 1 - P(cap)/E[n]);
+  round_robin/least_loaded/jsq deal prompts out smoother than Poisson (both sums keep their mean,
+  variance x I = 1 - (1 - V) E[X]^2/E[X^2], V the count's variance ratio over the window; round_robin
+  also takes the Palm excess off S_0's count); a KV/max_batch slot cap gates the starts (rate x
+  1 - P(cap)/E[n]);
 * TTFT: the prompt backlog is an M/G/1 FCFS queue of works S_N̄(P) (Pollaczek–Khinchine, load
   rho_c) whose server also owes the residual of a decode-only iteration in progress (stretched by
   1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + half a mixed iteration (the first token comes at the
@@ -382,37 +383,37 @@ class ChunkedStation(StationModel):
         qb = (1.0 - 1.0 / m_burst) ** (self.instances if ll else 1)
         behind_s = qb / (1.0 - qb) / lam
         # the stream the request meets (qmodel.stations.stall_stream): dealt out smoothly (variance
-        # factor iw: rate / iw, jumps x iw), Palm-started (rr and ca2 < 1) and slot-gated (f_slot)
+        # factor per L group over its window), Palm-started (round_robin) and slot-gated
         ci2 = 1.0 if m_burst > 1.0 else instance_count_scv(self.ca2, self.instances, self.dispatch)
-        iw = stall_dispersion(x, ci2)
         f_slot = slot_gate(pi, mean_n, self._slot_capped)
-        xs, ys = (x, y) if iw == 1.0 else (x * iw, y * iw)
-        groups = []
+        groups, disp = [], []
         lm1 = self.L[self.multi] - 1.0
         so = s_own[self.multi] + half_iter
+        life_1 = state_at(self.td, j1) / (1.0 - min(lam * float(x.mean()), 0.999))  # seconds per token
         for g in distinct(self.gi):
             sel = self.gi == g
-            groups.append((float(sel.mean()), 1.0 / float(np.mean(1.0 / lm1[sel])), float(np.mean(so[sel]))))
-        so_bar, so_min = float(np.mean(s_own)) + half_iter, min(g[2] for g in groups)
-        groups = [(gw, g1, f_slot * tp / iw) for gw, g1, tp in groups]
+            g1, tp = 1.0 / float(np.mean(1.0 / lm1[sel])), float(np.mean(so[sel]))
+            groups.append((float(sel.mean()), g1, f_slot * tp))
+            disp.append(stall_dispersion(x, ci2, lam * (wait.mean_s + tp + g1 * life_1)))
+        so_bar, so_min = float(np.mean(s_own)) + half_iter, min(g[2] for g in groups) / max(f_slot, 1e-300)
         for v, wv in zip(nodes, wts):
             j = min(v + 1.0, float(self.cap))
             c = self.chunk_tokens - j
             w_j = work(j)
             rc_j = rc_1
             for wn, ww in zip(w_nodes, w_wts):
-                life.append(ys)
-                rates.append(f_slot * (1.0 - rc_j) / m_burst / iw)
-                jumps.append(xs)
+                life.append(y)
+                rates.append(f_slot * (1.0 - rc_j) / m_burst)
+                jumps.append(x)
                 rhos.append(min(lam * float(x.mean()), 0.999))
                 tds.append(state_at(self.td, j))
                 # every iteration emits a token: a gap is at most one full mixed iteration
                 caps.append(float(np.mean(w_j)) * c / self.mean_p)
                 palm = 0.0 if ll else palm_shift_s(ci2, lam, wn + so_bar)  # (never below the own prefill)
-                owns.append(f_slot * max(wn + behind_s + palm, -so_min) / iw)
+                owns.append(f_slot * max(wn + behind_s + palm, -so_min))
                 node_w.append(wv * ww)
         tpot = stall_tpot(lam, groups, np.asarray(node_w), np.asarray(tds), rhos, jumps, caps, owns, life, rates,
-                          dx0=float(self.td[1]) / 200.0)
+                          dx0=float(self.td[1]) / 200.0, group_dispersion=disp)
 
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)
