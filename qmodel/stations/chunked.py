@@ -29,7 +29,13 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   S_life clusters the chunk stalls of whole prompt-backlog busy periods (they start at rate
   lam (1 - rho_c); gamma law with the M/G/1 busy-period moments) over the decode life
   (L-1) t_d/(1 - rho_x); S_0 counts the prompts that arrived during the request's whole TTFT (FCFS:
-  all of them are still queued behind it when it starts decoding), each adding its stall X;
+  all of them are still queued behind it when it starts decoding), each adding its stall X. The
+  stream the request meets (:mod:`qmodel.stations.stall_stream`): least_loaded/jsq busy periods
+  grow only by the arrivals that meet a backlog (P(W > 0) of the steered wait, not rho_c);
+  round_robin/least_loaded/jsq deal prompts out smoother than Poisson (both sums keep their mean,
+  variance x I = 1 - (1 - V) E[X]^2/E[X^2], V the count's variance ratio over the window; round_robin
+  also takes the Palm excess off S_0's count); a KV/max_batch slot cap gates the starts (rate x
+  1 - P(cap)/E[n]);
 * TTFT: the prompt backlog is an M/G/1 FCFS queue of works S_N̄(P) (Pollaczek–Khinchine, load
   rho_c) whose server also owes the residual of a decode-only iteration in progress (stretched by
   1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + half a mixed iteration (the first token comes at the
@@ -49,14 +55,9 @@ Bursty arrivals (``ca2`` > 1): batch-Poisson stand-in with geometric batches of 
 Gamma renewal-function excess over the mean backlog busy period
 (:func:`qmodel.stations.colocated.burst_batch_mean`): TTFT wait M^X/G/1 (P-K wait of whole bursts
 plus the work of the burst members ahead, :func:`qmodel.stations.iteration_waits.batch_wait`), busy-period
-stalls with the M^X/G/1 moments at rate lam (1 - rho_c)/m, and the members behind added to S_0.
-Against the step DES (Gamma CV 2): TTFT mean/p50/p90/p99 at 0.3/0.5/0.7 of the limit
-−0.1/+1.7/+0.1/−9.4%, +0.3/+2.8/−1.1/−5.3%, −2.2/+6.6/−7.0/−10.1%; TPOT mean/p50/p90
-−3.1/−0.8/−10.0%, −6.5/−4.1/−16.8%, −8.4/−11.5/+0.2% (the Kingman-scaled wait with Poisson stalls
-gave TTFT −19/−42/−12/+14% and TPOT −19/−10/−37% at 0.5). Replay (quick suite, chunked Gamma
-u = 0.7, 6 seeds x 24000 requests): TTFT mean/p50/p90/p99 −9.8/−13.7/−9.1/−8.2% (was
-−20/−31/−16/−12%), TPOT mean/p50 −6.2/−17.8% (was −9.4/−22.3%; the same case with Poisson
-arrivals gives TPOT p50 −16%: the rest is not burst-related). ca2 < 1: Kingman-scaled wait only.
+stalls with the M^X/G/1 moments at rate lam (1 - rho_c)/m, and the members behind added to S_0
+(measured against the step DES and the replay: docs/validation.md, "Chunked bursty arrivals").
+ca2 < 1: Kingman-scaled wait only.
 
 Stability (fluid, GPU time per request): with n decodes a request costs its chunks' stall
 X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode-only iterations
@@ -88,6 +89,7 @@ from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_
 from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes,
                                                stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
+from qmodel.stations.stall_stream import instance_count_scv, palm_shift_s, slot_gate, stall_dispersion
 from qmodel.stations.decode import GPSChain, fewest_residents, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 from qmodel.stations.chunked_slots import pooled_slot_chain, slot_admission
@@ -116,11 +118,8 @@ class ChunkedStation(StationModel):
     cached_tokens: np.ndarray | None = None
     #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
     reserved_output_tokens: np.ndarray | None = None
-    #: a closed loop's N (:mod:`qmodel.closed`): an arrival sees at most N - 1 other requests, which bounds
-    #: its slot wait (:func:`qmodel.stations.decode.bounded_slot_wait`); None: open arrivals
+    #: a closed loop's N and whether its clients think (Z > 0), which bound the slot wait (qmodel.closed)
     clients: int | None = None
-    #: the loop's clients think between requests (Z > 0); with Z = 0 the loop is always full and only
-    #: its "never fills the slots" bound applies (:func:`qmodel.stations.decode.bounded_slot_wait`)
     loop_thinks: bool = True
 
     # the pool parameters, jsq (join the shortest queue by request count) among the dispatches: this
@@ -161,8 +160,9 @@ class ChunkedStation(StationModel):
             kv_bound = by_kv < cap
             cap = min(cap, by_kv)
         self.cap = max(1, cap)
-        #: the fewest residents that fill an instance (a closed loop's bound, qmodel.closed)
-        self.loop_cap = fewest_residents(self.cap, kv_bound, held + R)
+        self.loop_cap = fewest_residents(self.cap, kv_bound, held + R)  # a closed loop's bound (qmodel.closed)
+        # a slot cap (KV or max_batch) below the budget's: a prompt starts only into a free slot
+        self._slot_capped = self.cap < self.chunk_tokens - 1
         # per-state tables n = 0..cap (decode part, mixed-iteration parts per prompt token)
         n = np.arange(self.cap + 1, dtype=float)
         sv = self.service
@@ -379,12 +379,30 @@ class ChunkedStation(StationModel):
         iters_1 = self.p / (self.chunk_tokens - j1) + share(j1) * state_at(self._extra_iters, j1)[self._inv]
         x = np.maximum(w_1 - iters_1 * state_at(self.td, j1), 0.0)
         rc_1 = min(state_at(rho_all, j1), 0.99)
+        if ll and m_burst <= 1.0:
+            # a busy period grows by the arrivals that meet a backlog: under the load steering that is
+            # P(W > 0) of the steered wait, not rho_c (PASTA); it starts at rate lam (1 - that)
+            rc_1 = min(rc_1, 1.0 - float(pk.pmf[0]) / max(float(pk.pmf.sum()) + float(pk.tail), 1e-300))
         y = busy_period_stalls(w_1, x, rc_1, m_burst)
         # bursty arrivals: the members of the tagged request's batch behind it on its instance
         # (floor(J/c), J ~ Geometric_0(1 - 1/m)) are queued behind it too; added to the own window as
         # their mean count (seconds of arrivals at rate lam)
         qb = (1.0 - 1.0 / m_burst) ** (self.instances if ll else 1)
         behind_s = qb / (1.0 - qb) / lam
+        # the stream the request meets (qmodel.stations.stall_stream): dealt out smoothly (variance
+        # factor per L group over its window), Palm-started (round_robin) and slot-gated
+        ci2 = 1.0 if m_burst > 1.0 else instance_count_scv(self.ca2, self.instances, self.dispatch)
+        f_slot = slot_gate(pi, mean_n, self._slot_capped)
+        groups, disp = [], []
+        lm1 = self.L[self.multi] - 1.0
+        so = s_own[self.multi] + half_iter
+        life_1 = state_at(self.td, j1) / (1.0 - min(lam * float(x.mean()), 0.999))  # seconds per token
+        for g in distinct(self.gi):
+            sel = self.gi == g
+            g1, tp = 1.0 / float(np.mean(1.0 / lm1[sel])), float(np.mean(so[sel]))
+            groups.append((float(sel.mean()), g1, f_slot * tp))
+            disp.append(stall_dispersion(x, ci2, lam * (wait.mean_s + tp + g1 * life_1)))
+        so_bar, so_min = float(np.mean(s_own)) + half_iter, min(g[2] for g in groups) / max(f_slot, 1e-300)
         for v, wv in zip(nodes, wts):
             j = min(v + 1.0, float(self.cap))
             c = self.chunk_tokens - j
@@ -392,22 +410,17 @@ class ChunkedStation(StationModel):
             rc_j = rc_1
             for wn, ww in zip(w_nodes, w_wts):
                 life.append(y)
-                rates.append((1.0 - rc_j) / m_burst)
+                rates.append(f_slot * (1.0 - rc_j) / m_burst)
                 jumps.append(x)
                 rhos.append(min(lam * float(x.mean()), 0.999))
                 tds.append(state_at(self.td, j))
                 # every iteration emits a token: a gap is at most one full mixed iteration
                 caps.append(float(np.mean(w_j)) * c / self.mean_p)
-                owns.append(wn + behind_s)
+                palm = 0.0 if ll else palm_shift_s(ci2, lam, wn + so_bar)  # (never below the own prefill)
+                owns.append(f_slot * max(wn + behind_s + palm, -so_min))
                 node_w.append(wv * ww)
-        groups = []
-        lm1 = self.L[self.multi] - 1.0
-        so = s_own[self.multi] + half_iter
-        for g in distinct(self.gi):
-            sel = self.gi == g
-            groups.append((float(sel.mean()), 1.0 / float(np.mean(1.0 / lm1[sel])), float(np.mean(so[sel]))))
         tpot = stall_tpot(lam, groups, np.asarray(node_w), np.asarray(tds), rhos, jumps, caps, owns, life, rates,
-                          dx0=float(self.td[1]) / 200.0)
+                          dx0=float(self.td[1]) / 200.0, group_dispersion=disp)
 
         if adm is not None:
             ttft, wait = convolve(adm, ttft), convolve(adm, wait)

@@ -31,7 +31,12 @@ Model, per instance at rate lam (random split over ``instances``):
   at rho_p = 0.36, the clustered form −14% (tests/test_stations_colocated.py).
   With a max_batch slot cap a prompt is prefilled only into a free slot: for the share f of
   a resident's time spent in a full batch the stalls are lone prefills, one per departure of another
-  resident, and the S_0 term is absent (:mod:`qmodel.stations.slot_stalls`; max_batch 1: TPOT = t_d(1)).
+  resident, and the S_0 term is absent (:mod:`qmodel.stations.slot_stalls`; max_batch 1: TPOT = t_d(1));
+  where KV binds first, the same with the batch full at the soft wall's random count, the lone
+  prefills carrying the busy periods' work on that share. Smoother arrivals per instance (c_a^2 < 1:
+  Gamma cv < 1; round_robin / least_loaded deal each instance every c-th arrival, c_a^2 / c) give the
+  stall the diffusion variance lam E[S]^2 (c_a^2 + c_s^2)/(1 - rho_p)^3 per unit of decode work, not
+  M/G/1's lam E[S^2]/(1 - rho_p)^3: busy periods x r = (c_a^2 + c_s^2)/(1 + c_s^2), rate / r (mean kept).
   Evaluated deterministically: compound-Poisson pmf by FFT per (L group, N node) on a per-group
   grid, 10 log-spaced L groups, 5 quantile nodes of N;
 * TTFT = W + T_1(P) + co-batched prompts. Poisson or smooth arrivals: every prefill iteration takes
@@ -153,12 +158,13 @@ from qmodel.stations.base import Param, StationModel, StationSolution, integer
 from qmodel.stations.burst_mates import burst_members_by_cap
 from qmodel.stations.colocated_limit import ColocatedLimits
 from qmodel.stations.colocated_ttft import ColocatedTTFT
+from qmodel.stations.fcfs import split_arrival_scv
 from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.iteration_stalls import (L_GROUPS, OWN_BP_POINTS, busy_period_stalls, compound_poisson_pmf,
                                               decode_residual, n_nodes, stall_tpot)
 from qmodel.stations.iteration_waits import add_arrivals_during, batch_wait, burst_batch_mean, burst_increment
 from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens, reserved_output
-from qmodel.stations.slot_stalls import full_batch_stalls, full_share
+from qmodel.stations.slot_stalls import full_batch_stalls, pool_full_share
 
 __all__ = ["ColocatedStation", "held_prompt_tokens", "compound_poisson_pmf", "stall_tpot", "n_nodes",
            "decode_residual"]
@@ -303,6 +309,12 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         m_burst = burst_batch_mean(self.ca2, self.instances, ll, lam, rho_p / (lam * (1.0 - rho_p)))
         work = self.t1 * (rho_p / (lam * self.mean_t1))
         bp = busy_period_stalls(work, work, rho_p, m_burst)
+        # smoother arrivals per instance: busy periods x r, their rate / r (module doc); a trace keeps r = 1
+        ca2_i = (split_arrival_scv(self.ca2, self.instances, cyclic=self.dispatch != "random")
+                 if self.renewal_arrivals else 1.0)
+        cs2 = float(np.var(work) / np.mean(work) ** 2)
+        r_smooth = min(1.0, (ca2_i + cs2) / (1.0 + cs2))
+        bp = bp * r_smooth
         # bursty arrivals: the burst members behind the request on its instance (floor(J/c),
         # J ~ Geometric_0(1 - 1/m)) are prefilled right after it and stall its decode from the start;
         # added to the own window as their mean count (seconds of arrivals at rate lam)
@@ -312,10 +324,13 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         # prefilled before its next decode step, and so is everything that arrives meanwhile: each
         # starts a prefill busy period (mean x/(1 - rho_p) for initial work x), not a lone stall.
         own_bp = busy_period_stalls(self.t1, self.t1, rho_p, points=OWN_BP_POINTS)
-        # in a full batch (slot cap) prompts are admitted one per departure: lone prefills, no S_0 (slot_stalls)
+        # in a full batch (slot cap) or a full memory (KV soft wall) prompts are admitted one per
+        # departure: lone prefills, no S_0 (slot_stalls)
+        f_full, c_full = pool_full_share(pi, tail, rc, self.chain.cap if self.slot_capped else None,
+                                         None if self.slot_capped or self._wall is None else self._wall.pmf())
         life, life_rate, own_j = full_batch_stalls(
-            full_share(pi, tail, self.chain.cap) if self.slot_capped else 0.0, bp, (1.0 - rho_p) / m_burst, own_bp, self.t1, lam, rho_p,
-            cap if self.chain.cap is not None else 1, self.mean_output - 1.0, float(g[min(cap, m)]))
+            f_full, bp, (1.0 - rho_p) / m_burst / r_smooth, own_bp, self.t1, lam, rho_p, c_full, self.mean_output - 1.0,
+            float(g[min(cap, m)]))
         tpot = stall_tpot(lam, self.groups, wts, td, [rho_p] * len(td), [own_j] * len(td),
                           node_own=[behind_s] * len(td),
                           node_life_jumps=[life] * len(td), node_life_rate=[life_rate] * len(td),

@@ -69,7 +69,8 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
                node_rho: list[float], node_jumps: list[np.ndarray],
                node_cap: list[float] | None = None, node_own: list[float] | None = None,
                node_life_jumps: list[np.ndarray] | None = None,
-               node_life_rate: list[float] | None = None, dx0: float | None = None) -> GridDist:
+               node_life_rate: list[float] | None = None, dx0: float | None = None,
+               group_dispersion: list[float] | None = None) -> GridDist:
     """TPOT = t_n + S/(L-1) with S = S_life + S_own, independent compound Poisson sums:
 
     S_own: K_0 ~ Poisson(lam (T_own + own_n)) jumps X (the prompts queued behind the request);
@@ -84,6 +85,9 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
     capped grid. ``node_own``: per node, seconds added to the own-prefill window. ``dx0``: a
     rate-independent base grid step (the grid is dx0 2^j, j the smallest that fits 60000 points), so
     that attainment P(TPOT <= y) moves monotonically with the rate instead of with a rescaled grid.
+    ``group_dispersion``: per L group a factor I in (0, 1] that keeps both sums' means and scales
+    their variances by I (rates / I, jumps x I: a stream smoother than Poisson,
+    :mod:`qmodel.stations.stall_stream`); default 1.
     """
     nn = len(node_td)
     own = [0.0] * nn if node_own is None else list(node_own)
@@ -122,18 +126,20 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
     keyed: dict[tuple[int, int], list[int]] = {}
     for j in range(nn):
         keyed.setdefault((id(node_jumps[j]), id(life[j])), []).append(j)
-    for gw, lm1, tp in groups:
+    disp = [1.0] * len(groups) if group_dispersion is None else list(group_dispersion)
+    for (gw, lm1, tp), iw in zip(groups, disp):
         for idx in keyed.values():
             j0 = idx[0]
             (eo, eo2, xo), (el, el2, xl) = m_own[j0], m_life[j0]
+            eo, eo2, xo, el, el2, xl = eo * iw, eo2 * iw * iw, xo * iw, el * iw, el2 * iw * iw, xl * iw
             if eo <= 0 and el <= 0:
                 for j in idx:
                     rows.append((np.array([gw * node_w[j]]), lm1, np.array([float(node_td[j])]), 1.0,
                                  np.ones((1, 1)), np.array([caps[j]])))
                     hi_t = max(hi_t, float(node_td[j]))
                 continue
-            mu_o = np.array([lam * (tp + own[j]) for j in idx])
-            mu_l = np.array([lam * rate[j] * lm1 * node_td[j] / (1 - node_rho[j]) for j in idx])
+            mu_o = np.array([lam * (tp + own[j]) / iw for j in idx])
+            mu_l = np.array([lam * rate[j] * lm1 * node_td[j] / (1 - node_rho[j]) / iw for j in idx])
             small = min(v for v in (eo, el) if v > 0)
             xmax = max(xo, xl)
             need = max(dx * lm1, small / 64.0, xmax / 1024.0)
@@ -142,7 +148,7 @@ def stall_tpot(lam: float, groups: list[tuple[float, float, float]], node_w: np.
             dxs = base * 2.0 ** math.ceil(math.log2(need / base) - 1e-12)
             comps = []
             for x, mu in ((node_jumps[j0], mu_o), (life[j0], mu_l)):
-                comps.append((split(x, dxs), mu))
+                comps.append((split(x, dxs / iw), mu))  # jumps x iw on the grid dxs
             mean_s = float(np.max(mu_o * eo + mu_l * el))
             var_s = float(np.max(mu_o * eo2 + mu_l * el2))
             s_hi = mean_s + 12 * math.sqrt(var_s) + xmax

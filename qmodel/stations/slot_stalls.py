@@ -26,10 +26,18 @@ weight min(n, c) (it is one of them), so f = c P(n >= c) / E[min(n, c)] of the d
 TPOT is t_d(1) exactly, as the replay has it (a lone slot is never interrupted; the prefill wait
 falls on the queue, in TTFT). Below the cap f -> 0 and the form is the unchanged busy-period one.
 
-Applied where ``max_batch`` sets the cap. Where the KV memory binds first the pool is full at a
-random resident count (the soft wall of :mod:`qmodel.stations.admission`), not at the chain's cap
-floor(KV / E[P + L]), so P(n >= cap) is not the full share there; those pools keep the busy-period
-form (with the chain's f, the corpus-ci KV-bound case c0021 moved TPOT p50 +6% -> +11%).
+Where ``max_batch`` sets the cap, M = c. Where the KV memory binds first the pool is full at a
+random resident count M, the soft wall of :mod:`qmodel.stations.admission` (normal about the
+saturated schedule's mean batch), not at the chain's cap floor(KV / E[P + L]); f then weighs the
+decode chain's population n against that M, f = sum_n pi(n) E[M 1(M <= n)] / sum_n pi(n) E[min(n, M)]
+(with the chain's P(n >= cap) instead, corpus-ci c0021 moved TPOT p50 +6% -> +11%; with the wall's
+own population chain, whose blocked states run at the saturated rate, f read 0.67 on c0021 where
+the replay's resident time with a prompt waiting for memory is 0.08). A departure at the wall
+frees a random amount of memory that admits zero, one or several prompts, so their count is not
+the other residents' departures; only their long-run work is fixed (every arrival is prefilled):
+the lone prefills carry the work the busy-period form has on the share f, at rate factor
+f bp_rate E[B] / E[T_1(P)] (with the departure count instead, corpus-ci c0021/c0032 TPOT p50
++3.2/-3.9% -> +9.7/-7.2%; work-conserving: +2.8/-4.2%).
 
 Measured: docs/validation.md, "Colocated TPOT in a full batch".
 """
@@ -38,22 +46,48 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["full_share", "full_batch_stalls"]
+__all__ = ["full_share", "pool_full_share", "full_batch_stalls"]
 
 _POINTS = 2048
 
 
-def full_share(pi: np.ndarray, tail: float, cap: int | None) -> float:
-    """f = c P(n >= c) / E[min(n, c)]: the share of a resident's time in a full batch (module doc).
+def full_share(pi: np.ndarray, tail: float, cap: int | None, wall_pmf: np.ndarray | None = None) -> float:
+    """f, the share of a resident's time in a full batch (module doc).
 
-    ``pi[0..m]`` (m <= cap) and ``tail`` (mass beyond m) from :meth:`GPSChain.solve`; 0 without a cap
-    or where the chain was truncated below it."""
-    if cap is None or len(pi) - 1 < cap:
-        return 0.0
-    n = np.minimum(np.arange(len(pi), dtype=float), cap)
-    at_cap = float(pi[cap]) + float(tail)
-    busy = float(np.dot(n, pi)) + cap * float(tail)
-    return min(cap * at_cap / busy, 1.0) if busy > 0 else 0.0
+    ``pi[0..m]`` and ``tail`` (mass beyond m) from :meth:`GPSChain.solve`. The batch is full at a
+    resident count M: the slot cap c (``wall_pmf`` None; f = c P(n >= c) / E[min(n, c)], 0 without a
+    cap or where the chain was truncated below it), or the KV soft wall's random M (``wall_pmf``:
+    P(M = k), k = 0..top). A resident sees the population n with weight min(n, M) and the batch is
+    full when M <= n, so f = sum_n pi(n) E[M 1(M <= n)] / sum_n pi(n) E[min(n, M)], the tail full."""
+    if wall_pmf is None:
+        if cap is None or len(pi) - 1 < cap:
+            return 0.0
+        wall_pmf = np.zeros(cap + 1)
+        wall_pmf[cap] = 1.0
+    pm = np.asarray(wall_pmf, dtype=float)
+    n = np.arange(len(pi))
+    k = np.arange(len(pm), dtype=float)
+    at_wall = np.cumsum(k * pm)[np.minimum(n, len(pm) - 1)]  # E[M 1(M <= n)]
+    above = np.maximum(1.0 - np.cumsum(pm), 0.0)[np.minimum(n, len(pm) - 1)]  # P(M > n)
+    em = float(np.dot(k, pm))
+    busy = float(np.dot(pi, at_wall + n * above)) + tail * em
+    return min(float(np.dot(pi, at_wall)) + tail * em, busy) / busy if busy > 0 else 0.0
+
+
+def pool_full_share(pi: np.ndarray, tail: float, rc: float, cap: int | None, wall_pmf: np.ndarray | None
+                    ) -> tuple[float, int | None]:
+    """(f, the ``cap`` argument of :func:`full_batch_stalls`) of a colocated pool: a batch full at the
+    max_batch ``cap`` (the decode chain capped there), else at the KV soft wall's random count M
+    (``wall_pmf``; cap None: work-conserving lone prefills; the chain's geometric tail beyond its own
+    cap, ratio ``rc``, spelled out up to M's top), else never full: (0, 1)."""
+    if cap is not None:
+        return full_share(pi, tail, cap), cap
+    if wall_pmf is None:
+        return 0.0, 1
+    if rc > 0.0 and len(wall_pmf) > len(pi):
+        ext = pi[-1] * rc ** np.arange(1, len(wall_pmf) - len(pi) + 1)
+        pi, tail = np.concatenate([pi, ext]), max(tail - float(ext.sum()), 0.0)
+    return full_share(pi, tail, None, wall_pmf), None
 
 
 def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
@@ -73,17 +107,22 @@ def _mix(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
 
 
 def full_batch_stalls(f: float, bp: np.ndarray, bp_rate: float, own_bp: np.ndarray, single: np.ndarray,
-                      lam: float, rho_p: float, cap: int, mean_steps: float, step_full_s: float
+                      lam: float, rho_p: float, cap: int | None, mean_steps: float, step_full_s: float
                       ) -> tuple[np.ndarray, float, np.ndarray]:
     """(life jumps, life rate factor, own jumps) for :func:`stall_tpot` (module doc).
 
     ``bp``/``bp_rate``: the busy-period stalls and their rate factor below the cap; ``own_bp`` the
     S_0 jumps; ``single`` the lone one-prompt prefill times T_1(P); ``mean_steps`` E[L - 1];
-    ``step_full_s`` t_d(c). f = 0 returns the inputs unchanged."""
+    ``step_full_s`` t_d(c). ``cap`` None (the KV soft wall): the lone prefills carry the work the
+    busy-period form has on the share f, f bp_rate E[bp] / E[T_1] of them (module doc).
+    f = 0 returns the inputs unchanged."""
     if f <= 0.0:
         return bp, bp_rate, own_bp
     r_bp = bp_rate * (1.0 - f)
-    r_one = f * (cap - 1) * (1.0 - rho_p) / (lam * max(mean_steps, 1e-12) * step_full_s)
+    if cap is None:
+        r_one = f * bp_rate * float(np.mean(bp)) / max(float(np.mean(single)), 1e-300)
+    else:
+        r_one = f * (cap - 1) * (1.0 - rho_p) / (lam * max(mean_steps, 1e-12) * step_full_s)
     if r_bp + r_one <= 0.0:
         life, rate = np.zeros(1), 0.0
     else:

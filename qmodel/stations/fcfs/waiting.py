@@ -16,7 +16,9 @@ import numpy as np
 from qmodel.dist import MAX_POINTS, GridDist
 from qmodel.errors import InputError
 
-__all__ = ["WaitingTime", "ExpTail"]
+__all__ = ["WaitingTime", "ExpTail", "SPAN_POINTS"]
+
+SPAN_POINTS = 8192  # a default grid spans the wait's 1 − 1e-9 quantile plus the time after it in at most this many steps
 
 
 class WaitingTime(ABC):
@@ -61,11 +63,24 @@ class WaitingTime(ABC):
                 break
         return 0.5 * (lo + hi)
 
-    def grid(self, dx: float | None = None, q_max: float = 1.0 - 1e-9) -> GridDist:
-        """Discretised law (rounded up to the grid), covering up to the q_max quantile."""
+    def grid(self, dx: float | None = None, q_max: float = 1.0 - 1e-9, align: float | None = None,
+             then: float = 0.0) -> GridDist:
+        """Discretised law (rounded up to the grid), covering up to the q_max quantile. ``align``:
+        a time that must fall on a grid point (a fixed service D): the step is cut to D/k, k the
+        fewest steps that span D at no more than ``dx``. ``then``: the longest time added to the
+        wait on the same grid (the service of a sojourn W + S): a default step is then at least
+        (end + then)/SPAN_POINTS, so that the sum fits on the grid. The wait's own default step,
+        max(E[W], end/1000)/200, is tiny at light load (E[W] -> 0), where S alone could run past
+        MAX_POINTS: the sojourn's law was then all tail (docs/methods.md, Grids)."""
         end = self.quantile(q_max) if self.p_wait > 1.0 - q_max else 0.0
         if dx is None:
             dx = max(self.mean_s, end / 1000.0, 1e-12) / 200.0
+            if then > 0:
+                dx = max(dx, (end + then) / SPAN_POINTS)
+        if align is not None:
+            k = math.ceil(align / dx - 1e-9)
+            if abs(k * dx - align) > 1e-12 * align:
+                dx = align / k
         n = int(min(MAX_POINTS, math.ceil(end / dx) + 2))
         return self._on_grid(dx, n)
 

@@ -40,8 +40,6 @@ Dispatch = Literal["random", "round_robin", "least_loaded"]
 
 #: the busy fraction fed to Erlang C stays below 1 (QNA's P(W > 0) reaches 1 for very bursty input)
 _BUSY_MAX = 1.0 - 1e-9
-#: the central M/G/c's default grid: the sojourn (wait + exit time) within this many bins
-_SOJOURN_POINTS = 8192.0
 
 
 def instance_wait_scale(rho: float, ca2: float, cs2e: float) -> float:
@@ -357,20 +355,10 @@ class PrefillStation(StationModel):
             cs2 = max(es2 / es**2 - 1.0, 0.0)
             scale = (self.ca2 + cs2) / (1.0 + cs2) if self.ca2 + cs2 > 0 else 0.0
             notes.append(f"arrival SCV {self.ca2:.3g}: wait scaled by Allen-Cunneen (ca2+cs2)/(1+cs2) = {scale:.3g}")
+        # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
+        # exactly (rounded up to the next point it would move the sojourn's quantiles up)
         stages = self.service.prefill_exit_stages  # the own batch leaves after this many service times
-        wait = model.grid(dx=self.dx)
-        if self.dx is None:
-            # the wait's own step (its mean / 200) is far below the service at a light load: the
-            # sojourn's horizon (the wait's extent + the longest exit) is kept in _SOJOURN_POINTS bins
-            floor = (wait.n * wait.dx + stages * float(np.max(s))) / _SOJOURN_POINTS
-            if floor > wait.dx:
-                wait = model.grid(dx=floor)
-        if det:
-            # the fixed service on a grid point: W + D keeps W's atom at 0 as a point mass at D
-            # exactly (rounded up to the next point it would move the sojourn's quantiles up)
-            k = math.ceil(float(s[0]) / wait.dx - 1e-9)
-            if abs(k * wait.dx - float(s[0])) > 1e-12 * float(s[0]):
-                wait = model.grid(dx=float(s[0]) / k)
+        wait = model.grid(dx=self.dx, align=float(s[0]) if det else None, then=stages * float(np.max(s)))
         if scale != 1.0:
             pm = scale_time(wait.pmf[:, None], scale)[:, 0]
             wait = GridDist(wait.dx, pm, model.mean_s * scale, exact=False)
