@@ -26,8 +26,16 @@ solver's stations through a mean-value fixed point (docs/methods.md, "Closed-loo
   and docs/validation.md ("Closed-loop workloads") gives the measured effect against the replay.
   The validity band (:mod:`qmodel.validity`) is read at the loop's load X(N) / lambda_max, the
   load its closed cases are fitted at (docs/validation.md, "Validity band").
+* **The loop's bound on the queue ahead.** The open chain at the seen rate lets an arrival find
+  any number of requests ahead of it; a loop's arrival finds at most the N - 1 others. The
+  latencies' solve (not the fixed point: X is unchanged) reads the stations' slot-occupancy chains
+  on those states only (:func:`bounded_solver`): where N - 1 is below a pool's slot cap the loop
+  never waits for a slot, and above it at most N - 1 - cap queue ahead (the truncated count,
+  renormalised: :func:`qmodel.stations.decode.bounded_slot_wait`). N = 1 sees the empty
+  deployment either way.
 * **Goodput.** The SLO attainment of N clients is the open attainment A at their seen rate
-  lambda_N, and lambda_N rises with N, so the largest concurrency meeting the goal is the largest
+  lambda_N (or above it: the bound on the queue ahead only lightens the laws, and the search
+  below settles N* on the loops themselves), and lambda_N rises with N, so the largest concurrency meeting the goal is the largest
   N with lambda_N <= lambda*, the open goodput (A(lambda*) >= goal, A(lambda) < goal just above
   it). Below saturation lambda_N is the root of lambda (T(lambda) + Z) = N - 1 (the fixed point
   above with x (N - 1)/N = lambda), an increasing function, so
@@ -49,8 +57,8 @@ from qmodel.result import ClosedLoop, Result
 from qmodel.scenario import ClosedArrivals, Scenario
 from qmodel.solver import LIGHT_LOAD, Solver
 
-__all__ = ["ClosedSolution", "closed_arrivals", "closed_goodput", "max_concurrency", "mean_latency", "parse_concurrency",
-           "solve_closed", "with_concurrency"]
+__all__ = ["ClosedSolution", "bounded_solver", "closed_arrivals", "closed_goodput", "max_concurrency", "mean_latency",
+           "parse_concurrency", "solve_closed", "with_concurrency"]
 
 #: relative tolerance of the throughput root (far below any model error; a few open solves more)
 _XTOL = 1e-5
@@ -126,6 +134,17 @@ def _root(f, lo: float, hi: float) -> float:
     return 0.5 * (lo + hi)
 
 
+def bounded_solver(solver: Solver, clients: int, thinks: bool = True) -> Solver:
+    """A solver of the same scenario whose stations read their slot chains as a loop of ``clients``
+    clients does (module doc; ``thinks``: Z > 0): the stations with a ``clients`` field get it; the
+    others (a disaggregated deployment's prefill pool and link) are shared as they are."""
+    stations = {}
+    for role in solver.topology.roles:
+        st = solver.station(role)
+        stations[role] = (st.evolved({"clients": clients, "loop_thinks": thinks}) if hasattr(st, "clients") else st)
+    return Solver(solver.scenario, resolved=solver.resolved, stations=stations)
+
+
 def solve_closed(scenario: Scenario, solver: Solver | None = None) -> ClosedSolution:
     """Throughput X(N) and latencies of the scenario's closed loop (see the module doc)."""
     arr = closed_arrivals(scenario)
@@ -154,7 +173,7 @@ def solve_closed(scenario: Scenario, solver: Solver | None = None) -> ClosedSolu
         rate = _root(lambda lam: _latency_or_inf(solver, lam) - target, floor, lam_max)
     else:
         rate = seen(x)
-    res = solver.solve(rate)
+    res = bounded_solver(solver, n, z > 0).solve(rate)
     res = res.model_copy(update={"validity": solver.validity(x)})  # the loop's load is X(N) / lambda_max
     loop = ClosedLoop(concurrency=n, think_time_s=z, think_time_dist=arr.think_time_dist, throughput_per_s=x,
                       seen_rate_per_s=rate, mean_latency_s=mean_latency(solver, rate), saturated=saturated,

@@ -202,9 +202,12 @@ def test_closed_goodput_is_the_most_clients_meeting_the_goal(think):
 
     open_g, _ = goodput_search(solver.attainment, solver.max_stable_rate()[0], goal)
     assert g.goodput_rps > loop.seen_rate_per_s
-    # ~250 clients: one client moves the seen rate by ~0.4%/N, so N* sits at the open goodput to
-    # the open search's tolerance (1e-3) plus one client's step
-    assert loop.seen_rate_per_s == pytest.approx(open_g, rel=2e-3)
+    # ~250 clients: one client moves the seen rate by ~0.4%/N, so N* would sit at the open goodput to
+    # the open search's tolerance (1e-3) plus one client's step; the loop's bound on the queue ahead
+    # (qmodel.closed) only lightens the laws, so N*'s seen rate is at or above it (15.27 against 15.18
+    # req/s at Z = 2 s: +0.6%), never below
+    assert loop.seen_rate_per_s >= open_g * (1.0 - 2e-3)
+    assert loop.seen_rate_per_s <= open_g * 1.02
 
 
 def test_open_goodput_has_no_closed_loop_and_closed_refuses_sensitivities():

@@ -86,7 +86,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qmodel.stations.decode.slot_wait import conditional_wait_rate
+from qmodel.dist import GridDist
+from qmodel.stations.decode.slot_wait import SLOT_WAIT_NEGLIGIBLE, bounded_slot_wait, conditional_wait_rate, wait_law
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
 __all__ = ["KVWall", "kv_wall", "truncated_centre", "holding_overlap", "count_peakedness"]
@@ -116,25 +117,15 @@ class KVWall:
         cdf[-1] = 1.0  # the slot cap: never more than cap residents per instance
         return np.diff(np.concatenate([[0.0], cdf]))
 
-    def slot_wait(self, step_s: np.ndarray, token_rate: float, capacity: float, mean_output: float,
-                  cv2_output: float, pool: int = 1, full_rate_per_s: float | None = None,
-                  arrival_scv: float = 1.0) -> tuple[float, float] | None:
-        """(P(wait), rate of the conditional exponential wait) of the population chain (module doc),
-        or None where the chain is unstable at this token rate (rc >= 1).
-
-        ``arrival_scv``: c_a^2 of the arrivals the wall sees (module doc): the chain is tempered by the
-        count's peakedness (:func:`count_peakedness`), and the conditional wait's rate is
-        :func:`qmodel.stations.decode.slot_wait.conditional_wait_rate`'s.
-
-        ``step_s[k]`` = t_d(k) for k = 0..cap (index 0 unused); ``token_rate`` = lam E[L] / capacity
-        per instance. ``pool`` > 1: instances that share arrivals by outstanding tokens (least_loaded,
-        which counts reserved KV) act as one pool, n sequences split evenly: phi_pool(n) = c phi(n / c)
-        and M the sum of the c instances' counts. ``full_rate_per_s``: one instance's completion rate
-        with the memory full (its stability limit, the saturated schedule's throughput, which also
-        pays the prefills that the decode chain sees only through ``capacity``); the blocked states
-        (n > M) run at ``pool`` times it, so rc = lam / limit: the wait grows without bound at the
-        station's own limit, not before or after it. None: they run at the free rate phi.
-        """
+    def population(self, step_s: np.ndarray, token_rate: float, capacity: float, mean_output: float,
+                   pool: int = 1, full_rate_per_s: float | None = None, arrival_scv: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray, float, float, float] | None:
+        """(w, P(M <= n), ratio, rc, mu_full) of the population chain (module doc): w[n] the unnormalised
+        weights of n = 0..top requests (top = ``pool`` cap), tempered by the count's peakedness
+        (:func:`count_peakedness`), geometric with ratio rc^(1/z_blocked) beyond; P(M <= n) on the same
+        states; rc = lam / (the full memory's rate); mu_full the sequences per second the full memory
+        completes. None where the chain is unstable at this token rate (rc >= 1). Arguments as
+        :meth:`slot_wait`'s."""
         pm = self.pmf(pool)
         top = len(pm) - 1
         k = np.arange(1, top + 1, dtype=float)
@@ -156,13 +147,69 @@ class KVWall:
         # each step's log-ratio tempered by the count's peakedness, free or memory-full (module doc)
         step = (math.log(lam_tok) - np.log(phi_eff)) * (at_least / z_free + (1.0 - at_least) / z_blocked)
         logw = np.concatenate([[0.0], np.cumsum(step)])
-        w = np.exp(logw - logw.max())
-        ratio = rc ** (1.0 / z_blocked)
+        return np.exp(logw - logw.max()), np.cumsum(pm), rc ** (1.0 / z_blocked), rc, capacity * full / mean_output
+
+    def slot_wait(self, step_s: np.ndarray, token_rate: float, capacity: float, mean_output: float,
+                  cv2_output: float, pool: int = 1, full_rate_per_s: float | None = None,
+                  arrival_scv: float = 1.0) -> tuple[float, float] | None:
+        """(P(wait), rate of the conditional exponential wait) of the population chain (module doc),
+        or None where the chain is unstable at this token rate (rc >= 1).
+
+        ``arrival_scv``: c_a^2 of the arrivals the wall sees (module doc): the chain is tempered by the
+        count's peakedness (:func:`count_peakedness`), and the conditional wait's rate is
+        :func:`qmodel.stations.decode.slot_wait.conditional_wait_rate`'s.
+
+        ``step_s[k]`` = t_d(k) for k = 0..cap (index 0 unused); ``token_rate`` = lam E[L] / capacity
+        per instance. ``pool`` > 1: instances that share arrivals by outstanding tokens (least_loaded,
+        which counts reserved KV) act as one pool, n sequences split evenly: phi_pool(n) = c phi(n / c)
+        and M the sum of the c instances' counts. ``full_rate_per_s``: one instance's completion rate
+        with the memory full (its stability limit, the saturated schedule's throughput, which also
+        pays the prefills that the decode chain sees only through ``capacity``); the blocked states
+        (n > M) run at ``pool`` times it, so rc = lam / limit: the wait grows without bound at the
+        station's own limit, not before or after it. None: they run at the free rate phi.
+        """
+        chain = self.population(step_s, token_rate, capacity, mean_output, pool, full_rate_per_s, arrival_scv)
+        if chain is None:
+            return None
+        w, at_most, ratio, rc, mu_full = chain
         tail = float(w[-1]) * ratio / (1.0 - ratio)
-        z = float(w.sum()) + tail
-        p_wait = (float(np.dot(w, np.cumsum(pm))) + tail) / z  # P(M <= n) at the arrival's n (PASTA)
-        rate = conditional_wait_rate(rc, capacity * full / mean_output, cv2_output, arrival_scv)
-        return min(p_wait, 1.0), rate
+        p_wait = (float(np.dot(w, at_most)) + tail) / (float(w.sum()) + tail)  # P(M <= n) at the arrival's n (PASTA)
+        return min(p_wait, 1.0), conditional_wait_rate(rc, mu_full, cv2_output, arrival_scv)
+
+    def bounded_wait(self, step_s: np.ndarray, token_rate: float, capacity: float, mean_output: float,
+                     cv2_output: float, clients: int, dx: float, pool: int = 1,
+                     full_rate_per_s: float | None = None, arrival_scv: float = 1.0, thinks: bool = True
+                     ) -> GridDist | None:
+        """The slot wait's law for an arrival of a closed loop of ``clients`` = N (:mod:`qmodel.closed`),
+        or None where it has none (or the chain is unstable). The arrival sees at most N - 1 others:
+        the chain's states beyond N - 1 are read as N - 1 (the loop full) for P(wait), and at most
+        N - 1 less the resident count of the states where it waits, E[M | M <= n], queue ahead of it
+        for the conditional wait (:func:`qmodel.stations.decode.bounded_slot_wait`, at the chain's
+        ratio beyond its top). ``thinks`` False (Z = 0, the loop always full): the open law where the
+        loop can fill the memory at all. Other arguments as :meth:`slot_wait`'s."""
+        chain = self.population(step_s, token_rate, capacity, mean_output, pool, full_rate_per_s, arrival_scv)
+        if chain is None:
+            return None
+        w, at_most, ratio, rc, mu_full = chain
+        top = w.size - 1
+        tail = float(w[-1]) * ratio / (1.0 - ratio)
+        if clients - 1 < top:  # the loop's arrival sees n <= N - 1: the states beyond read as N - 1
+            beyond = float(w[clients:].sum()) + tail
+            w, tail = w[:clients].copy(), 0.0
+            w[-1] += beyond
+        blocked = float(np.dot(w, at_most[: w.size])) + tail  # the arrival finds M <= n: it waits
+        p_wait = min(blocked / (float(w.sum()) + tail), 1.0)
+        pm = np.diff(np.concatenate([[0.0], at_most]))
+        m_sum = np.cumsum(np.arange(top + 1) * pm)  # sum_{m <= n} m P(M = m)
+        resident = (float(np.dot(w, m_sum[: w.size])) + tail * float(m_sum[-1])) / max(blocked, 1e-300)
+        if not thinks and p_wait > SLOT_WAIT_NEGLIGIBLE:
+            open_wait = self.slot_wait(step_s, token_rate, capacity, mean_output, cv2_output, pool, full_rate_per_s,
+                                       arrival_scv)
+            return None if open_wait is None else wait_law(*open_wait, dx)
+        rate = conditional_wait_rate(rc, mu_full, cv2_output, arrival_scv)
+        room = clients - 1 - int(math.floor(resident))
+        _, phases = bounded_slot_wait(p_wait, ratio, max(room, 0))
+        return wait_law(p_wait, rate, dx, ratio, phases)
 
 
 def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,

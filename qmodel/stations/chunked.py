@@ -90,7 +90,7 @@ from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid
                                                stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
 from qmodel.stations.stall_stream import instance_count_scv, palm_shift_s, slot_gate, stall_dispersion
-from qmodel.stations.decode import GPSChain, mean_context_tokens
+from qmodel.stations.decode import GPSChain, fewest_residents, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 from qmodel.stations.chunked_slots import pooled_slot_chain, slot_admission
 
@@ -118,6 +118,9 @@ class ChunkedStation(StationModel):
     cached_tokens: np.ndarray | None = None
     #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
     reserved_output_tokens: np.ndarray | None = None
+    #: a closed loop's N and whether its clients think (Z > 0), which bound the slot wait (qmodel.closed)
+    clients: int | None = None
+    loop_thinks: bool = True
 
     # the pool parameters, jsq (join the shortest queue by request count) among the dispatches: this
     # station models it apart from least_loaded (module doc)
@@ -138,6 +141,7 @@ class ChunkedStation(StationModel):
         size = held + R  # tokens a request adds to its instance's least_loaded load (stations/steer.py)
         self._ll_delta = float(np.mean(size * size) / float(size.mean()))
         cap = self.chunk_tokens - 1  # at least one prompt token per iteration
+        kv_bound = False
         if self.max_batch is not None:
             cap = min(cap, int(self.max_batch))
         if self.kv_capacity_tokens is not None:
@@ -153,8 +157,10 @@ class ChunkedStation(StationModel):
                                           reserved_output=self.reserved_output_tokens)[1]
             if math.isfinite(resident):
                 by_kv = min(by_kv, max(1, int(resident)))
+            kv_bound = by_kv < cap
             cap = min(cap, by_kv)
         self.cap = max(1, cap)
+        self.loop_cap = fewest_residents(self.cap, kv_bound, held + R)  # a closed loop's bound (qmodel.closed)
         # a slot cap (KV or max_batch) below the budget's: a prompt starts only into a free slot
         self._slot_capped = self.cap < self.chunk_tokens - 1
         # per-state tables n = 0..cap (decode part, mixed-iteration parts per prompt token)
@@ -302,7 +308,8 @@ class ChunkedStation(StationModel):
         # KV admission: at the slot cap (KV, max_batch or the budget) a prompt waits for a free slot
         # before its first chunk; independent of the backlog wait, added to TTFT below
         adm = slot_admission(pi, tail, rc, g_tab, self.instances, self.dispatch, lam * self.mean_output,
-                             self.mean_output, self.cv2_output, self.ca2, self._ttft_dx)
+                             self.mean_output, self.cv2_output, self.ca2, self._ttft_dx, self.clients,
+                             self.loop_cap, self.loop_thinks)
         if tail > 0:
             pi = pi.copy()
             pi[-1] += tail  # states beyond the cap wait for a slot; folded into the cap state

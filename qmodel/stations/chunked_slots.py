@@ -60,19 +60,24 @@ def pooled_slot_chain(g_tab: np.ndarray, instances: int, token_rate: float) -> t
 
 def slot_admission(pi: np.ndarray, tail: float, rc: float, g_tab: np.ndarray, instances: int, dispatch: str,
                    token_rate: float, mean_output: float, cv2_output: float, ca2: float,
-                   dx: float) -> GridDist | None:
+                   dx: float, clients: int | None = None, loop_cap: int | None = None,
+                   thinks: bool = True) -> GridDist | None:
     """Law of the wait for a free slot (module doc), or None where it is negligible.
 
     ``pi``, ``tail``, ``rc``: one instance's decode chain (0..cap, the mass beyond, its ratio);
     ``g_tab[n]``: its step time with n sequences, n = 0..cap; ``token_rate``: lam E[L] per instance;
     ``ca2``: the pool's arrival SCV. The pooled jsq chain at its cap completes c cap / (E[L] g(cap))
     sequences per second, so its conditional wait is c times shorter than one instance's.
+    ``clients``: a closed loop's N, which bounds the count queued ahead (at N - 1 less ``loop_cap``,
+    one instance's fewest residents that fill it, :func:`qmodel.stations.decode.fewest_residents`;
+    ``thinks``: whether the clients think, Z > 0, :func:`qmodel.stations.decode.bounded_slot_wait`).
     """
     c, cap = int(instances), len(g_tab) - 1
     if dispatch != "jsq" or c <= 1:
         ca2_seen = split_arrival_scv(ca2, c, cyclic=dispatch != "random")
         return admission_wait(pi, tail, rc, cap, float(g_tab[cap]), mean_output, cv2_output, dx,
-                              arrival_scv=ca2_seen)
+                              arrival_scv=ca2_seen, clients=clients, loop_cap=loop_cap, thinks=thinks)
     pi_p, tail_p, rc_p = pooled_slot_chain(g_tab, c, token_rate)
     return admission_wait(pi_p, tail_p, rc_p, c * cap, float(g_tab[cap]), mean_output, cv2_output, dx,
-                          arrival_scv=ca2)
+                          arrival_scv=ca2, clients=clients, loop_cap=None if loop_cap is None else c * loop_cap,
+                          thinks=thinks)

@@ -195,6 +195,12 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
     cached_tokens: np.ndarray | None = None
     #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
     reserved_output_tokens: np.ndarray | None = None
+    #: a closed loop's N (:mod:`qmodel.closed`): an arrival sees at most N - 1 other requests, which bounds
+    #: its slot wait (:func:`qmodel.stations.decode.bounded_slot_wait`); None: open arrivals
+    clients: int | None = None
+    #: the loop's clients think between requests (Z > 0); with Z = 0 the loop is always full and only
+    #: its "never fills the slots" bound applies (:func:`qmodel.stations.decode.bounded_slot_wait`)
+    loop_thinks: bool = True
 
     params = POOL_PARAMS + (
         Param("max_batch_tokens", integer(1, "an integer >= 1"), "colocated.max_batch_tokens"),

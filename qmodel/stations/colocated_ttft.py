@@ -235,7 +235,8 @@ class ColocatedTTFT:
         sees (the instance's share of the stream, the whole stream for a least_loaded pool; a
         trace's at most 1, its gaps not a renewal stream) (the hard-cap slot wait of
         :func:`qmodel.stations.decode.admission_wait` where max_batch binds, or where the wall's chain
-        is unstable at this rate)."""
+        is unstable at this rate). A closed loop's arrival (``clients``) sees at most N - 1 others: both
+        chains are read on those states (:meth:`KVWall.bounded_wait`, :func:`admission_wait`)."""
         cap = self.chain.cap
         if cap is None:
             return None
@@ -248,14 +249,19 @@ class ColocatedTTFT:
             if not self.renewal_arrivals:
                 ca2 = min(ca2, 1.0)  # a trace's clumped gaps: not a renewal stream (module doc of admission)
             # the wall's own cap (max_batch, or where its count has no mass left): may pass the chain's
-            soft = self._wall.slot_wait(self.chain.g(self._wall.cap), tok, capacity, self.mean_output,
-                                        self.cv2_output, pool,
+            steps = self.chain.g(self._wall.cap)
+            if self.clients is not None and self._wall.population(steps, tok, capacity, self.mean_output, pool,
+                                                                   self._lam_sat) is not None:
+                return self._wall.bounded_wait(steps, tok, capacity, self.mean_output, self.cv2_output, self.clients,
+                                               dx, pool, full_rate_per_s=self._lam_sat, arrival_scv=ca2,
+                                               thinks=self.loop_thinks)
+            soft = self._wall.slot_wait(steps, tok, capacity, self.mean_output, self.cv2_output, pool,
                                         full_rate_per_s=self._lam_sat, arrival_scv=ca2)
             if soft is not None:
                 return wait_law(*soft, dx)
         m = len(pi) - 1
         return admission_wait(pi, tail, rc, cap, float(g[min(cap, m)]), self.mean_output, self.cv2_output, dx,
-                              capacity=capacity)
+                              capacity=capacity, clients=self.clients, thinks=self.loop_thinks)
 
     def _heavy_traffic_wait(self, lam: float, extra_k: float) -> GridDist | None:
         """Wait before admission once the backlog grows the batch (kbar > the fixed point's), for a

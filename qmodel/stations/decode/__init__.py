@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from qmodel.stations.decode.chain import GPSChain, fit_affine, mean_context_tokens
 from qmodel.stations.decode.laws import uniform_mixture_cdf as _uniform_mixture_cdf  # the old private name
-from qmodel.stations.decode.slot_wait import SLOT_WAIT_NEGLIGIBLE, admission_wait, slot_wait, slot_wait_span_s, wait_law
+from qmodel.stations.decode.slot_wait import (SLOT_WAIT_NEGLIGIBLE, admission_wait, bounded_slot_wait, fewest_residents,
+                                              slot_wait, slot_wait_span_s, wait_law)
 from qmodel.stations.decode.station import DecodeStation, Dispatch
 
 __all__ = ["DecodeStation", "GPSChain", "mean_context_tokens", "fit_affine", "slot_wait", "slot_wait_span_s",
-           "admission_wait", "wait_law", "Dispatch", "SLOT_WAIT_NEGLIGIBLE"]
+           "admission_wait", "bounded_slot_wait", "fewest_residents", "wait_law", "Dispatch", "SLOT_WAIT_NEGLIGIBLE"]

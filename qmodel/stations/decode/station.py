@@ -53,7 +53,8 @@ from qmodel.stations.base import DISPATCHES, Param, StationModel, StationSolutio
 from qmodel.stations.decode.chain import MAX_STATES, GPSChain, fit_affine, mean_context_tokens
 from qmodel.stations.decode.laws import discrete_dist, occupancy_quantiles, occupancy_variance, uniform_mixture_cdf
 from qmodel.dist import pow2_grid
-from qmodel.stations.decode.slot_wait import slot_wait, slot_wait_span_s
+from qmodel.stations.decode.slot_wait import (fewest_residents, loop_chain, slot_wait, slot_wait_mean, slot_wait_span_s,
+                                              slot_wait_survival)
 from qmodel.stations.pool_inputs import reserved_output
 
 __all__ = ["DecodeStation", "Dispatch"]
@@ -88,6 +89,12 @@ class DecodeStation(StationModel):
     reserved_output_tokens: np.ndarray | None = None
     first_step_in_ttft: bool = False
     name: str = "decode"
+    #: a closed loop's N (:mod:`qmodel.closed`): an arrival sees at most N - 1 other requests, which bounds
+    #: its slot wait (:func:`qmodel.stations.decode.bounded_slot_wait`); None: open arrivals
+    clients: int | None = None
+    #: the loop's clients think between requests (Z > 0); with Z = 0 the loop is always full and only
+    #: its "never fills the slots" bound applies (:func:`qmodel.stations.decode.bounded_slot_wait`)
+    loop_thinks: bool = True
 
     params = (
         Param(("prompt_tokens", "output_tokens"),
@@ -268,16 +275,17 @@ class DecodeStation(StationModel):
         else:
             p_wait, slot_rate = 0.0, math.inf
         ac = (1.0 + self.cv2_output) / 2.0
-        mean_slot = p_wait / slot_rate if capped else 0.0
-        resid_w = pi.copy()
+        a_pi, a_tail, a_capped, p_wait, phases = self._seen_by_loop(pi, tail, rc, capped, p_wait)
+        mean_slot = p_wait * slot_wait_mean(slot_rate, rc, phases) if a_capped and p_wait > 0 else 0.0
+        resid_w = a_pi.copy()
         resid_w[0] = 0.0
-        if capped:
+        if a_capped:
             resid_w[-1] = 0.0  # a queued request's residual is part of its slot wait
-        mean_resid = float(np.dot(resid_w, g[: m + 1])) / 2.0
+        mean_resid = float(np.dot(resid_w, g[: len(a_pi)])) / 2.0
         mean_first = mean_tpot if self.first_step_in_ttft else 0.0
 
-        delay, wait = self._admission_dists(g, pi, tail, capped, p_wait, slot_rate, mean_resid + mean_slot,
-                                            mean_first)
+        delay, wait = self._admission_dists(g, a_pi, a_tail, a_capped, p_wait, slot_rate, mean_resid + mean_slot,
+                                            mean_first, rc, phases)
         tpot = discrete_dist(tp_val, tp_w, mean_tpot, float(g[1]) / _TPOT_STEPS)
         notes = ["quasi-static TPOT rule t(N+1) (±~1% vs step DES at E[L]~200; conservative for very long outputs)"]
         exact = True
@@ -329,12 +337,26 @@ class DecodeStation(StationModel):
         k = np.minimum(np.searchsorted(c, np.asarray(qs) - 1e-12), len(c) - 1)
         return [float(v) for v in vals[order][k]]
 
+    def _seen_by_loop(self, pi: np.ndarray, tail: float, rc: float, capped: bool, p_wait: float
+                      ) -> tuple[np.ndarray, float, bool, float, int | None]:
+        """The chain as the admission reads it (:func:`loop_chain`): the open one, or a closed loop's."""
+        if self.clients is None:
+            return pi, tail, capped, p_wait, None
+        # the fewest residents that fill the chain: KV-bound slots are filled by fewer long requests
+        kv_bound = self.kv_capacity_tokens is not None and (self.max_batch is None or self.n_max < self.max_batch)
+        fill = None if self.n_max is None else fewest_residents(
+            self.n_max, kv_bound, np.asarray(self.prompt_tokens, dtype=float).ravel() + self.R)
+        fill = fill * self.instances if fill is not None and self.pooled else fill
+        return loop_chain(pi, tail, rc, capped, p_wait, self.clients, fill, self.loop_thinks)
+
     def _admission_dists(self, g: np.ndarray, pi: np.ndarray, tail: float, capped: bool, p_wait: float,
-                         slot_rate: float, mean_wait: float, mean_first: float) -> tuple[GridDist, GridDist]:
+                         slot_rate: float, mean_wait: float, mean_first: float, ratio: float = 0.0,
+                         phases: int | None = None) -> tuple[GridDist, GridDist]:
         """Wait = residual (+ slot wait); delay = wait (+ first step), built jointly on one grid.
 
         Arrival seeing n < cap: residual U(0, g(n)) (0 if n = 0), first step g(n+1).
-        Arrival seeing n >= cap: slot wait Exp(slot_rate) (its residual folded in), first step g(cap).
+        Arrival seeing n >= cap: slot wait Exp(slot_rate) (its residual folded in; a closed loop's
+        bounded one, :func:`slot_wait_survival`, for ``phases``), first step g(cap).
         """
         m = len(pi) - 1
         nfree = m if capped else m + 1  # states where a slot is free on arrival
@@ -367,7 +389,7 @@ class DecodeStation(StationModel):
             if capped and p_wait > 0:
                 base = 0.0 if shift is None else float(g[m])
                 xx = xk - base
-                cdf = cdf + np.where(xx >= 0, p_wait * (1.0 - np.exp(-slot_rate * np.maximum(xx, 0.0))), 0.0)
+                cdf = cdf + np.where(xx >= 0, p_wait * (1.0 - slot_wait_survival(xx, slot_rate, ratio, phases)), 0.0)
             return cdf
 
         def ramps(s: np.ndarray, xk: np.ndarray, pos: np.ndarray) -> np.ndarray:
