@@ -1,7 +1,9 @@
-"""The plain-table mode of the station benchmark scripts: each case timed for about a second."""
+"""Timing helpers of the benchmark scripts: the station scripts' plain table (each case for about a
+second) and the median CPU time of repeated calls."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Callable
 
@@ -19,3 +21,16 @@ def print_table(cases: dict[str, Callable[[], Callable[[], object]]], width: int
         wall = 1e3 * (time.perf_counter() - t0) / reps
         cpu = 1e3 * (time.process_time() - c0) / reps
         print(f"{name:{width}s} {wall:9.3f} ms/call wall {cpu:9.3f} ms/call cpu  ({reps} calls)")
+
+
+def median_cpu_ms(fn: Callable[[], object], repeat: int, warm: bool = True) -> float:
+    """Median CPU time (``time.process_time``, ms) of ``repeat`` calls of ``fn``, after one untimed
+    call when ``warm`` (caches and imports filled)."""
+    if warm:
+        fn()
+    times = []
+    for _ in range(repeat):
+        c = time.process_time()
+        fn()
+        times.append(time.process_time() - c)
+    return 1e3 * statistics.median(times)

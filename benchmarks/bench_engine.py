@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import median_cpu_ms  # noqa: E402
 from tree_run import pin  # noqa: E402
 
 pin()  # a baseline tree on PYTHONPATH runs its own qmodel.validation/catalog (benchmarks/tree_run.py)
@@ -104,20 +105,12 @@ def test_bench_goodput_opt13b_colocated(benchmark) -> None:
     _bench(benchmark, case_goodput("opt13b-colocated-a100"))
 
 
-def _median_cpu_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        c = time.process_time()
-        fn()
-        times.append(time.process_time() - c)
-    return 1e3 * statistics.median(times)
 
 
 def _measure(names: list[str], repeat: int) -> dict[str, dict[str, float]]:
-    return {name: {"solve": _median_cpu_ms(case_solve(name), repeat),
-                   "cold": _median_cpu_ms(case_cold_solve(name), max(3, repeat // 3)),
-                   "goodput": _median_cpu_ms(case_goodput(name), max(3, repeat // 3))} for name in names}
+    return {name: {"solve": median_cpu_ms(case_solve(name), repeat),
+                   "cold": median_cpu_ms(case_cold_solve(name), max(3, repeat // 3)),
+                   "goodput": median_cpu_ms(case_goodput(name), max(3, repeat // 3))} for name in names}
 
 
 def _breakdown(names: list[str], repeat: int) -> None:

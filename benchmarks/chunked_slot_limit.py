@@ -13,6 +13,9 @@ decode ones), so under an endless backlog the slots fall into groups admitted to
 never merge; a group partition (k_1, ..., k_g) of the m slots gives, per instance,
 
     m / ( sum_j T_mix(k_j prompts, m - k_j decodes) + (L - g) t_d(m) ).
+
+The analytic limit is now the saturated schedule (qmodel/stations/chunked_capacity.py), which
+starts staggered and so gives the fully staggered g = m value for fixed lengths.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from qmodel.convolution import fast_len, linear_convolution, shift_sum
+from qmodel.errors import NumericalError
 
 __all__ = ["GridDist", "LazyGridDist", "convolve", "sum_cdf", "mixture", "stochastic_max", "zero_atom", "fast_len",
            "linear_convolution", "shift_sum", "pow2_grid", "MAX_POINTS"]
@@ -318,19 +319,30 @@ class LazyGridDist(GridDist):
     law. Its fields (and so every query) are the built law's; until one is read nothing is
     computed. For a law a station reports but the composition never reads (the KV link's wait
     alone, next to its wait + transfer), which a goodput search would otherwise build at every rate.
+    With ``build``, keyword fields are values known before the build (``dx=``: the grid step, which
+    the built law must have too; reading them builds nothing).
     """
 
     def __init__(self, build: Callable[[], GridDist] | None = None, **values) -> None:
+        known: dict[str, object] = {}
         if build is None:  # dataclasses.replace() passes the fields: an already built law
             super().__init__(**values)
             build = lambda: self  # noqa: E731
+        else:
+            known = values
+            for name, value in values.items():
+                object.__setattr__(self, name, value)
         object.__setattr__(self, "_build", build)
+        object.__setattr__(self, "_known", known)
 
     def __getattr__(self, name: str):
         # reached only for attributes not set yet: the dataclass fields before the first build
-        if name.startswith("__") or name == "_build":
+        if name.startswith("__") or name in ("_build", "_known"):
             raise AttributeError(name)
         law = object.__getattribute__(self, "_build")()
+        known = object.__getattribute__(self, "_known")
+        if known.get("dx", law.dx) != law.dx:
+            raise NumericalError(f"lazy law: step {law.dx!r} built where {known['dx']!r} was announced")
         for f in fields(GridDist):
             object.__setattr__(self, f.name, getattr(law, f.name))
         return object.__getattribute__(self, name)

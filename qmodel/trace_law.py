@@ -326,47 +326,74 @@ def compose_windows(solver: Any, rate: float, laws: bool) -> Any:
     ttfts, tpots, rows = [], [], []
     composed: dict[float, Any] = {}
 
+    def rate_at(level: float) -> float:
+        return min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
+
     def at(level: float) -> Any:
-        rk = min(max(rate * float(level), 1e-12 * lim), LOAD_CAP * lim)
+        rk = rate_at(level)
         if rk not in composed:
             composed[rk] = base if rk == base.rate_per_s else topo.compose(solver, rk, laws)
         return composed[rk]
 
+    # Where the TPOT has its own rate classes (the decode pool's), a class only one metric reads is
+    # solved for that metric alone: a TPOT class without the prefill pool's wait grids, a TTFT
+    # class (first token from prefill) without the link and the decode pool.
+    ttft_rates = {rate_at(level) for level in law.levels}
+    tpot_rates = {rate_at(level) for level in dlaw.levels}
+    alone: dict[tuple[str, float], Any] = {}
+
+    def one_metric(metric: str, rk: float) -> Any:
+        if dlaw is law or rk in composed or rk == base.rate_per_s or rk in (tpot_rates if metric == "ttft" else ttft_rates):
+            return None
+        if (metric, rk) not in alone:
+            alone[metric, rk] = (topo.compose_ttft if metric == "ttft" else topo.compose_tpot)(solver, rk, laws)
+        return alone[metric, rk]
+
+    def ttft_at(level: float) -> tuple[GridDist, float]:
+        part = one_metric("ttft", rate_at(level))
+        return part if part is not None else (at(level).ttft, at(level).ttft_attainment)
+
+    def tpot_at(level: float) -> tuple[float, list, GridDist, float]:
+        rk = rate_at(level)
+        part = one_metric("tpot", rk)
+        if part is None:
+            c = at(level)
+            return c.rate_per_s, c.stations, c.tpot, c.tpot_attainment
+        return rk, *part
+
     for k, level in enumerate(law.levels):
-        c = at(level)
-        ttft, tpot, a, b = c.ttft, c.tpot, c.ttft_attainment, c.tpot_attainment
+        ttft, a = ttft_at(level)
         extra = [d[k] for d in delays["ttft"] if d[k] is not None]
         if extra:
-            ttft = convolve(c.ttft, *extra)
+            ttft = convolve(ttft, *extra)
             a = float(ttft.cdf(slo.ttft_s))
         ttfts.append(ttft)
-        rows.append((a, b))
+        rows.append(a)
     tpot_rows = []
     for j, level in enumerate(dlaw.levels):
-        c = at(level)
-        tpot, b = c.tpot, c.tpot_attainment
+        rk, stations, tpot, b = tpot_at(level)
         extra = [d[j] for d in delays["handoff"] if d[j] is not None]
         # past the rate the stations are solved at, the slot model's steps are longer by the ratio
         # of its fluid steps (trace_decode.stretched)
-        longer = 1.0 if dlaw is law else pool.fluid_step(float(level)) / pool.fluid_step(c.rate_per_s / rate)
+        longer = 1.0 if dlaw is law else pool.fluid_step(float(level)) / pool.fluid_step(rk / rate)
         if extra or longer > 1.0:
             # the backlog waits in the decode admission, after token 1: the handoff's wait, spread
             # over each request's L - 1 later tokens as the topology spreads it
-            sp, st, sd = c.stations
+            sp, st, sd = stations
             sd = dataclasses.replace(sd, wait=convolve(sd.wait or sd.delay, *extra) if extra else sd.wait,
                                      tpot=stretched(sd.tpot, longer))
-            terms = solver.latency_terms(sp, st, sd)[1]
+            terms = topo.tpot_terms(solver, sp, st, sd)
             tpot = convolve(*terms) if len(terms) > 1 else terms[0]
             b = solver.tpot_attainment(tpot)
         tpots.append(tpot)
         tpot_rows.append(b)
     if dlaw is law:
-        cells = [(a, tpot_rows[k]) for k, (a, _) in enumerate(rows)]
+        cells = [(a, tpot_rows[k]) for k, a in enumerate(rows)]
         w = law.class_weight / law.class_weight.sum()
     else:  # per window: its TTFT attainment with its TPOT class's
-        a_w = window_ttft_attainment(law, [at(x).ttft for x in law.levels], ttft_backlogs, slo.ttft_s)
+        a_w = window_ttft_attainment(law, [ttft_at(x)[0] for x in law.levels], ttft_backlogs, slo.ttft_s)
         if a_w is None:
-            a_w = np.array([rows[k][0] for k in law.cls])
+            a_w = np.array([rows[k] for k in law.cls])
         cells = [(float(x), tpot_rows[j]) for x, j in zip(a_w, dlaw.cls)]
         w = law.weight / law.weight.sum()
     tab = [(a, b, a * b, *topo.attainment_bounds(a, b)) for a, b in cells]

@@ -120,7 +120,7 @@ def clipped_lognormal_mean(median: float, sigma: float, lo: float, hi: float) ->
     With a = ln(lo/median)/sigma and b = ln(hi/median)/sigma: lo Phi(a) + median e^(sigma^2/2)
     (Phi(b - sigma) - Phi(a - sigma)) + hi (1 - Phi(b)) (the partial expectation of a lognormal).
     """
-    from scipy.special import ndtr
+    from qmodel.special import ndtr
 
     if sigma == 0.0:
         return float(min(max(median, lo), hi))

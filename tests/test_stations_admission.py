@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from qmodel.errors import UnstableError
+
 from qmodel.stations.chunked import ChunkedStation
 from qmodel.stations.colocated import ColocatedStation
 from qmodel.stations.decode import slot_wait
@@ -202,8 +204,9 @@ def test_split_arrival_scv_exact():
 
 
 def test_wall_wait_scales_by_allen_cunneen_factor():
-    # exact: the arrival SCV changes only the conditional wait's rate, by (1 + c_L^2)/(c_a^2 + c_L^2);
-    # c_a^2 > 1 is taken as 1 (bursty arrivals keep the Poisson factor); c_a^2 = c_L^2 = 0: no wait
+    # exact: a smooth arrival SCV changes only the conditional wait's rate, by (1 + c_L^2)/(c_a^2 +
+    # c_L^2); c_a^2 = c_L^2 = 0: no wait; a bursty one (c_a^2 > 1) waits more often (the GI/M/1 root
+    # sigma > rc: test_wall_bursty_is_gamma_gim1_at_one_slot) and longer on average
     from qmodel.stations.admission import KVWall
     from qmodel.stations.decode import GPSChain
 
@@ -214,8 +217,67 @@ def test_wall_wait_scales_by_allen_cunneen_factor():
     p2, r2 = wall.slot_wait(g, 700.0, 0.8, 200.0, 0.3, arrival_scv=0.1)
     assert p2 == p1
     assert r2 == pytest.approx(r1 * (1.0 + 0.3) / (0.1 + 0.3), rel=1e-12)
-    assert wall.slot_wait(g, 700.0, 0.8, 200.0, 0.3, arrival_scv=4.0) == (p1, r1)
     assert wall.slot_wait(g, 700.0, 0.8, 200.0, 0.0, arrival_scv=0.0)[1] == math.inf
+    prev = (p1, p1 / r1)
+    for ca2 in (1.0 + 1e-9, 2.0, 4.0, 9.0):
+        p, r = wall.slot_wait(g, 700.0, 0.8, 200.0, 0.3, arrival_scv=ca2)
+        if ca2 < 1.1:  # continuous at c_a^2 = 1
+            assert (p, r) == pytest.approx((p1, r1), rel=1e-6)
+        assert p >= prev[0] and p / r >= prev[1], (ca2, p, r)
+        prev = (p, p / r)
+
+
+def test_gamma_gim1_sigma_exact():
+    # Poisson: sigma = rho; Gamma c_a^2 = 2 (k = 1/2): sigma^2 (1 + 2(1 - sigma)/rho) = 1 has the root
+    # sigma = 1 and 2 sigma^2 - rho sigma - rho = 0, so sigma = (rho + sqrt(rho^2 + 8 rho))/4; Erlang-2
+    # gaps (c_a^2 = 1/2): sigma = (1 + (1 - sigma)/(2 rho))^-2, whose root in (0, 1) is
+    # (1 + 4 rho - sqrt(1 + 8 rho))/2 (1e-12: the bisection's 1e-13 plus round-off)
+    from qmodel.stations.fcfs import gamma_gim1_sigma
+
+    for rho in (0.1, 0.5, 0.9, 0.99):
+        assert gamma_gim1_sigma(rho, 1.0) == pytest.approx(rho, abs=1e-12)
+        assert gamma_gim1_sigma(rho, 2.0) == pytest.approx((rho + math.sqrt(rho * rho + 8 * rho)) / 4, abs=1e-12)
+        assert gamma_gim1_sigma(rho, 0.5) == pytest.approx((1 + 4 * rho - math.sqrt(1 + 8 * rho)) / 2, abs=1e-12)
+    with pytest.raises(UnstableError):
+        gamma_gim1_sigma(1.0, 4.0)
+
+
+def test_gamma_gim1_sigma_against_lindley():
+    # GI/M/1, Gamma gaps (cv 3, c_a^2 = 9) at rho 0.6: mean wait sigma/(mu(1 - sigma)) against the
+    # Lindley recursion W' = max(0, W + S - A) over 400k customers after 40k of warm-up, seed 0. The
+    # wait's sd is ~2.6 x its mean and its autocorrelation time ~(c_a^2+1)/(1-rho)^2 ~ 60 customers,
+    # so the run's standard error is ~1.5%: band 6%. P(W > 0) likewise (sigma = 0.893, Poisson 0.6).
+    from qmodel.stations.fcfs import gamma_gim1_sigma
+
+    rho, ca2, n, warm = 0.6, 9.0, 400_000, 40_000
+    rng = np.random.default_rng(0)
+    gaps = rng.gamma(1.0 / ca2, ca2 / rho, n + warm)  # mean 1/rho, SCV ca2 (mu = 1)
+    serv = rng.exponential(1.0, n + warm)
+    w, waits = 0.0, np.empty(n + warm)
+    for i in range(n + warm):
+        waits[i] = w
+        w = max(0.0, w + serv[i] - gaps[i])
+    sigma = gamma_gim1_sigma(rho, ca2)
+    assert float(np.mean(waits[warm:])) == pytest.approx(sigma / (1.0 - sigma), rel=0.06)
+    assert float(np.mean(waits[warm:] > 0)) == pytest.approx(sigma, rel=0.03)
+    assert sigma > 0.85  # far above the Poisson rho: bursts wait more often
+
+
+def test_wall_bursty_is_gamma_gim1_at_one_slot():
+    # exact: a one-slot wall without spread is M/M/1 in its chain (P_chain = rc), so with bursty
+    # arrivals and exponential-like outputs (c_L^2 = 1) its wait is the GI/M/1 one with Gamma gaps:
+    # P(wait) = sigma, rate mu (1 - sigma), mu = capacity / (t_d(1) E[L]), rc = token rate x t_d(1)
+    from qmodel.stations.admission import KVWall
+    from qmodel.stations.fcfs import gamma_gim1_sigma
+
+    g = np.array([0.0, 0.025])
+    wall = KVWall(centre=1.0, sd=0.0, cap=1)
+    for tok, ca2 in ((20.0, 2.0), (32.0, 4.0), (38.0, 9.0)):
+        rc = tok * 0.025
+        sigma = gamma_gim1_sigma(rc, ca2)
+        p, r = wall.slot_wait(g, tok, 0.8, 200.0, 1.0, arrival_scv=ca2)
+        assert p == pytest.approx(sigma, rel=1e-12)
+        assert r == pytest.approx(0.8 / (0.025 * 200.0) * (1.0 - sigma), rel=1e-12)
 
 
 def test_kv_wall_ttft_round_robin_smooth_arrivals_against_replay():
@@ -227,18 +289,24 @@ def test_kv_wall_ttft_round_robin_smooth_arrivals_against_replay():
     # +-35%. Wall wait scaled by (1 + c_L^2)/2 (main): mean 1.62 s (+216%), p90 4.97 s (+189%), p99
     # 11.9 s (+155%); by (c_a^2 + c_L^2)/2: 0.647 (+26%), 1.85 (+8%), 4.32 (-7%). Not asserted: p50
     # 0.191 s against 0.100 (+91%; main 0.220).
+    _assert_kv_wall_ttft_near_replay("round_robin", 0.5, 0.92, seeds=4, source="kv-wall-rr")
+
+
+def _assert_kv_wall_ttft_near_replay(dispatch: str, cv: float, load: float, seeds: int, source: str) -> None:
+    """The KV-wall case with ``dispatch`` and Gamma(cv) arrivals at ``load`` of its limit: the analytic
+    TTFT mean, p90 and p99 within 35% of the replay's mean over ``seeds`` x 20k requests."""
     from qmodel.solver import Solver
     from qmodel.scenario import parse_scenario
     from qmodel.validation.replay import replay
     from qmodel.validation.harness import latency_metrics
 
     d = _kv_wall_scenario(1.0).model_dump()
-    d["deployment"]["pool"]["dispatch"] = "round_robin"
-    d["workload"]["arrivals"] = {"kind": "gamma", "rate_per_s": 1.0, "cv": 0.5}
-    sc = parse_scenario(d, source="kv-wall-rr")
-    sc = sc.with_rate(0.92 * Solver(sc).max_stable_rate()[0])
+    d["deployment"]["pool"]["dispatch"] = dispatch
+    d["workload"]["arrivals"] = {"kind": "gamma", "rate_per_s": 1.0, "cv": cv}
+    sc = parse_scenario(d, source=source)
+    sc = sc.with_rate(load * Solver(sc).max_stable_rate()[0])
     a = Solver(sc).solve()
-    reps = [latency_metrics(replay(sc, n_requests=20000, seed=sd)) for sd in range(4)]
+    reps = [latency_metrics(replay(sc, n_requests=20000, seed=sd)) for sd in range(seeds)]
     for got, key in ((a.ttft.mean, "ttft_mean"), (a.ttft.p90, "ttft_p90"), (a.ttft.p99, "ttft_p99")):
         want = float(np.mean([r[key] for r in reps]))
         assert got == pytest.approx(want, rel=0.35), (key, got, want)
@@ -302,8 +370,12 @@ def test_kv_wall_ttft_lognormal_gamma_against_replay_without_data():
     # 0.0948 (binding), max_batch 32, at 0.49 of the limit. The corpus replay (2 seeds x 11565
     # requests): TTFT p90 0.2325 s (noise 0.8%), p99 0.4267 s (noise 7%). Wall with its normal
     # centred on the schedule's mean and every state at the limit (main): p90 0.412 (+77%), p99
-    # 3.44 s (+707%); now 0.247 (+6%), 0.404 (-5%). Band +-25%: ~3.5 standard errors of the replay's
-    # p99 (7%), far inside the old miss.
+    # 3.44 s (+707%); then 0.247 (+6%), 0.404 (-5%). Band +-25%: ~3.5 standard errors of the replay's
+    # p99 (7%), far inside the old miss. The rate is kept in req/s (7.687, 0.4907 x main's limit
+    # 15.666): the limit is now the saturated schedule's 17.92 (the replay sustains 17.9), so this is
+    # 0.429 of it; here 0.234 (-1%), 0.377 (-13%). At 0.49 of the new limit the replay reads p90/p99
+    # 0.257/0.683 s and the model 0.251/0.410 (-40% at p99: docs/validation.md, "Colocated limit:
+    # the saturated schedule alone", what is left).
     from qmodel.scenario import parse_scenario
     from qmodel.solver import Solver
     from qmodel.validation.harness import latency_metrics
@@ -320,9 +392,49 @@ def test_kv_wall_ttft_lognormal_gamma_against_replay_without_data():
                        "pool": {"gpu": "mi300x", "tp": 2, "instances": 4, "kv_memory_fraction": 0.0948,
                                 "max_batch": 32, "dispatch": "random"}},
         "perf": {"kind": "roofline", "efficiency": "curves", "prefill_per_request_s": 0.0}}, source="c0136")
-    sc = sc.with_rate(0.4907 * Solver(sc).max_stable_rate()[0])
+    sc = sc.with_rate(7.687)
     a = Solver(sc).solve()
     reps = [latency_metrics(replay(sc, n_requests=11565, seed=sd)) for sd in (0, 1)]
     for got, key in ((a.ttft.p90, "ttft_p90"), (a.ttft.p99, "ttft_p99")):
         want = float(np.mean([r[key] for r in reps]))
         assert got == pytest.approx(want, rel=0.25), (key, got, want)
+
+
+def test_kv_wall_ttft_bursty_arrivals_against_replay():
+    # The KV-wall case above with random dispatch and Gamma cv 2 arrivals (each instance sees c_a^2 =
+    # 4/2 + 1/2 = 2.5) at 0.9 of the limit (issue 18: the corpus's bursty colocated cases ran TTFT
+    # p50/p90/p99 -26/-45/-48% at 0.8-0.9 and -52/-61/-58% at 0.9-0.95, signed medians). Replay,
+    # seeds 0..5 x 20k requests: TTFT mean 2.64/2.89/3.40/3.63/2.48/2.90 s (mean 2.99), p90 8.84/
+    # 8.48/10.40/11.12/7.84/8.77 s (9.24), p99 16.1/17.9/17.5/16.7/15.7/23.8 s (17.95); the 6-seed
+    # means carry 6-7% (one standard error): bands +-35% as the cases above, the model's residual
+    # being -22/-19/+4%. With c_a^2 taken at most 1 (main 4e0c0f7, the blocked-state wall): mean
+    # 1.15 s (-62%), p90 3.57 s (-61%), p99 9.00 s (-50%); the Gamma GI/M/1 wall on it: 2.32 (-22%),
+    # 7.46 (-19%), 18.68 (+4%) (on the wall before 4e0c0f7: 2.24, 7.28, 18.50).
+    # Not asserted: p50 0.236 s against 0.64 (-63%; main 0.207).
+    _assert_kv_wall_ttft_near_replay("random", 2.0, 0.9, seeds=6, source="kv-wall-bursty")
+
+
+def test_kv_wall_ttft_bursty_monotone_and_continuous():
+    # the GI/M/1 wall (module doc of qmodel.stations.admission): TTFT p90/p99 finite and
+    # non-decreasing in the rate up to 0.995 of the limit at Gamma cv 4, non-decreasing in the arrival
+    # cv at each rate, and continuous at cv 1 (cv 1.001 within 1% of Poisson; the sigma root and the
+    # factor are continuous there, so only the gated law's own cv dependence is left)
+    from qmodel.solver import Solver
+    from qmodel.scenario import parse_scenario
+
+    def ttft(cv, f):
+        d = _kv_wall_scenario(1.0).model_dump()
+        d["deployment"]["pool"]["dispatch"] = "random"
+        d["workload"]["arrivals"] = {"kind": "gamma", "rate_per_s": 1.0, "cv": cv}
+        sc = parse_scenario(d, source="kv-wall-bursty")
+        r = Solver(sc.with_rate(f * Solver(sc).max_stable_rate()[0])).solve()
+        return r.ttft.p90, r.ttft.p99
+
+    prev = {cv: (0.0, 0.0) for cv in (1.0, 1.001, 4.0)}
+    for f in (0.6, 0.9, 0.97, 0.995):
+        cur = {cv: ttft(cv, f) for cv in prev}
+        for cv, v in cur.items():
+            assert all(math.isfinite(x) for x in v) and v[0] >= prev[cv][0] and v[1] >= prev[cv][1], (cv, f)
+        assert cur[1.001] == pytest.approx(cur[1.0], rel=1e-2)
+        assert cur[4.0][0] >= cur[1.001][0] and cur[4.0][1] >= cur[1.001][1]
+        prev = cur

@@ -27,7 +27,7 @@ pi(n) ∝ prod_{k<=n} lam E[L] / phi_eff(k), geometric beyond the cap with ratio
 rc = lam E[L] / (s E[phi(M)]) = lam / lam_sat. An arrival waits with probability
 P(wait) = sum pi(n) P(M <= n) (+ the tail) and, once waiting, Exp(mu (1 - rc)) scaled by the
 Allen–Cunneen G/G/c factor (c_a^2 + c_L^2)/2 with mu = lam_sat the completion rate with the memory
-full and c_a^2 the SCV of the arrivals the wall sees (at most 1: see below; with c_a^2 = 1 the slot
+full and c_a^2 the SCV of the arrivals the wall sees (bursty ones: see below; with c_a^2 = 1 the slot
 wait of :func:`qmodel.stations.decode.slot_wait`).
 The states below the wall run at this rate's prefill share: at the saturated one (phi_eff scaled by
 s throughout) the chain sits at the wall too often (docs/validation.md, "KV wall: the count's
@@ -39,9 +39,22 @@ docs/methods.md ("KV admission: the soft wall") has the replay measurements.
 Smooth arrivals (c_a^2 < 1: Gamma arrivals with cv < 1, and round-robin dispatch, which hands each
 instance every c-th arrival, c_a^2 / c) queue less for memory than Poisson ones; the factor was
 (1 + c_L^2)/2 whatever the arrivals, and the generated corpus's colocated cases with smooth or
-round-robin-split arrivals ran TTFT p90 +100..+800% high. Bursty arrivals (c_a^2 > 1) keep the
-Poisson factor: with c_a^2 itself the colocated TTFT p90 of the corpus's bursty cases rose further
-above the replay's (docs/validation.md, "KV admission under smooth arrivals").
+round-robin-split arrivals ran TTFT p90 +100..+800% high (docs/validation.md, "KV admission under
+smooth arrivals").
+
+Bursty arrivals (c_a^2 > 1, Gamma gaps) wait more often and, in heavy traffic, longer. The memory-full
+pool is read as GI/M/1 with Gamma gaps: the chain's rc = lam / limit is replaced by the GI/M/1 root
+sigma = (1 + (1 - sigma)/(k rc))^(-k), k = 1/c_a^2 (:func:`qmodel.stations.fcfs.gamma_gim1_sigma`;
+sigma = rc for Poisson), so
+
+    P(wait) = min(1, P_chain(wait) sigma / rc),   rate = mu (1 - sigma) (1 + c_a^2) / (c_a^2 + c_L^2),
+
+exact for one exponential server (P = sigma, Exp(mu (1 - sigma))), the factor (1 + c_a^2)/(c_a^2 +
+c_L^2) turning its exponential-service wait into the Allen–Cunneen one; continuous at c_a^2 = 1, and
+as rc -> 1 the mean tends to the Allen–Cunneen (c_a^2 + c_L^2)/2 over mu (1 - rc). Before, c_a^2 was
+taken at most 1 here, and the corpus's bursty colocated cases ran far low at 0.8-0.95 of the limit
+(docs/validation.md, "Colocated limit: the saturated schedule alone"). The caller passes c_a^2 <= 1 for a
+trace, whose within-window SCV comes from clumped, correlated gaps rather than a renewal stream.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qmodel.stations.decode.slot_wait import queue_wait
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
 __all__ = ["KVWall", "kv_wall", "truncated_centre"]
@@ -84,8 +98,9 @@ class KVWall:
         """(P(wait), rate of the conditional exponential wait) of the population chain (module doc),
         or None where the chain is unstable at this token rate (rc >= 1).
 
-        ``arrival_scv``: c_a^2 of the arrivals the wall sees, taken at most 1 (module doc); the
-        conditional wait's rate is divided by (c_a^2 + c_L^2)/2, infinite (no wait) where both are 0.
+        ``arrival_scv``: c_a^2 of the arrivals the wall sees (module doc): at most 1, the conditional
+        wait's rate is divided by (c_a^2 + c_L^2)/2, infinite (no wait) where both are 0; above 1, the
+        Gamma GI/M/1 root replaces rc in P(wait) and in the rate.
 
         ``step_s[k]`` = t_d(k) for k = 0..cap (index 0 unused); ``token_rate`` = lam E[L] / capacity
         per instance. ``pool`` > 1: instances that share arrivals by outstanding tokens (least_loaded,
@@ -118,9 +133,7 @@ class KVWall:
         tail = float(w[-1]) * rc / (1.0 - rc)
         z = float(w.sum()) + tail
         p_wait = (float(np.dot(w, np.cumsum(pm))) + tail) / z  # P(M <= n) at the arrival's n (PASTA)
-        mu = capacity * full / mean_output
-        factor = (min(max(arrival_scv, 0.0), 1.0) + cv2_output) / 2.0
-        return min(p_wait, 1.0), (mu * (1.0 - rc) / factor if factor > 0 else math.inf)
+        return queue_wait(p_wait, rc, capacity * full / mean_output, cv2_output, arrival_scv)
 
 
 def kv_wall(held_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity_tokens: float, cap: int,

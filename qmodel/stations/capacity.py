@@ -36,11 +36,45 @@ import numpy as np
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.pool_inputs import reserved_output as reserved_tokens
 
-__all__ = ["Iterations", "iterations", "saturated_rate_per_s", "saturated_schedule", "timed", "heavy_traffic_batch",
-           "heavy_traffic_onset"]
+__all__ = ["Iterations", "ScheduleMemo", "WARMUP_FRACTION", "Backlog", "backlog", "iterations", "sample_digest", "saturated_rate_per_s", "saturated_schedule", "timed",
+           "heavy_traffic_batch", "heavy_traffic_onset"]
 
 _MIN_REQUESTS = 8192  # admissions simulated (passes over the sample until at least this many)
-_WARMUP = 0.2
+#: the share of admissions discarded as the schedule's warm-up (colocated and chunked schedules)
+WARMUP_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """A saturated schedule's inputs as arrays: computed prompt tokens, output tokens, tokens held
+    per request (prompt + cached prefix), KV need (held + reserved output), the caps (``inf`` where
+    absent) and the endless backlog's admission order."""
+    prompt: np.ndarray
+    output: np.ndarray
+    hold: np.ndarray
+    need: np.ndarray
+    kv: float
+    slots: float
+    order: np.ndarray
+
+
+def backlog(prompt_tokens: np.ndarray, output_tokens: np.ndarray, cached_tokens: np.ndarray | None,
+            reserved_output: np.ndarray | None, kv_capacity_tokens: float | None, max_batch: int | None,
+            seed: int, mode: str) -> Backlog:
+    """The backlog one saturated schedule admits from (``mode``: the KV reservation's, "decode" or
+    "chunked"). Its order is a seeded permutation of the length sample's indices over as many passes
+    as give at least 8,192 admissions, without the requests whose KV need exceeds the whole capacity
+    (the engine refuses them; they never queue). One backlog for the colocated and the chunked
+    schedules, so both read the same requests in the same order."""
+    p = np.asarray(prompt_tokens, dtype=float)
+    L = np.asarray(output_tokens, dtype=float)
+    hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
+    need = hold + reserved_tokens(mode, L, reserved_output)
+    kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
+    slots = math.inf if max_batch is None else float(int(max_batch))
+    passes = max(1, -(-_MIN_REQUESTS // len(need)))
+    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(need)), passes))
+    return Backlog(p, L, hold, need, kv, slots, order[need[order] <= kv])
 
 
 def saturated_rate_per_s(service: ServiceTimeModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
@@ -69,17 +103,46 @@ class Iterations:
     rate: tuple[float, float] | None = None
 
 
-# the last iteration records, by the samples' contents and the caps (saturated_schedule): the
-# planner builds one station per instance count and GPU, every decode-only pool of the same KV
-# and caps asks for the same record, and a goodput or solve called again in one process resolves
-# a new service model over the same samples
-_SCHEDULES: OrderedDict[tuple, Iterations] = OrderedDict()
-_MAX_SCHEDULES = 32
-# and their answers by the service object too (an entry holds the service: its id is not reused)
-_TIMED: OrderedDict[tuple, tuple[ServiceTimeModel, tuple[float, float]]] = OrderedDict()
+class ScheduleMemo:
+    """The last few saturated schedules, by the samples' contents and the caps, and their timed
+    answers, by the service object too (an entry holds the service, so its id is not reused).
+
+    A schedule is rate-independent and a pure function of the samples and caps: the planner builds
+    one station per instance count and GPU, every pool of the same KV and caps asks for the same
+    schedule, a goodput search asks once per rate, and a solve called again in one process resolves
+    a new service model over the same samples. Only the timing needs the service. One memo per
+    schedule kind (colocated/decode-only here, chunked in :mod:`qmodel.stations.chunked_capacity`)."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._schedules: OrderedDict[tuple, object] = OrderedDict()
+        self._timed: OrderedDict[tuple, tuple[ServiceTimeModel, object]] = OrderedDict()
+
+    def get(self, key: tuple, service: ServiceTimeModel, build: Callable[[], object],
+            time: Callable[[ServiceTimeModel, object], object]) -> object:
+        """``time(service, build())``, with the schedule and the answer kept by ``key``."""
+        tkey = (id(service), *key)
+        hit = self._timed.get(tkey)
+        if hit is not None and hit[0] is service:
+            self._timed.move_to_end(tkey)
+            return hit[1]
+        sched = self._schedules.get(key)
+        if sched is None:
+            sched = self._schedules[key] = build()
+        self._schedules.move_to_end(key)
+        out = time(service, sched)
+        self._timed[tkey] = (service, out)
+        for kept in (self._schedules, self._timed):
+            if len(kept) > self._size:
+                kept.popitem(last=False)
+        return out
 
 
-def _digest(a: np.ndarray | None) -> bytes | None:
+_MEMO = ScheduleMemo()
+
+
+def sample_digest(a: np.ndarray | None) -> bytes | None:
+    """A short digest of a length sample (a cache key part; None for None)."""
     if a is None:
         return None
     arr = np.ascontiguousarray(a, dtype=float)
@@ -97,23 +160,12 @@ def saturated_schedule(service: ServiceTimeModel, prompt_tokens: np.ndarray, out
     ``reserved_output``: the output tokens each request's KV reservation counts (a ``max_tokens``
     reservation, :func:`qmodel.workload.reserved_output_tokens`); None: its own output.
     """
-    key = (_digest(prompt_tokens), _digest(output_tokens), _digest(cached_tokens),
-           kv_capacity_tokens, max_batch, max_batch_tokens, seed, _digest(reserved_output))
-    hit = _TIMED.get((id(service), *key))
-    if hit is not None and hit[0] is service:
-        _TIMED.move_to_end((id(service), *key))
-        return hit[1]
-    it = _SCHEDULES.get(key)
-    if it is None:
-        it = _SCHEDULES[key] = iterations(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch,
-                                          max_batch_tokens, seed, cached_tokens, reserved_output)
-    _SCHEDULES.move_to_end(key)
-    out = timed(service, it)
-    _TIMED[(id(service), *key)] = (service, out)
-    for kept in (_SCHEDULES, _TIMED):
-        if len(kept) > _MAX_SCHEDULES:
-            kept.popitem(last=False)
-    return out
+    key = (sample_digest(prompt_tokens), sample_digest(output_tokens), sample_digest(cached_tokens),
+           kv_capacity_tokens, max_batch, max_batch_tokens, seed, sample_digest(reserved_output))
+    return _MEMO.get(key, service,
+                     lambda: iterations(prompt_tokens, output_tokens, kv_capacity_tokens, max_batch, max_batch_tokens,
+                                        seed, cached_tokens, reserved_output),
+                     timed)
 
 
 def timed(service: ServiceTimeModel, it: Iterations) -> tuple[float, float]:
@@ -155,15 +207,9 @@ def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity
     bound and the capacity is the decode chain's, not a schedule's)."""
     if kv_capacity_tokens is None and max_batch is None:
         return _fixed(math.inf, math.inf)
-    p = np.asarray(prompt_tokens, dtype=float)
-    L = np.asarray(output_tokens, dtype=float)
-    hold = p if cached_tokens is None else p + np.asarray(cached_tokens, dtype=float)
-    need = hold + reserved_tokens("decode", L, reserved_output)
-    kv = math.inf if kv_capacity_tokens is None else float(kv_capacity_tokens)
-    slots = math.inf if max_batch is None else int(max_batch)
-    passes = max(1, -(-_MIN_REQUESTS // len(p)))
-    order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(p)), passes))
-    order = order[need[order] <= kv]  # a request that can never fit is refused, not queued
+    bl = backlog(prompt_tokens, output_tokens, cached_tokens, reserved_output, kv_capacity_tokens, max_batch, seed,
+                 "decode")
+    p, L, hold, need, kv, slots, order = bl.prompt, bl.output, bl.hold, bl.need, bl.kv, bl.slots, bl.order
     total = len(order)
     if total == 0:
         return _fixed(0.0, 0.0)
@@ -175,7 +221,7 @@ def iterations(prompt_tokens: np.ndarray, output_tokens: np.ndarray, kv_capacity
     qi = 0
     done = 0
     mark = None  # (prefills, decode runs, completions) at the end of the warm-up
-    warm = int(_WARMUP * total)
+    warm = int(WARMUP_FRACTION * total)
     # the schedule does not depend on the times: record the iterations, time them in two calls
     pre: list[tuple[float, float, float]] = []
     runs: list[tuple[int, float, int]] = []

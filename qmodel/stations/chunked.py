@@ -34,11 +34,16 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   rho_c) whose server also owes the residual of a decode-only iteration in progress (stretched by
   1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + half a mixed iteration (the first token comes at the
   end of the iteration holding the last chunk); at the slot cap (KV, max_batch, the budget) plus the
-  wait for a free slot (:func:`qmodel.stations.decode.admission_wait`), as independent.
+  wait for a free slot (:func:`qmodel.stations.decode.admission_wait`), as independent, its
+  conditional wait scaled by the Allen–Cunneen factor (c_a^2 + c_L^2)/2 of the arrivals.
   least_loaded pools: the single-instance backlog wait is steered by outstanding tokens
   (:func:`qmodel.stations.steer.steered_wait`: the dispatch compares waiting prompts plus reserved
   KV, so it is not join-the-shortest-queue on prefill work; replay, 30 budget/load/config cases:
   TTFT p50/p90/p99 median |error| 25.3/18.4/15.3% with the Erlang-C/c JSQ wait -> 8.4/7.6/9.1%).
+  jsq pools (fewest requests, waiting plus holding a slot): the backlog as least_loaded's, but the
+  slot wait of the c instances' slots as one pool (:mod:`qmodel.stations.chunked_slots`): an arrival waits for
+  a slot only when every instance is full (12 open chunked jsq corpus cases: TTFT p50/p90/p99 median
+  |error| 41/73/78 -> 26/24/21%; docs/validation.md, "JSQ by count").
 
 Bursty arrivals (``ca2`` > 1): batch-Poisson stand-in with geometric batches of mean m from the
 Gamma renewal-function excess over the mean backlog busy period
@@ -58,7 +63,12 @@ X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode
 remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
 lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
 "Single-pool stability limits"; against the replay's sustained rate +1.1..+1.8% over budgets
-256-16384; the KV slot cap is the decode-only saturated schedule's mean batch).
+256-16384; the KV slot cap is the decode-only saturated schedule's mean batch). Where KV or
+``max_batch`` caps the slots, lam_max is also at most the engine's saturated schedule under those
+caps (:func:`qmodel.stations.chunked_capacity.chunked_saturated_rate_per_s`): a request holds its
+slot from its prefill's start, so a saturated mixed iteration carries only the prompts the last
+departures made room for, not the budget's worth cost_n assumes (+13..+52% -> within the replay's
+seed spread where a slot cap binds; docs/validation.md, "Chunked limit with a binding slot cap").
 """
 
 from __future__ import annotations
@@ -73,13 +83,14 @@ from qmodel.arrays import distinct
 from qmodel.dist import GridDist, convolve, mixture
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
-from qmodel.stations.base import Param, StationModel, StationSolution, integer
+from qmodel.stations.base import DISPATCHES, Param, StationModel, StationSolution, integer, one_of
 from qmodel.stations.pool_inputs import POOL_PARAMS, float_lengths, held_prompt_tokens, reserved_output
 from qmodel.stations.iteration_stalls import (L_GROUPS, busy_period_stalls, grid_pmf, decode_residual, n_nodes,
                                                stall_tpot, state_at, strata_nodes)
 from qmodel.stations.iteration_waits import pk_wait, batch_wait, burst_batch_mean, jsq_wait
-from qmodel.stations.decode import GPSChain, admission_wait, mean_context_tokens
+from qmodel.stations.decode import GPSChain, mean_context_tokens
 from qmodel.stations.steer import steered_wait
+from qmodel.stations.chunked_slots import pooled_slot_chain, slot_admission
 
 __all__ = ["ChunkedStation"]
 
@@ -98,7 +109,7 @@ class ChunkedStation(StationModel):
     chunk_tokens: int = 512
     kv_capacity_tokens: float | None = None
     max_batch: int | None = None
-    dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
+    dispatch: Literal["random", "round_robin", "least_loaded", "jsq"] = "random"
     ca2: float = 1.0
     name: str = "chunked"
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
@@ -106,7 +117,10 @@ class ChunkedStation(StationModel):
     #: output tokens each request's KV reservation counts (``kv_reservation = max_tokens``); None: its own output
     reserved_output_tokens: np.ndarray | None = None
 
-    params = POOL_PARAMS + (
+    # the pool parameters, jsq (join the shortest queue by request count) among the dispatches: this
+    # station models it apart from least_loaded (module doc)
+    params = tuple(Param("dispatch", one_of(DISPATCHES + ("jsq",)), "{name}.dispatch") if p.names == "dispatch" else p
+                   for p in POOL_PARAMS) + (
         Param("chunk_tokens", integer(2, "an integer >= 2 (decode + chunk tokens)"), "chunked.chunk_tokens"),
     )
 
@@ -177,6 +191,12 @@ class ChunkedStation(StationModel):
         self.mean_X = self.mean_S - self.mean_p / c * self.td
         self.mean_X[0] = self.mean_S[0]
         self.lam_fluid = self._fluid_limit(n, c)
+        if self.kv_capacity_tokens is not None or self.max_batch is not None:
+            from qmodel.stations.chunked_capacity import chunked_saturated_rate_per_s
+
+            self.lam_fluid = min(self.lam_fluid, chunked_saturated_rate_per_s(
+                sv, p, L, self.kv_capacity_tokens, self.max_batch, self.chunk_tokens, cached_tokens=self.cached_tokens,
+                reserved_output=self.reserved_output_tokens))
         self.multi = L >= 2
         if not np.any(self.multi):
             raise InputError("output_tokens", "all 1", "some requests with at least 2 output tokens (TPOT)")
@@ -247,6 +267,23 @@ class ChunkedStation(StationModel):
     def max_stable_rate_per_s(self) -> float:
         return self._lam_max * self.instances
 
+    def _decode_chain(self, lam: float) -> tuple[np.ndarray, float, float]:
+        """(pi[0..m], tail beyond the cap, tail ratio) of one instance's decode chain at rate lam."""
+        step, _ = self._step(lam)
+        return GPSChain(step, cap=self.cap, slope_inf=0.0).solve(lam * self.mean_output, self.cap)
+
+    def occupancy(self, rate_per_s: float) -> dict[str, np.ndarray | int]:
+        """One instance's modelled occupancy law at pool rate ``rate_per_s``: ``decode`` pi[0..cap]
+        (sequences decoding, the mass beyond the cap folded into it) and the slot ``cap``; read by
+        ``benchmarks/chunked_occupancy.py`` against the replay's time-average histograms."""
+        lam = rate_per_s / self.instances
+        pi, tail, _ = self._decode_chain(lam)
+        out: dict[str, np.ndarray | int] = {"decode": np.append(pi[:-1], pi[-1] + tail), "cap": self.cap}
+        if self.dispatch == "jsq" and self.instances > 1:
+            pi_p, tail_p, _ = pooled_slot_chain(self._step(lam)[1], self.instances, lam * self.mean_output)
+            out["pooled"] = np.append(pi_p[:-1], pi_p[-1] + tail_p)
+        return out
+
     # ---- solve -----------------------------------------------------------------------------
     def solve(self, rate_per_s: float) -> StationSolution:
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
@@ -256,14 +293,12 @@ class ChunkedStation(StationModel):
         load = rate_per_s / lam_max
         if load >= 1.0:
             raise UnstableError(self.name, load, rate_per_s, lam_max, "prompt + decode tokens per iteration budget")
-        step, g_tab = self._step(lam)
-        chain = GPSChain(step, cap=self.cap, slope_inf=0.0)
-        tok = lam * self.mean_output
-        pi, tail, rc = chain.solve(tok, self.cap)
+        g_tab = self._step(lam)[1]
+        pi, tail, rc = self._decode_chain(lam)
         # KV admission: at the slot cap (KV, max_batch or the budget) a prompt waits for a free slot
         # before its first chunk; independent of the backlog wait, added to TTFT below
-        adm = admission_wait(pi, tail, rc, self.cap, float(g_tab[self.cap]), self.mean_output, self.cv2_output,
-                             self._ttft_dx)
+        adm = slot_admission(pi, tail, rc, g_tab, self.instances, self.dispatch, lam * self.mean_output,
+                             self.mean_output, self.cv2_output, self.ca2, self._ttft_dx)
         if tail > 0:
             pi = pi.copy()
             pi[-1] += tail  # states beyond the cap wait for a slot; folded into the cap state
@@ -296,7 +331,7 @@ class ChunkedStation(StationModel):
         res = res / res.sum()
         resid = GridDist(dxs, res, float(np.mean(s_own**2)) / (2 * mean_s), exact=False)
         cs2 = float(np.mean(s_own**2)) / mean_s**2 - 1.0
-        ll = self.dispatch == "least_loaded"
+        ll = self.dispatch in ("least_loaded", "jsq")  # both steer the pooled stream to a lightly loaded instance
         m_burst = burst_batch_mean(self.ca2, self.instances, ll, lam, mean_s / (1.0 - rho_c))
         if m_burst > 1.0:  # bursty arrivals: batch-Poisson stand-in (M^X/G/1 wait)
             # least_loaded: the pooled stream's bursts queue on one instance's backlog, then the load
@@ -304,7 +339,7 @@ class ChunkedStation(StationModel):
             pk = batch_wait(own_pmf, dxs, rho_c, m_burst, 1)
         else:
             pk = jsq_wait(pk_wait(resid, rho_c), rho_c, 1, (self.ca2 + cs2) / (1.0 + cs2))
-        if ll:
+        if ll:  # jsq's backlog read as least_loaded's: steering by count instead moved no case (docs/methods.md)
             pk = steered_wait(pk, self.instances, mean_s / self.mean_p, self._ll_delta)
         busy_dec = 1.0 - float(pi[0])  # P(decoding | no prompt backlog)
         keep = pi[1:] > 1e-14 * float(pi.max())

@@ -179,6 +179,9 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
     max_batch: int | None = None
     dispatch: Literal["random", "round_robin", "least_loaded"] = "random"
     ca2: float = 1.0
+    #: the arrivals are a renewal stream (Poisson, Gamma gaps); False for a trace, whose within-window
+    #: SCV comes from clumped, correlated gaps: its KV-wall wait keeps the Poisson form (ca2 <= 1)
+    renewal_arrivals: bool = True
     name: str = "colocated"
     #: prefix-cache hit per request (prompt_tokens are the uncached, computed ones): held in KV, not computed
     cached_tokens: np.ndarray | None = None
@@ -263,7 +266,9 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
             raise InputError("rate_per_s", rate_per_s, "a positive finite arrival rate")
         lam_max = self.max_stable_rate_per_s()
-        lam = rate_per_s / self.instances
+        scale = self.load_scale  # the queueing pieces at the offered load against the schedule's capacity
+        rate_in = rate_per_s * scale
+        lam = rate_in / self.instances
         rho_fp, k_fp = self.prefill_share(lam)
         rho_p, kbar = self._regulated_batch(lam, rho_fp, k_fp)
         load = rate_per_s / lam_max
@@ -320,7 +325,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         wait, age = self._gated_wait(rho_p, kbar, busy_dec, gd, wd)
         ttft, full = self._cobatched_ttft(wait, age, lam)
         if full > _FULL_SHARE:
-            ttft = self._with_overflow(ttft, rate_per_s)
+            ttft = self._with_overflow(ttft, rate_in)
         if m_burst > 1.0:
             grid = self._ttft_grid
             dxs, marginal = grid.dx, grid.marginal
@@ -380,7 +385,8 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
         if self.n_max is not None:
             lam_notes.append(f"slot cap {self.n_max}/instance in the decode chain; TTFT adds the wait for memory or a slot "
                              + (f"(KV soft wall: the pool holds {self._wall.centre:.1f} +- {self._wall.sd:.1f} residents; "
-                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (c_a^2 + c_L^2)/2, c_a^2 <= 1)" if self._wall is not None
+                                "wait M/M/1-like at capacity 1 - rho_p, scaled by (c_a^2 + c_L^2)/2; bursty renewal "
+                                "arrivals: the Gamma GI/M/1 root)" if self._wall is not None
                                 else "(M/M/1-like queue beyond the cap at capacity 1 - rho_p, scaled by (1 + c_L^2)/2)"))
         if self.instances > 1 and self.dispatch == "least_loaded":
             lam_notes.append(f"{self.instances} instances, least_loaded (outstanding tokens): idle instances first, "
@@ -399,7 +405,7 @@ class ColocatedStation(ColocatedLimits, ColocatedTTFT, StationModel):
             delay=ttft,
             wait=resid,
             tpot=tpot,
-            mean_in_system=(mean_n + lam * (ttft.mean_s)) * self.instances,
+            mean_in_system=(mean_n + lam * (ttft.mean_s)) * self.instances / scale,  # Little at the offered rate
             method="prefill-priority: GPS at capacity 1-rho_p + compound-Poisson stalls (FFT)",
             exact=False,
             notes=tuple(lam_notes),

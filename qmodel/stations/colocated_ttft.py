@@ -231,9 +231,9 @@ class ColocatedTTFT:
     def _slot_wait(self, pi: np.ndarray, tail: float, rc: float, tok: float, capacity: float, dx: float
                    ) -> GridDist | None:
         """Wait for KV or a slot before the prefill: the soft-wall population chain of
-        :class:`qmodel.stations.admission.KVWall` where KV binds, its conditional wait scaled by
-        (c_a^2 + c_L^2)/2 with c_a^2 the arrival SCV the wall sees (the instance's share of the
-        stream, the whole stream for a least_loaded pool; at most 1) (the hard-cap slot wait of
+        :class:`qmodel.stations.admission.KVWall` where KV binds, at the arrival SCV c_a^2 the wall
+        sees (the instance's share of the stream, the whole stream for a least_loaded pool; a
+        trace's at most 1, its gaps not a renewal stream) (the hard-cap slot wait of
         :func:`qmodel.stations.decode.admission_wait` where max_batch binds, or where the wall's chain
         is unstable at this rate)."""
         cap = self.chain.cap
@@ -245,6 +245,8 @@ class ColocatedTTFT:
             pool = self.instances if pooled else 1
             ca2 = (self.ca2 if pooled else
                    split_arrival_scv(self.ca2, self.instances, cyclic=self.dispatch == "round_robin"))
+            if not self.renewal_arrivals:
+                ca2 = min(ca2, 1.0)  # a trace's clumped gaps: not a renewal stream (module doc of admission)
             # the wall's own cap (max_batch, or where its count has no mass left): may pass the chain's
             soft = self._wall.slot_wait(self.chain.g(self._wall.cap), tok, capacity, self.mean_output,
                                         self.cv2_output, pool,

@@ -205,7 +205,7 @@ def busy_period_stalls(work: np.ndarray, stall: np.ndarray, rho: float, batch_me
     of M^X/G/1 start at rate lam (1 - rho)/m (the caller's rate factor) and have the moments above
     with S replaced by the batch work S_b: E[S_b] = m E[S], E[S_b^2] = m E[S^2] + 2m(m-1) E[S]^2.
     """
-    from scipy.special import gammaincinv  # local: keeps `import qmodel` light
+    from qmodel.special import gammaincinv  # local: keeps `import qmodel` light
 
     es, es2 = float(work.mean()), float(np.mean(work * work))
     m = max(float(batch_mean), 1.0)

@@ -183,7 +183,7 @@ def _count_pmf(mu_w: np.ndarray, kmax: int, ea: np.ndarray | None = None, shape:
 
 def poisson_sf(k: int, mu: float) -> float:
     """P(K >= k) for K ~ Poisson(mu)."""
-    from scipy.special import pdtrc  # local: keeps `import qmodel` light
+    from qmodel.special import pdtrc  # local: keeps `import qmodel` light
 
     return float(pdtrc(k - 1, mu)) if k > 0 else 1.0
 
@@ -311,7 +311,7 @@ def renewal_excess(ca2: float, x: float) -> float:
     """U(t) - lam t at lam t = x for a Gamma renewal stream with SCV ca2 (Palm view: arrivals in (0, t]
     after an arrival, minus the Poisson count). U(t) = sum_n P(Gamma(n k, lam k) <= t), k = 1/ca2; the
     excess rises from 0 (x -> 0) to (ca2 - 1)/2 (x -> inf, the renewal-function asymptote)."""
-    from scipy.special import gammainc  # local: keeps `import qmodel` light
+    from qmodel.special import gammainc  # local: keeps `import qmodel` light
 
     k = 1.0 / ca2
     n_max = int(x + 12.0 * math.sqrt(ca2 * x + 1.0) + 20.0 * ca2) + 10

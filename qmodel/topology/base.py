@@ -38,7 +38,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from qmodel.dist import GridDist
+from qmodel.dist import GridDist, LazyGridDist, convolve, sum_cdf
 from qmodel.stations.base import Station, StationSolution
 
 if TYPE_CHECKING:
@@ -47,11 +47,11 @@ if TYPE_CHECKING:
     from qmodel.scenario import Scenario
     from qmodel.scenario_deployment import PoolConfig
 
-__all__ = ["Composition", "Topology", "decode_pool_settings", "deployment_settings", "station_dispatch",
+__all__ = ["Composition", "Topology", "ttft_law", "tpot_law", "decode_pool_settings", "deployment_settings", "station_dispatch",
            "USER_POOL_SETTINGS", "user_pool_settings"]
 
 
-def station_dispatch(dispatch: str) -> str:
+def station_dispatch(dispatch: str, models_jsq: bool = False) -> str:
     """The dispatch a pool's station models: the pool's own, except ``jsq`` (join the shortest queue by
     request count), read as ``least_loaded`` (least outstanding work). Both steer an arrival to a
     lightly loaded instance, and both approach the central queue of c servers that the pooled
@@ -60,8 +60,10 @@ def station_dispatch(dispatch: str) -> str:
     it balances work less well than least work left. Measured against the replay's jsq (one example
     per topology, 0.5-0.9 of the limit): median |error| TTFT p50/p90/p99 14.6/10.3/13.7%, TPOT
     2.3/4.0/3.2% (least_loaded itself: 11.1/10.7/17.4%, 2.9/3.8/3.0%: within the replay noise of each
-    other); a round-robin reading is worse across breadth (docs/validation.md, "JSQ by count")."""
-    return "least_loaded" if dispatch == "jsq" else dispatch
+    other); a round-robin reading is worse across breadth (docs/validation.md, "JSQ by count").
+    ``models_jsq``: the station models jsq itself (the chunked station: its steered backlog by request
+    count, docs/methods.md), and gets it unchanged."""
+    return "least_loaded" if dispatch == "jsq" and not models_jsq else dispatch
 
 
 #: per-pool settings a re-targeted plan keeps where the user set them (None = the default)
@@ -86,6 +88,28 @@ def user_pool_settings(cfg: PoolConfig) -> dict[str, Any]:
     """A pool's KV dtype, compute precision and memory reserve, where the user set them (re-targeted
     plans keep them)."""
     return {k: getattr(cfg, k) for k in USER_POOL_SETTINGS if getattr(cfg, k) is not None}
+
+
+def ttft_law(solver: Any, terms: list[GridDist], laws: bool) -> tuple[GridDist, float]:
+    """(TTFT, its attainment) from its independent terms: composed now (``laws``), else on first
+    read with the attainment straight from the terms (sum_cdf)."""
+    if laws:
+        ttft = convolve(*terms)
+        return ttft, float(ttft.cdf(solver.scenario.slo.ttft_s))
+    return LazyGridDist(lambda: convolve(*terms)), sum_cdf(terms, solver.scenario.slo.ttft_s)
+
+
+def tpot_law(solver: Any, terms: list[GridDist], laws: bool) -> tuple[GridDist, float]:
+    """(TPOT, its attainment) from its independent terms: composed now (``laws``) or on first read,
+    the attainment then straight from the terms (sum_cdf) unless the SLO reads the per-token law."""
+    one = len(terms) == 1
+    if laws:
+        tpot = terms[0] if one else convolve(*terms)
+        return tpot, solver.tpot_attainment(tpot)
+    slo = solver.scenario.slo
+    b = (sum_cdf(terms, slo.tpot_s) if slo.tpot_definition != "per_token"
+         else solver.tpot_attainment(terms[0] if one else convolve(*terms)))
+    return (terms[0] if one else LazyGridDist(lambda: convolve(*terms))), b
 
 
 @dataclasses.dataclass(frozen=True)

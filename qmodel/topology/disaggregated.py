@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qmodel.dist import GridDist, LazyGridDist, convolve, mixture, pow2_grid, sum_cdf
+from qmodel.dist import GridDist, convolve, mixture, pow2_grid
 from qmodel.errors import InputError, UnstableError
 from qmodel.stations.base import StationSolution
 from qmodel.topology.base import (Composition, Topology, decode_pool_settings, deployment_settings, station_dispatch,
-                                  user_pool_settings)
+                                  tpot_law, ttft_law, user_pool_settings)
 
 if TYPE_CHECKING:
     from qmodel.build import Resolved
@@ -192,8 +192,30 @@ class DisaggregatedTopology(Topology):
 
     # ---- composition ---------------------------------------------------------------------------
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
-        slo = solver.scenario.slo
-        sp = solver.station("prefill").solve(rate)
+        sp, st, sd = self._solutions(solver, rate, laws, True)
+        ttft, a = ttft_law(solver, self.ttft_terms(solver, sp, st, sd), laws)
+        tpot, b = tpot_law(solver, self.tpot_terms(solver, sp, st, sd), laws)
+        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))
+
+    def compose_ttft(self, solver: Any, rate: float, laws: bool) -> tuple[GridDist, float] | None:
+        """(TTFT, its attainment) at ``rate`` as :meth:`compose` gives them where the prefill pool
+        alone makes TTFT (first token from prefill; else None), without the stations only TPOT
+        reads, nor the own-batch times per prompt only the link reads (a trace's TTFT classes)."""
+        if solver.scenario.deployment.first_token_from == "decode":
+            return None
+        sp = solver.station("prefill").solve(rate, per_prompt=False)
+        return ttft_law(solver, self.ttft_terms(solver, sp, None, None), laws)
+
+    def compose_tpot(self, solver: Any, rate: float, laws: bool) -> tuple[list[StationSolution], GridDist, float]:
+        """(the stations, TPOT, its attainment) at ``rate`` as :meth:`compose` gives them, the prefill
+        pool's wait and delay left unsolved until read (a trace's TPOT rate classes, which read
+        neither: :func:`qmodel.trace_law.compose_windows`)."""
+        sols = self._solutions(solver, rate, laws, False)
+        return [*sols], *tpot_law(solver, self.tpot_terms(solver, *sols), laws)
+
+    def _solutions(self, solver: Any, rate: float, laws: bool, grids: bool) -> tuple[StationSolution, ...]:
+        pool = solver.station("prefill")
+        sp = pool.solve(rate) if grids else pool.solve(rate, grids=False)  # (the stations' common call where it can)
         # KV bytes held by transfers in flight (Little: a closed form, before any grid), spread
         # over the decode instances, in tokens: reserved on the decode side.
         dec = self.decode_with_in_flight_kv(solver, rate)
@@ -201,49 +223,41 @@ class DisaggregatedTopology(Topology):
         if dec is None or rate >= dec.max_stable_rate_per_s():  # only past the limit (limits)
             raise UnstableError("decode", rate / lim, rate, lim, "KV reserved for in-flight transfers")
         sd = dec.solve(rate)
-        st = self.solve_link(solver, rate, sp, sd, wait_law=laws)
-        ttft_terms, tpot_terms = self.latency_terms(solver, sp, st, sd)
-        if laws:
-            ttft = convolve(*ttft_terms)
-            tpot = convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]
-            a, b = float(ttft.cdf(slo.ttft_s)), solver.tpot_attainment(tpot)
-        else:
-            a = sum_cdf(ttft_terms, slo.ttft_s)
-            b = (sum_cdf(tpot_terms, slo.tpot_s) if slo.tpot_definition != "per_token"
-                 else solver.tpot_attainment(convolve(*tpot_terms) if len(tpot_terms) > 1 else tpot_terms[0]))
-            ttft = LazyGridDist(lambda: convolve(*ttft_terms))
-            tpot = LazyGridDist(lambda: convolve(*tpot_terms)) if len(tpot_terms) > 1 else tpot_terms[0]
-        return Composition(rate, [sp, st, sd], ttft, tpot, a, b, a * b, self.attainment_bounds(a, b))
+        return sp, self.solve_link(solver, rate, sp, sd, wait_law=laws), sd
 
     def latency_terms(self, solver: Any, sp: StationSolution, st: StationSolution,
                       sd: StationSolution) -> tuple[list[GridDist], list[GridDist]]:
         """(TTFT terms, TPOT terms) from the prefill, link and decode solutions: each metric is the
         sum of its independent terms. The binding diagnosis (:mod:`qmodel.binding`) calls this with
         one station's part replaced to measure its share."""
-        from_decode = solver.scenario.deployment.first_token_from == "decode"
+        return self.ttft_terms(solver, sp, st, sd), self.tpot_terms(solver, sp, st, sd)
+
+    def ttft_terms(self, solver: Any, sp: StationSolution, st: StationSolution | None,
+                   sd: StationSolution | None) -> list[GridDist]:  # (st, sd: read only from decode)
         # Each term is counted once (docs/methods.md, Conventions): with the first token from
         # prefill, TTFT ends at the prefill pass, and the link and the decode admission wait fall
-        # in TPOT (below); from decode, they and the first step end TTFT instead.
-        parts = [sp.delay, st.delay, sd.delay] if from_decode else [sp.delay]
+        # in TPOT (tpot_terms); from decode, they and the first step end TTFT instead.
+        parts = [sp.delay, st.delay, sd.delay] if solver.scenario.deployment.first_token_from == "decode" else [sp.delay]
         # The exposed transfer is often far shorter than the prefill grid's step (a layer-wise
         # handoff of ~1 ms against a ~7 ms step): rounded up it would add a whole step to every
         # TTFT, so the finer terms move to the common step with their mean kept.
         step = max(p.dx for p in parts)
-        ttft_terms = [p.regrid(step, keep_mean=True) for p in parts]
-        tpot_terms = [sd.tpot]
-        if not from_decode:
-            # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
-            # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
-            # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
-            # resolved as finely as TPOT reads them (moved there with their means kept).
-            # Each term goes onto the ladder h·2^k (pow2_grid; the finest step not below its own),
-            # with its mean kept: the link's step grows with its wait, and were it used as it is,
-            # the handoff/(L - 1), and with it the decode TPOT it is summed with, would be re-binned
-            # onto a step that moves with the rate, and P(TPOT <= target) would rise and fall with it.
-            h = self._handoff_step(solver, sd)
-            handoff = convolve(*(x.regrid(pow2_grid(h, x.dx, 1.0), keep_mean=True) for x in (st.delay, sd.wait or sd.delay)))
-            tpot_terms = self._tpot_terms(solver, sd.tpot, handoff)
-        return ttft_terms, tpot_terms
+        return [p.regrid(step, keep_mean=True) for p in parts]
+
+    def tpot_terms(self, solver: Any, sp: StationSolution, st: StationSolution, sd: StationSolution) -> list[GridDist]:
+        if solver.scenario.deployment.first_token_from == "decode":
+            return [sd.tpot]
+        # Token 1 leaves with the prefill pass, token 2 only after the handoff: the exposed
+        # transfer and the decode admission wait fall inside (t_last - t_first)/(L - 1).
+        # Both enter TPOT divided by L - 1: on a step L - 1 times the TPOT grid's they are
+        # resolved as finely as TPOT reads them (moved there with their means kept).
+        # Each term goes onto the ladder h·2^k (pow2_grid; the finest step not below its own),
+        # with its mean kept: the link's step grows with its wait, and were it used as it is,
+        # the handoff/(L - 1), and with it the decode TPOT it is summed with, would be re-binned
+        # onto a step that moves with the rate, and P(TPOT <= target) would rise and fall with it.
+        h = self._handoff_step(solver, sd)
+        handoff = convolve(*(x.regrid(pow2_grid(h, x.dx, 1.0), keep_mean=True) for x in (st.delay, sd.wait or sd.delay)))
+        return self._tpot_terms(solver, sd.tpot, handoff)
 
     def solve_link(self, solver: Any, rate: float, sp: StationSolution, sd: StationSolution,
                    wait_law: bool = False, bandwidth_bytes_per_s: float | None = None) -> StationSolution:

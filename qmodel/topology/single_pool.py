@@ -37,6 +37,8 @@ class SinglePoolTopology(Topology):
     """What colocated and chunked share: one station, its TTFT and TPOT read directly."""
 
     pool_roles = ("pool",)
+    #: whether the station models jsq dispatch itself (else it reads it as least_loaded)
+    models_jsq = False
 
     def _common(self, scenario: Scenario, resolved: Resolved) -> dict[str, Any]:
         dep = scenario.deployment
@@ -44,8 +46,8 @@ class SinglePoolTopology(Topology):
         return dict(service=pool.service, prompt_tokens=resolved.uncached_prompt,
                     output_tokens=resolved.lengths.output, instances=dep.pool.instances,
                     kv_capacity_tokens=pool.kv_capacity_tokens, max_batch=dep.pool.max_batch,
-                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch), cached_tokens=cached_tokens(resolved),
-                    reserved_output_tokens=resolved.reserved_output("pool"))
+                    ca2=resolved.ca2, dispatch=station_dispatch(dep.pool.dispatch, self.models_jsq),
+                    cached_tokens=cached_tokens(resolved), reserved_output_tokens=resolved.reserved_output("pool"))
 
     def compose(self, solver: Any, rate: float, laws: bool) -> Composition:
         slo = solver.scenario.slo
@@ -121,7 +123,7 @@ class ColocatedTopology(SinglePoolTopology):
         from qmodel.stations.colocated import ColocatedStation
 
         return ColocatedStation(max_batch_tokens=scenario.deployment.max_batch_tokens,
-                                **self._common(scenario, resolved))
+                                renewal_arrivals=resolved.arrival_law is None, **self._common(scenario, resolved))
 
     def prefill_token_budget(self, deployment: Any) -> int:
         return deployment.max_batch_tokens
@@ -147,6 +149,7 @@ class ChunkedTopology(SinglePoolTopology):
     budget_field = "chunk_tokens"
     plot_style = "bright_magenta"
     chunked_prefill = True
+    models_jsq = True
 
     def build_station(self, role: str, scenario: Scenario, resolved: Resolved) -> Station:
         from qmodel.stations.chunked import ChunkedStation

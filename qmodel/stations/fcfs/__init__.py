@@ -27,12 +27,13 @@ from qmodel.stations.fcfs.erlang import MM1, MMc, erlang_b, erlang_c, mm1_sojour
 from qmodel.stations.fcfs.mdc import MD1, MDc, erlang_md1_cdf
 from qmodel.stations.fcfs.mg1 import MG1
 from qmodel.stations.fcfs.mgc import MGc, cosmetatos_mdc
-from qmodel.stations.fcfs.scalar import (allen_cunneen, kingman, klb_factor, mx_g1_mean_wait, qna_delay_probability,
-                                         qna_departure_scv, split_arrival_scv)
+from qmodel.stations.fcfs.scalar import (allen_cunneen, gamma_gim1_sigma, kingman, klb_factor, mx_g1_mean_wait,
+                                         qna_delay_probability, qna_departure_scv, split_arrival_scv)
 from qmodel.stations.fcfs.service import ServiceSample, cramer_lundberg
 from qmodel.stations.fcfs.waiting import WaitingTime
 
 __all__ = [
+    "gamma_gim1_sigma",
     "erlang_b",
     "erlang_c",
     "WaitingTime",

@@ -24,7 +24,7 @@ __all__ = ["MDc", "MD1", "erlang_md1_cdf"]
 
 
 def _poisson_pmf(n: np.ndarray, mu: np.ndarray | float) -> np.ndarray:
-    from scipy.special import gammaln
+    from qmodel.special import gammaln
 
     n = np.asarray(n, dtype=float)
     mu = np.asarray(mu, dtype=float)
@@ -107,7 +107,7 @@ class MDc(WaitingTime):
         return float(np.dot(np.maximum(n - self.c, 0), self.pi)) / self.lam
 
     def cdf(self, t):
-        from scipy.special import pdtr
+        from qmodel.special import pdtr
 
         t_arr = np.atleast_1d(np.asarray(t, dtype=float))
         out = np.empty_like(t_arr)

@@ -1,7 +1,7 @@
 """Scalar FCFS formulas: :func:`kingman` (G/G/1 heavy traffic), :func:`klb_factor`
 (Krämer & Langenbach-Belz 1976), :func:`qna_delay_probability` and :func:`qna_departure_scv`
 (Whitt 1983), :func:`allen_cunneen` (G/G/c), :func:`split_arrival_scv` (one part of a split stream) and
-:func:`mx_g1_mean_wait` (batch arrivals, exact)."""
+:func:`mx_g1_mean_wait` (batch arrivals, exact) and :func:`gamma_gim1_sigma` (GI/M/1 with Gamma gaps, exact)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from qmodel.errors import UnstableError
 from qmodel.stations.fcfs.erlang import MMc
 
 __all__ = ["kingman", "klb_factor", "qna_delay_probability", "allen_cunneen", "qna_departure_scv",
-           "split_arrival_scv", "mx_g1_mean_wait"]
+           "split_arrival_scv", "mx_g1_mean_wait", "gamma_gim1_sigma"]
 
 
 def kingman(rho: float, ca2: float, cs2: float, mean_s: float) -> float:
@@ -79,3 +79,30 @@ def mx_g1_mean_wait(batch_rate: float, ex: float, ex2: float, es: float, es2: fl
     if rho >= 1:
         raise UnstableError("fcfs", rho, batch_rate * ex, ex / (ex * es) * (1 - 1e-12))
     return batch_rate * ex * es2 / (2.0 * (1.0 - rho)) + es * (ex2 - ex) / (2.0 * ex * (1.0 - rho))
+
+
+def gamma_gim1_sigma(rho: float, ca2: float) -> float:
+    """The GI/M/1 root σ for Gamma inter-arrival gaps of SCV ``ca2`` at load ``rho`` (exact):
+
+        σ = A*(μ(1 − σ)),   A*(s) = (1 + s/(kλ))^(−k),  k = 1/c_a²,  so  σ = (1 + (1 − σ)/(k ρ))^(−k),
+
+    the unique root in (0, 1) for ρ < 1. An arrival waits with probability σ and, waiting, for
+    Exp(μ(1 − σ)) (Kleinrock 1975, §6.4): σ = ρ for Poisson arrivals; burstier ones (c_a² > 1) wait
+    more often (σ > ρ) but each for less, the mean σ/(μ(1 − σ)) tending to Kingman's
+    ρ/(1 − ρ)·(c_a² + 1)/2/μ as ρ → 1 (c_a² = 4, ρ = 0.9: σ = 0.9591, mean 23.48/μ against 22.5/μ).
+    Solved by bisection on the increasing gap σ − A*(μ(1 − σ)) (to 1e-13)."""
+    if not 0.0 < rho < 1.0:
+        raise UnstableError("fcfs", rho, rho, 1.0)
+    if ca2 <= 0.0:
+        raise ValueError("gamma_gim1_sigma: ca2 must be > 0")
+    k = 1.0 / ca2
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid - (1.0 + (1.0 - mid) / (k * rho)) ** (-k) < 0.0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-13:
+            break
+    return 0.5 * (lo + hi)

@@ -30,6 +30,7 @@ from qmodel.stations.prefill.chain import BulkQueue
 from qmodel.stations.prefill.kernels import scale_time
 from qmodel.stations.prefill.law import BatchServiceLaw
 from qmodel.stations.prefill.sampling import DEFAULT_MAX_BATCH_SIZE, batch_cap
+from qmodel.stations.prefill.wait_grids import lazy_grids
 
 __all__ = ["Dispatch", "PrefillStation", "instance_wait_scale"]
 
@@ -239,7 +240,12 @@ class PrefillStation(StationModel):
                                        f"E[batch time] {self.law.mean_drain[1]:.4g} s")
 
     # ---- solve ---------------------------------------------------------------------------
-    def solve(self, rate_per_s: float) -> StationSolution:
+    def solve(self, rate_per_s: float, grids: bool = True, per_prompt: bool = True) -> StationSolution:
+        """The pool at ``rate_per_s``. ``grids=False``: the wait and delay laws are solved only when
+        first read (:func:`~qmodel.stations.prefill.wait_grids.lazy_grids`; their step is known at
+        once), for a caller that reads only the rest (a trace's TPOT rate classes);
+        ``per_prompt=False``: no ``own_batch_time_per_prompt_s`` (None), for a caller that solves no
+        link from this solution (a trace's TTFT rate classes)."""
         self._check(rate_per_s)
         if self.dispatch == "least_loaded" and self.b == 1 and self.instances > 1:
             return self._solve_central(rate_per_s)
@@ -272,8 +278,11 @@ class PrefillStation(StationModel):
                          f"requests from a long queue, at most {self.b}); head regimes by Monte Carlo (approximate)")
         elif self.max_batch_tokens is not None and self.law_override is None:
             notes.append(f"token budget {self.max_batch_tokens:g} fits b = {self.b} equal prompts: exact cap")
-        wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob,
-                                   own_stages=self.service.prefill_exit_stages)
+        if grids or pooled:  # (pooled: the laws are re-scaled below)
+            wait, delay, own = q.grids(self.dx, wait_scale=scale, wait_prob=wait_prob,
+                                       own_stages=self.service.prefill_exit_stages)
+        else:
+            wait, delay, own = lazy_grids(q, self.dx, scale, wait_prob, self.service.prefill_exit_stages)
         # exact for the stated model: Poisson per engine and a request cap that is the engine's rule
         exact = scale == 1.0 and self.dispatch == "random" and self._budget_is_cap
         own_pmf = q.own_batch_pmf
@@ -308,7 +317,7 @@ class PrefillStation(StationModel):
                 "own_batch_time": own,
                 "own_batch_pmf": own_pmf,
                 "own_batch_time_per_prompt_s": self.own_batch_time_per_prompt(own_pmf, mean_s=q.mean_own_batch_s)
-                if self.own_batch_times else None,
+                if self.own_batch_times and per_prompt else None,
                 "mean_wait_s": q.mean_wait_s * scale,
                 "per_instance_rate_per_s": q.lam,
                 "instance_arrival_scv": ca2_i,

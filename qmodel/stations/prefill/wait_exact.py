@@ -30,7 +30,7 @@ def deterministic_wait_cdf(q: BulkQueue, t: float | np.ndarray) -> float | np.nd
         raise InputError("service", "random", "the closed-form CDF needs deterministic batch times; use the grid")
     if q.a != 1:
         raise InputError("min_batch", q.a, "the waiting-time law is implemented for a = 1")
-    from scipy.special import pdtr
+    from qmodel.special import pdtr
 
     tt = np.atleast_1d(np.asarray(t, dtype=float))
     pi = q.pi

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qmodel.dist import MAX_POINTS, GridDist, pow2_grid
+from qmodel.dist import MAX_POINTS, GridDist, LazyGridDist, pow2_grid
 from qmodel.errors import InputError, NumericalError
 from qmodel.stations.prefill.drain import drain_shifts, drain_transforms
 from qmodel.stations.prefill.grid_tables import GridTables, grid_tables
@@ -23,7 +23,7 @@ from qmodel.stations.prefill.own_batch import delay_law, distributions, own_batc
 if TYPE_CHECKING:
     from qmodel.stations.prefill.chain import BulkQueue
 
-__all__ = ["solve_grids"]
+__all__ = ["solve_grids", "grid_step", "lazy_grids"]
 
 #: the wait grid's count axis stops at this many counts ahead and carries the rest of the wait law
 #: as its exact exponential tail (heavy traffic; the chain keeps up to 16384 explicit states)
@@ -90,9 +90,7 @@ def solve_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1
     # past it, at most that, is folded into the last bin; the KV link's grids stop at the same
     # 1 − 1e-9). The default step is set from the 1e-12 horizon, as it always was: where the
     # horizon sets the step, a shorter one would move every quantile by a grid step.
-    z0 = queue.decay_root
-    en, esn = queue.law.mean_drain
-    eta = min(lam * (z0 - 1.0), en * math.log(z0) / esn)
+    eta = _decay_rate(queue)
     own_mean = queue.mean_own_batch_s
     dx, horizon = _time_step(queue, dx, eta)
     tables = grid_tables(queue, dx)
@@ -143,6 +141,35 @@ def _kept_states(queue: BulkQueue) -> tuple[np.ndarray, int, bool]:
     if heavy:
         n_st = _COUNT_MAX
     return pis[:, :n_st], n_st, heavy
+
+
+def lazy_grids(queue: BulkQueue, dx: float | None = None, wait_scale: float = 1.0, wait_prob: float | None = None,
+               own_stages: int = 1) -> tuple[GridDist, GridDist, GridDist]:
+    """:func:`solve_grids`' three laws as :class:`~qmodel.dist.LazyGridDist`, solved (once, for all
+    three) when one of them is first read; W's and W + S_own's step (:func:`grid_step`) is known at
+    once. The same laws, bit for bit, whenever they are built: the grids depend on the queue alone."""
+    solved: list[tuple[GridDist, GridDist, GridDist]] = []
+
+    def part(i: int) -> GridDist:
+        if not solved:
+            solved.append(solve_grids(queue, dx, wait_scale, wait_prob, own_stages))
+        return solved[0][i]
+
+    step = grid_step(queue, dx)
+    return LazyGridDist(lambda: part(0), dx=step), LazyGridDist(lambda: part(1), dx=step), LazyGridDist(lambda: part(2))
+
+
+def grid_step(queue: BulkQueue, dx: float | None = None) -> float:
+    """The time step :func:`solve_grids` puts W and W + S_own on, without solving them (a trace's
+    TPOT rate classes read only the step of the prefill pool's delay: qmodel.trace_law)."""
+    return _time_step(queue, dx, _decay_rate(queue))[0]
+
+
+def _decay_rate(queue: BulkQueue) -> float:
+    """η: W's tail decays at least like e^{−ηt} (see :func:`solve_grids`)."""
+    z0 = queue.decay_root
+    en, esn = queue.law.mean_drain
+    return min(queue.lam * (z0 - 1.0), en * math.log(z0) / esn)
 
 
 def _time_step(queue: BulkQueue, dx: float | None, eta: float) -> tuple[float, float]:
