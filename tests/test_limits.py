@@ -295,21 +295,23 @@ def _phase_locked_rate(solver: Solver, groups: tuple[int, ...]) -> float:
 
 def test_c0028_replay_limit_is_the_phase_locked_schedule():
     # fixed lengths, slot cap 4 (max_batch): the replay's saturated throughput is exactly a
-    # phase-locked schedule's (measured 14.918 vs 14.921 at seed 0, g = 3; 12.844 vs 12.843 at
-    # seed 2, g = 4); 0.5%: the window's edge and the mean-context approximation of the decode reads
+    # phase-locked schedule's (measured 15.091 vs 15.094 at seed 0, g = 3; 13.018 vs 13.019 at
+    # seed 2, g = 4; 14.918 / 12.844 before the measured MoE fixed time moved ampere's MoE and
+    # overhead numbers); 0.5%: the window's edge and the mean-context approximation of the decode reads
     scn = _c0028()
     solver = Solver(scn)
     assert solver.pool_station.cap == 4
     for seed, groups in ((0, (2, 1, 1)), (2, (1, 1, 1, 1))):
         sus = sustained_rate(scn, 20000, seed, guess_per_s=17.92).rate_per_s
         assert sus == pytest.approx(_phase_locked_rate(solver, groups), rel=0.005)
-    # the probe criterion brackets the fully staggered value 12.84 from both sides
-    assert probe(scn, 12.0, 20000, 0).stable and not probe(scn, 13.0, 20000, 0).stable
+    # the probe criterion brackets the fully staggered value 13.02 from both sides
+    assert probe(scn, 12.5, 20000, 0).stable and not probe(scn, 13.5, 20000, 0).stable
 
 
 def test_c0028_analytic_limit_within_5pct_of_the_replay():
-    # was 17.92 (+39.5%: a full budget of prompts in every mixed iteration); now 12.842
-    assert Solver(_c0028()).max_stable_rate()[0] == pytest.approx(12.84, rel=0.05)
+    # was 17.92 (+39.5%: a full budget of prompts in every mixed iteration); now 13.02 (12.842 before the
+    # measured MoE fixed time moved ampere's MoE and overhead numbers)
+    assert Solver(_c0028()).max_stable_rate()[0] == pytest.approx(13.02, rel=0.05)
 
 
 # ---- colocated: the saturated schedule's capacity alone (issue 18, 0.95-0.97 of the limit) ---------

@@ -27,6 +27,10 @@ the formulas they plug into):
   factor on e_peak, its own n_half (grouped GEMMs lose more to narrow experts) and its own h.
   ``E_touched`` is the table's own routing: ``min(E, T k)`` for its balanced round robin (a table
   without one, A100's, has power-law rows: the uniform-routing count), not the served-traffic count.
+  The fixed time ``launch_s`` is measured, not fitted: the one-token rows (exactly ``k`` experts
+  under any routing, no ramp) less streaming those experts at the free fit's ``h``, median over
+  shapes and TP, floored at 0 (L40S's rows run from L2); the other three are then refitted. Fitted
+  with the ramp it absorbed the ramp's error (hopper 31 us, 21 us measured; docs/step_times.md).
 
 The per-step framework overhead (``--points``: AIC static step estimates from
 ``benchmarks/_aic_points.py``) is fitted per phase and architecture by non-negative least squares
@@ -208,19 +212,20 @@ def fit_host_fabric(system: str) -> dict[str, float] | None:
 
 
 def fit_moe(system: str, gemm: dict[str, float]) -> dict[str, float] | None:
+    """The MoE curve; its fixed time ``launch_s`` is measured on the one-token rows (module docstring)."""
     d = latest_table(system, "moe")
     if d is None:
         return None
     dist = "balanced" if (d.distribution == "balanced").any() else "power_law_1.01"
-    d = d[(d.moe_dtype == "bfloat16") & (d.distribution == dist) & (d.moe_ep_size == 1) & (d.moe_tp_size <= 8)]
-    d = d.groupby(["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"],
-                  as_index=False).latency.min()
+    d = d[(d.moe_dtype == "bfloat16") & (d.moe_ep_size == 1) & (d.moe_tp_size <= 8)]
+    shape = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    one = d[d.num_tokens == 1].groupby(shape, as_index=False).latency.min()  # any routing: k experts, one row each
+    d = d[d.distribution == dist].groupby(["num_tokens", *shape], as_index=False).latency.min()
     if d.empty:
         return None
     gpu = _gpu(system)
     f, bw = gpu.flops_per_s("bf16"), gpu.memory_bandwidth_bytes_per_s
-    tok, h, i, k, e, tp, t = (d[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "topk",
-                                                              "num_experts", "moe_tp_size", "latency"))
+    tok, h, i, k, e, tp, t = (d[c].to_numpy(float) for c in ("num_tokens", *shape, "latency"))
     t = t * 1e-3
     g = GemmCurve.model_construct(**{k_: gemm[k_] for k_ in ("peak_efficiency", "m_half", "n_half", "m_decline",
                                                              "weight_hbm_efficiency", "launch_s")})
@@ -231,8 +236,12 @@ def fit_moe(system: str, gemm: dict[str, float]) -> dict[str, float] | None:
                         routing="balanced" if dist == "balanced" else "uniform")
 
     x = _lsq(lambda x: np.log(model(x) / t), [0.7, 100.0, 0.6, 2e-5], [0.05, 0.0, 0.02, 0.0], [1.5, 1e5, 1.0, 1e-3])
+    stream = one.topk * 3.0 * one.hidden_size * one.inter_size / one.moe_tp_size * 2.0 / (bw * x[2])
+    x[3] = max(float(np.median(one.latency * 1e-3 - stream)), 0.0) if len(one) else 0.0  # measured, then refit:
+    x[:3] = _lsq(lambda y: np.log(model(np.append(y, x[3])) / t), list(x[:3]), [0.05, 0.0, 0.02], [1.5, 1e5, 1.0])
     return {"efficiency_factor": x[0], "n_half": x[1], "weight_hbm_efficiency": x[2], "launch_s": x[3],
             "mape": float(np.abs(model(x) / t - 1).mean()), "routing": dist}
+
 
 
 def fit_all(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
