@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import pdtr
 
 from qmodel.dist import GridDist, pow2_grid
 
@@ -179,6 +178,8 @@ def slot_wait_survival(x: np.ndarray, rate: float, ratio: float = 0.0, phases: i
         return np.exp(-rate * x) if phases is None else np.exp(-rate / (1.0 - ratio) * x)
     m = rate / (1.0 - ratio) * x
     p_q = np.exp(phases * np.log(np.maximum(m, 1e-300)) - m - math.lgamma(phases + 1.0))
+    from qmodel.special import pdtr  # local: keeps `import qmodel` and a disaggregated solve off scipy
+
     s = np.exp(-(1.0 - ratio) * m) * pdtr(phases, ratio * m) - ratio**phases * p_q
     return np.clip(s, 0.0, 1.0)
 
