@@ -38,8 +38,10 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   1 - P(cap)/E[n]);
 * TTFT: the prompt backlog is an M/G/1 FCFS queue of works S_N̄(P) (Pollaczek–Khinchine, load
   rho_c) whose server also owes the residual of a decode-only iteration in progress (stretched by
-  1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + half a mixed iteration (the first token comes at the
-  end of the iteration holding the last chunk); at the slot cap (KV, max_batch, the budget) plus the
+  1/(1 - rho_c)); TTFT = wait + S_N̄(P_own) + the chunks of later prompts in the iteration holding
+  its last chunk (the first token comes at that iteration's end): those that arrived during its
+  wait and its earlier iterations, at most the room its last chunk and the free slots leave
+  (:mod:`qmodel.stations.chunked_behind`); at the slot cap (KV, max_batch, the budget) plus the
   wait for a free slot (:func:`qmodel.stations.decode.admission_wait`), as independent, its
   conditional wait scaled by the Allen–Cunneen factor (c_a^2 + c_L^2)/2 of the arrivals.
   least_loaded pools: the single-instance backlog wait is steered by outstanding tokens
@@ -93,6 +95,7 @@ from qmodel.stations.stall_stream import instance_count_scv, palm_shift_s, slot_
 from qmodel.stations.decode import GPSChain, fewest_residents, mean_context_tokens
 from qmodel.stations.steer import steered_wait
 from qmodel.stations.chunked_slots import pooled_slot_chain, slot_admission
+from qmodel.stations.chunked_behind import first_iteration
 
 __all__ = ["ChunkedStation"]
 
@@ -179,7 +182,8 @@ class ChunkedStation(StationModel):
         # The per-prompt tables depend on P only: evaluate them on the distinct prompt lengths (token
         # counts repeat a lot in a sample) and weight by multiplicity; rows expand on demand.
         pu, self._inv, cnt = np.unique(p, return_inverse=True, return_counts=True)
-        wu = cnt / float(cnt.sum())
+        wu = self._wu = cnt / float(cnt.sum())
+        self._pu = pu
         quad = (pu[None, :] / cc) * (np.asarray(sv.prefill_time_s(cc, cc * pu[None, :], 1.0), dtype=float)
                                      - np.asarray(sv.prefill_time_s(cc, 0.0, 1.0), dtype=float))
         self.mean_quad = quad @ wu
@@ -359,12 +363,14 @@ class ChunkedStation(StationModel):
         wd = wd / max(float(wd.sum()), 1e-300)
         dec_part = decode_residual(gd, wd, 1.0 - rho_c, busy_dec, dxs)
         wait = convolve(pk, dec_part)
-        # packed prompts end mid-iteration in the fluid view; the token comes at the iteration's end
-        c_bar = self.chunk_tokens - nbar
-        half_iter = 0.5 * rho_c * float(state_at(self.lin_per_token, nbar) * c_bar
-                                        + state_at(self.mean_quad, nbar) * c_bar / self.mean_p)
-        own = GridDist(dxs, own_pmf, mean_s, exact=False)
-        ttft = convolve(wait, own, GridDist.point(half_iter, dxs))
+        c_bar = self.chunk_tokens - nbar  # the token comes after the last chunk's iteration, later prompts' too
+        tau = float(state_at(self.lin_per_token, nbar) * c_bar + state_at(self.mean_quad, nbar) * c_bar / self.mean_p)
+        t_pre, wait_b = first_iteration(self.service, self._pu, self._wu, nbar, self.chunk_tokens, lam * self.mean_p,
+                                        tau, rho_c, self.mean_p, max(self.cap - nbar - 1.0, 0.0), wait)
+        first = s_own + t_pre[self._inv]
+        # TPOT's own window keeps TTFT's former term, as calibrated (docs/validation.md, "Chunked TTFT p50")
+        half_iter = 0.5 * rho_c * tau
+        ttft = convolve(wait_b, GridDist(dxs, grid_pmf(first, dxs), float(first.mean()), exact=False))
 
         # ---- TPOT: stalls from prompts chunked into the request's decode life ------------------
         # The prompts behind the request when it starts decoding arrived during its whole TTFT (FCFS:
