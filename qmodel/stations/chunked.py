@@ -46,32 +46,27 @@ Model (derived here from a prefill-priority sketch (docs/reference_values.md §2
   conditional wait scaled by the Allen–Cunneen factor (c_a^2 + c_L^2)/2 of the arrivals.
   least_loaded pools: the single-instance backlog wait is steered by outstanding tokens
   (:func:`qmodel.stations.steer.steered_wait`: the dispatch compares waiting prompts plus reserved
-  KV, so it is not join-the-shortest-queue on prefill work; replay, 30 budget/load/config cases:
-  TTFT p50/p90/p99 median |error| 25.3/18.4/15.3% with the Erlang-C/c JSQ wait -> 8.4/7.6/9.1%).
-  jsq pools (fewest requests, waiting plus holding a slot): the backlog as least_loaded's, but the
-  slot wait of the c instances' slots as one pool (:mod:`qmodel.stations.chunked_slots`): an arrival waits for
-  a slot only when every instance is full (12 open chunked jsq corpus cases: TTFT p50/p90/p99 median
-  |error| 41/73/78 -> 26/24/21%; docs/validation.md, "JSQ by count").
+  KV, so it is not join-the-shortest-queue on prefill work). jsq pools (fewest requests, waiting
+  plus holding a slot): the backlog as least_loaded's, but the slot wait of the c instances' slots
+  as one pool (:mod:`qmodel.stations.chunked_slots`): an arrival waits for a slot only when every
+  instance is full. Measured errors of each piece: docs/validation.md ("JSQ by count", "Chunked
+  TTFT p50: the first-token iteration").
 
-Bursty arrivals (``ca2`` > 1): batch-Poisson stand-in with geometric batches of mean m from the
-Gamma renewal-function excess over the mean backlog busy period
-(:func:`qmodel.stations.colocated.burst_batch_mean`): TTFT wait M^X/G/1 (P-K wait of whole bursts
-plus the work of the burst members ahead, :func:`qmodel.stations.iteration_waits.batch_wait`), busy-period
-stalls with the M^X/G/1 moments at rate lam (1 - rho_c)/m, and the members behind added to S_0
-(measured against the step DES and the replay: docs/validation.md, "Chunked bursty arrivals").
-ca2 < 1: Kingman-scaled wait only.
+Bursty arrivals (``ca2`` > 1): geometric bursts of mean m (:func:`iteration_waits.burst_batch_mean`):
+TTFT wait M^X/G/1 (:func:`iteration_waits.batch_wait`), busy-period stalls with the M^X/G/1 moments at
+rate lam (1 - rho_c)/m, the members behind added to S_0 (docs/validation.md, "Chunked bursty
+arrivals"). ca2 < 1: Kingman-scaled wait only.
 
 Stability (fluid, GPU time per request): with n decodes a request costs its chunks' stall
 X_n = E[S_n] - (E[P]/c) t_d(n) plus E[L-1] decode slots of t_d(n)/n while decode-only iterations
 remain (E[L-1]/n >= E[P]/c); otherwise every iteration is a full mixed one and it costs E[S_n].
 lam_max = max_n 1/cost_n, bounded also by the decode chain's tail at the slot cap (docs/methods.md,
-"Single-pool stability limits"; against the replay's sustained rate +1.1..+1.8% over budgets
-256-16384; the KV slot cap is the decode-only saturated schedule's mean batch). Where KV or
-``max_batch`` caps the slots, lam_max is also at most the engine's saturated schedule under those
-caps (:func:`qmodel.stations.chunked_capacity.chunked_saturated_rate_per_s`): a request holds its
-slot from its prefill's start, so a saturated mixed iteration carries only the prompts the last
-departures made room for, not the budget's worth cost_n assumes (+13..+52% -> within the replay's
-seed spread where a slot cap binds; docs/validation.md, "Chunked limit with a binding slot cap").
+"Single-pool stability limits"; the KV slot cap is the decode-only saturated schedule's mean
+batch). Where KV or ``max_batch`` caps the slots, lam_max is also at most the engine's saturated
+schedule under those caps (:func:`qmodel.stations.chunked_capacity.chunked_saturated_rate_per_s`):
+a request holds its slot from its prefill's start, so a saturated mixed iteration carries only the
+prompts the last departures made room for, not the budget's worth cost_n assumes
+(docs/validation.md, "Chunked limit with a binding slot cap").
 """
 
 from __future__ import annotations
