@@ -7,11 +7,12 @@ a plain bisection of the same attainment function to 1e-6 relative (the referenc
 search gave the same contract, so any two answers differ by less than REL_TOL); the comparison
 allows that bisection's own 1e-6.
 
-Cost: the number of attainment evaluations per search. Cold: at most 8 (the cold search is
-unchanged; measured 5-7 on these examples, and 8 on llama3-8b-colocated-h100 once the colocated
-KV wall's blocked-state model moved its goodput to 0.95 of the stability limit, where the climb
-takes four probes before Brent starts). Warm from the root itself (an edit that leaves the goodput alone): at most
-3. Warm from 10 % off (a sensitivity's perturbation): at most 9.
+Cost: the number of attainment evaluations per search. Cold: at most 8 (measured 5-8 on these
+examples: 8 where the bracket starts wide, azure-conv-trace-disagg-a100, or the attainment has steps,
+opt13b-colocated-a100, whose TPOT atoms cross the SLO near the goodput; that one took 9 until Brent's
+end-game finished a bracket of 4·tol in one probe, qmodel.roots). Warm from the root itself (an edit
+that leaves the goodput alone): at most 3. Warm from 10 % off (a sensitivity's perturbation): at
+most 9. Per example: ``benchmarks/goodput_search_cost.py``.
 """
 
 from __future__ import annotations
