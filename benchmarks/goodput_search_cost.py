@@ -6,7 +6,7 @@ read from a bisection of the same attainment to 1e-6 relative. Attainments are m
 ``--cache`` (a JSON file keyed by example and rate), so comparing two versions of the search
 re-solves only the rates the other did not probe.
 
-    QMODEL_DATA_DIR=/work/shared/data python benchmarks/goodput_search_cost.py [--cache F]
+    QMODEL_DATA_DIR=../shared/data python benchmarks/goodput_search_cost.py [--cache F]
 """
 
 from __future__ import annotations
