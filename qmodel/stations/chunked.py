@@ -78,7 +78,7 @@ from typing import Literal
 import numpy as np
 
 from qmodel.arrays import distinct
-from qmodel.dist import GridDist, convolve, mixture
+from qmodel.dist import GridDist, convolve
 from qmodel.errors import InputError, UnstableError
 from qmodel.perf.base import ServiceTimeModel
 from qmodel.stations.base import DISPATCHES, Param, StationModel, StationSolution, integer, one_of

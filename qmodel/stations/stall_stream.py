@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qmodel.stations.fcfs import split_arrival_scv
 from qmodel.stations.iteration_waits import renewal_excess
 
 __all__ = ["instance_count_scv", "count_variance_ratio", "stall_dispersion", "palm_shift_s", "slot_gate"]
@@ -45,11 +46,10 @@ def instance_count_scv(ca2: float, instances: int, dispatch: str) -> float:
     work-arrival variance ratio at 4-32 arrivals is 0.82-0.48 and 0.77-0.52 against round_robin's
     0.70-0.68 on one case); they are given the round-robin value.
     """
-    a = min(float(ca2), 1.0)
     c = max(int(instances), 1)
     if c == 1 or dispatch == "random":
         return 1.0
-    return a / c
+    return split_arrival_scv(min(float(ca2), 1.0), c, cyclic=True)
 
 
 def count_variance_ratio(count_scv: float, x: float, points: int = 32) -> float:
